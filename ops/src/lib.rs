@@ -1,0 +1,18 @@
+//! tandem's operators: shared tensor types and one file per operator family, each with shape
+//! inference, a work estimate, a rayon CPU kernel over any row range of its output, and the
+//! description of its WGSL kernel.
+//!
+//! Sits between the shaders (`tandem-shaders`) and the runtime (`tandem`). No wgpu device code
+//! and no ONNX protobuf here.
+
+mod attrs;
+mod gpu_kernel;
+mod op;
+pub mod registry;
+pub mod shape;
+mod tensor;
+
+pub use attrs::{AttrValue, Attrs};
+pub use gpu_kernel::GpuKernel;
+pub use op::{Op, OpError, Result, Work};
+pub use tensor::{DType, Data, Tensor, TensorMeta};

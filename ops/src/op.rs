@@ -1,0 +1,84 @@
+//! The operator contract shared by the runtime and every operator file.
+//!
+//! Sits between the runtime (which plans, places and executes nodes) and the operator files
+//! (`ops/src/<family>.rs`), which implement [`Op`]: shape inference, work estimate, a CPU kernel
+//! that can compute any row range of its output, and the description of its GPU kernel.
+
+use crate::{GpuKernel, Tensor, TensorMeta};
+use std::fmt::Debug;
+use std::ops::Range;
+
+/// Errors an operator reports. The runtime adds the node name and op type.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OpError {
+    /// The model is wrong: bad attribute, inconsistent shapes, wrong arity.
+    #[error("{0}")]
+    Invalid(String),
+    /// The model is valid but this operator does not support it (mode, dtype, opset...).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+pub type Result<T, E = OpError> = std::result::Result<T, E>;
+
+/// Cost features of one node: what the cost model learns time from.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Work {
+    pub flops: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// An ONNX operator with both kernels. Implementations are immutable after construction
+/// (attributes are parsed in the constructor) and shared across threads.
+///
+/// Rows: an op that can be split names an axis of its first output ([`Op::split_axis`]); its
+/// rows are the flattened dimensions up to and including that axis (see
+/// [`crate::shape::row_count`]), so any row range is one contiguous block of the output. Both
+/// kernels must compute exactly the rows asked for and leave the rest of the output untouched.
+/// An op that cannot be split has a single row.
+///
+/// Inputs come in ONNX order. Omitted trailing optional inputs are absent (`ins.len()` is
+/// smaller); an omitted optional input followed by a given one (an empty name in ONNX) arrives
+/// as an empty constant: dtype f32, shape `[0]`, `value` set. Constructors receive attributes
+/// only; `Attrs::opset` selects version-dependent behaviour.
+pub trait Op: Debug + Send + Sync {
+    /// The ONNX op type, e.g. `"Conv"`.
+    fn name(&self) -> &'static str;
+
+    /// Output types and shapes from input metas (the only shape logic). `value` of an input
+    /// meta is set when that input is a plan-time constant; ops whose output shape depends on
+    /// an input's contents (Reshape, Slice...) read it there and fail with `Unsupported` if it is
+    /// not constant. Returned metas have `value: None`.
+    fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>>;
+
+    /// Flops and bytes moved, for the cost model. The default suits elementwise ops.
+    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
+        Work {
+            flops: outs.iter().map(|o| o.numel() as u64).sum(),
+            bytes_read: ins.iter().map(|i| i.bytes()).sum(),
+            bytes_written: outs.iter().map(|o| o.bytes()).sum(),
+        }
+    }
+
+    /// The axis of output 0 along which rows may be cut, or `None` if the op is not splittable.
+    fn split_axis(&self, _ins: &[&TensorMeta], _outs: &[TensorMeta]) -> Option<usize> {
+        None
+    }
+
+    /// True when output 0 is input 0's elements unchanged (only the shape differs): Reshape,
+    /// Flatten, Squeeze, Unsqueeze, Identity, Dropout. The runtime then shares the storage and
+    /// neither kernel is called.
+    fn is_view(&self) -> bool {
+        false
+    }
+
+    /// Compute `rows` of the outputs on the host. `outs` are allocated by the caller with the
+    /// inferred dtypes and shapes (zero filled).
+    fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()>;
+
+    /// Describe the GPU dispatch that computes `rows` of output 0, or say why this node cannot
+    /// run on the GPU (`Unsupported` with the reason: the runtime reports it, never silently).
+    fn gpu(&self, ins: &[&TensorMeta], outs: &[TensorMeta], rows: Range<usize>)
+        -> Result<GpuKernel>;
+}

@@ -1,0 +1,265 @@
+//! Element types and tensors: the values that flow between operators on the host.
+//!
+//! Sits between the ONNX importer (which builds them from initializers and inputs) and the CPU
+//! kernels (which read and write them). GPU buffers hold the same values as 4-byte elements
+//! (see `tandem_shaders`); conversion lives in the runtime's GPU layer.
+
+use half::f16;
+use std::fmt;
+
+/// Element type of a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    F64,
+    I64,
+    I32,
+    I8,
+    U8,
+    Bool,
+}
+
+impl DType {
+    /// Bytes per element on the host.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
+            DType::F16 => 2,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::F64)
+    }
+
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I64 | DType::I32 | DType::I8 | DType::U8)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::F64 => "f64",
+            DType::I64 => "i64",
+            DType::I32 => "i32",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::Bool => "bool",
+        };
+        f.write_str(s)
+    }
+}
+
+/// The elements of a tensor, row-major.
+#[derive(Clone, PartialEq)]
+pub enum Data {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    Bool(Vec<bool>),
+}
+
+impl Data {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Data::F32(_) => DType::F32,
+            Data::F16(_) => DType::F16,
+            Data::F64(_) => DType::F64,
+            Data::I64(_) => DType::I64,
+            Data::I32(_) => DType::I32,
+            Data::I8(_) => DType::I8,
+            Data::U8(_) => DType::U8,
+            Data::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Data::F32(v) => v.len(),
+            Data::F16(v) => v.len(),
+            Data::F64(v) => v.len(),
+            Data::I64(v) => v.len(),
+            Data::I32(v) => v.len(),
+            Data::I8(v) => v.len(),
+            Data::U8(v) => v.len(),
+            Data::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `len` zeros (false for bool) of `dtype`.
+    pub fn zeros(dtype: DType, len: usize) -> Data {
+        match dtype {
+            DType::F32 => Data::F32(vec![0.0; len]),
+            DType::F16 => Data::F16(vec![f16::ZERO; len]),
+            DType::F64 => Data::F64(vec![0.0; len]),
+            DType::I64 => Data::I64(vec![0; len]),
+            DType::I32 => Data::I32(vec![0; len]),
+            DType::I8 => Data::I8(vec![0; len]),
+            DType::U8 => Data::U8(vec![0; len]),
+            DType::Bool => Data::Bool(vec![false; len]),
+        }
+    }
+
+    /// Element `i` as f64 (exact for every type but i64 beyond 2^53).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            Data::F32(v) => v[i] as f64,
+            Data::F16(v) => v[i].to_f64(),
+            Data::F64(v) => v[i],
+            Data::I64(v) => v[i] as f64,
+            Data::I32(v) => v[i] as f64,
+            Data::I8(v) => v[i] as f64,
+            Data::U8(v) => v[i] as f64,
+            Data::Bool(v) => v[i] as u8 as f64,
+        }
+    }
+
+    /// Element `i` as i64 (floats truncate toward zero).
+    pub fn get_i64(&self, i: usize) -> i64 {
+        match self {
+            Data::I64(v) => v[i],
+            Data::I32(v) => v[i] as i64,
+            Data::I8(v) => v[i] as i64,
+            Data::U8(v) => v[i] as i64,
+            Data::Bool(v) => v[i] as i64,
+            other => other.get_f64(i) as i64,
+        }
+    }
+}
+
+impl fmt::Debug for Data {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]", self.dtype(), self.len())
+    }
+}
+
+/// A host tensor: a shape and its row-major elements.
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub data: Data,
+}
+
+impl Tensor {
+    /// A tensor from a shape and data; panics if the lengths disagree (a caller bug).
+    pub fn new(shape: Vec<usize>, data: Data) -> Tensor {
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            data.len(),
+            "tensor shape {shape:?} does not match {} elements",
+            data.len()
+        );
+        Tensor { shape, data }
+    }
+
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        Tensor {
+            shape: shape.to_vec(),
+            data: Data::zeros(dtype, shape.iter().product()),
+        }
+    }
+
+    pub fn f32(shape: &[usize], v: Vec<f32>) -> Tensor {
+        Tensor::new(shape.to_vec(), Data::F32(v))
+    }
+
+    pub fn i64(shape: &[usize], v: Vec<i64>) -> Tensor {
+        Tensor::new(shape.to_vec(), Data::I64(v))
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn meta(&self) -> TensorMeta {
+        TensorMeta::new(self.dtype(), self.shape.clone())
+    }
+
+    /// The elements as i64 (for shape-like inputs: axes, pads, shapes); floats truncate.
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        (0..self.numel()).map(|i| self.data.get_i64(i)).collect()
+    }
+
+    /// The elements as f64.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        (0..self.numel()).map(|i| self.data.get_f64(i)).collect()
+    }
+
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            Data::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_f32_mut(&mut self) -> Option<&mut [f32]> {
+        match &mut self.data {
+            Data::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({}{:?})", self.dtype(), self.shape)
+    }
+}
+
+/// What is known of a value at plan time: its type, its shape, and, when it is a constant (an
+/// initializer or a value folded from constants), its contents.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorMeta {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub value: Option<std::sync::Arc<Tensor>>,
+}
+
+impl TensorMeta {
+    pub fn new(dtype: DType, shape: Vec<usize>) -> TensorMeta {
+        TensorMeta {
+            dtype,
+            shape,
+            value: None,
+        }
+    }
+
+    pub fn constant(t: Tensor) -> TensorMeta {
+        TensorMeta {
+            dtype: t.dtype(),
+            shape: t.shape.clone(),
+            value: Some(std::sync::Arc::new(t)),
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Bytes on the host.
+    pub fn bytes(&self) -> u64 {
+        (self.numel() * self.dtype.size()) as u64
+    }
+}

@@ -1,0 +1,7 @@
+//! tandem: run ONNX models on the CPU and the GPU together.
+
+pub mod error;
+pub mod graph;
+
+pub use error::{Error, Result};
+pub use tandem_ops::{DType, Data, Tensor, TensorMeta};

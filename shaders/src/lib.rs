@@ -1,0 +1,35 @@
+//! WGSL compute kernels of tandem, one file per kernel family, embedded as strings.
+//!
+//! Sits between the `.wgsl` sources in `wgsl/` and the operator crate (`tandem-ops`), which names
+//! the shader each GPU kernel runs. This crate holds no logic: every shader follows the binding
+//! convention below and is parsed and validated by naga in this crate's tests.
+//!
+//! Binding convention (group 0): the op's bound inputs first, then its outputs, then one `params`
+//! uniform last. Entry point `main`. Sizes (`WG`, tiles) are `override` constants; data dependent
+//! values go in `params`, never into shader text. Every element on the GPU is 4 bytes: `f32` for
+//! floats, `i32` for integers (int64 is narrowed with a range check on upload), `u32` for bool.
+//! Flat invocation index over a 2-D grid (to stay under 65535 workgroups per dimension):
+//! `let i = gid.x + gid.y * nwg.x * WG;`
+
+/// One compute shader: a stable name (used in pipeline cache keys and reports) and its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shader {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+macro_rules! shader {
+    ($ident:ident, $file:literal) => {
+        pub const $ident: Shader = Shader {
+            name: $file,
+            source: include_str!(concat!("../wgsl/", $file, ".wgsl")),
+        };
+    };
+}
+
+shader!(COPY, "copy");
+
+/// Every shader of the crate, for validation and contract tests.
+pub const ALL: &[Shader] = &[
+    COPY,
+];

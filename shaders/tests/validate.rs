@@ -1,0 +1,44 @@
+//! Every shader parses and validates with naga, follows the binding convention
+//! (group 0, consecutive bindings, a single uniform and it is the last binding) and has `main`.
+
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+#[test]
+fn every_shader_parses_validates_and_follows_the_binding_convention() {
+    assert!(!tandem_shaders::ALL.is_empty());
+    let mut names = std::collections::HashSet::new();
+    for shader in tandem_shaders::ALL {
+        assert!(names.insert(shader.name), "shader name {} listed twice", shader.name);
+        let module = naga::front::wgsl::parse_str(shader.source)
+            .unwrap_or_else(|e| panic!("{}: {}", shader.name, e.emit_to_string(shader.source)));
+        Validator::new(ValidationFlags::all(), Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", shader.name));
+        assert!(
+            module.entry_points.iter().any(|e| e.name == "main"),
+            "{} has no entry point `main`",
+            shader.name
+        );
+        let mut bindings: Vec<(u32, bool)> = module
+            .global_variables
+            .iter()
+            .filter_map(|(_, v)| {
+                let b = v.binding.as_ref()?;
+                assert_eq!(b.group, 0, "{}: only group 0 is used", shader.name);
+                Some((b.binding, matches!(v.space, naga::AddressSpace::Uniform)))
+            })
+            .collect();
+        bindings.sort();
+        for (i, (b, _)) in bindings.iter().enumerate() {
+            assert_eq!(*b as usize, i, "{}: bindings must be consecutive from 0", shader.name);
+        }
+        let uniforms: Vec<_> = bindings.iter().filter(|(_, u)| *u).collect();
+        assert_eq!(uniforms.len(), 1, "{}: exactly one params uniform", shader.name);
+        assert!(bindings.last().unwrap().1, "{}: params must be the last binding", shader.name);
+        assert!(
+            shader.source.starts_with("// "),
+            "{}: a header comment must say what it computes",
+            shader.name
+        );
+    }
+}
