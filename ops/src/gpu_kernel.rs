@@ -6,7 +6,8 @@
 use tandem_shaders::Shader;
 
 /// One compute dispatch. Bindings (group 0): `inputs` (op input indices, in binding order),
-/// then every output of the op in order, then the `params` uniform.
+/// then `outputs` (op output indices, in binding order), then the `params` uniform. An op may
+/// need several dispatches (Concat: one per input; Split: one per output); they run in order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuKernel {
     pub shader: Shader,
@@ -15,6 +16,8 @@ pub struct GpuKernel {
     pub overrides: Vec<(&'static str, f64)>,
     /// Which op inputs are bound, in binding order (inputs read only at plan time are left out).
     pub inputs: Vec<usize>,
+    /// Which op outputs are bound, in binding order (usually `vec![0]`).
+    pub outputs: Vec<usize>,
     /// Bytes of the shader's `Params` struct (a `#[repr(C)]` `bytemuck::Pod`).
     pub params: Vec<u8>,
     /// Workgroup counts, each at most 65535 (use [`crate::shape::grid_1d`]).
@@ -22,10 +25,11 @@ pub struct GpuKernel {
 }
 
 impl GpuKernel {
-    /// A kernel binding `inputs`, with `params` as its uniform.
+    /// A kernel binding op inputs `inputs` and op outputs `outputs`, with `params` as its uniform.
     pub fn new<P: bytemuck::Pod>(
         shader: Shader,
         inputs: Vec<usize>,
+        outputs: Vec<usize>,
         params: &P,
         workgroups: [u32; 3],
     ) -> GpuKernel {
@@ -39,6 +43,7 @@ impl GpuKernel {
             shader,
             overrides: Vec::new(),
             inputs,
+            outputs,
             params,
             workgroups,
         }

@@ -77,8 +77,9 @@ pub trait Op: Debug + Send + Sync {
     /// inferred dtypes and shapes (zero filled).
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()>;
 
-    /// Describe the GPU dispatch that computes `rows` of output 0, or say why this node cannot
-    /// run on the GPU (`Unsupported` with the reason: the runtime reports it, never silently).
+    /// Describe the GPU dispatches (usually one) that compute `rows` of the outputs, or say why
+    /// this node cannot run on the GPU (`Unsupported` with the reason: the runtime reports it,
+    /// never silently). The runtime zero-fills output buffers before the first dispatch.
     fn gpu(&self, ins: &[&TensorMeta], outs: &[TensorMeta], rows: Range<usize>)
-        -> Result<GpuKernel>;
+        -> Result<Vec<GpuKernel>>;
 }
