@@ -1,0 +1,170 @@
+//! Test helpers: run one operator on the CPU, on the GPU, or split by rows across both, and
+//! compare tensors with a tolerance.
+//!
+//! Sits between operator tests (`runtime/tests/gpu_*.rs`, conformance, models) and the executor's
+//! building blocks ([`crate::gpu`]). Functions panic with a message on failure: they are for tests.
+
+use crate::gpu::{Gpu, GpuTensor};
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+use tandem_ops::shape::{row_count, row_len};
+use tandem_ops::{Data, Op, Tensor, TensorMeta};
+
+/// The GPU shared by all tests of a process. Panics if no adapter exists: in CI a missing
+/// adapter is a failure, never a skip.
+pub fn gpu() -> Arc<Gpu> {
+    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        Arc::new(Gpu::new().unwrap_or_else(|e| {
+            panic!("no GPU adapter ({e}); install lavapipe: apt-get install mesa-vulkan-drivers libvulkan1")
+        }))
+    })
+    .clone()
+}
+
+/// Plan-time metas of `ins`, every input marked constant (so ops can read shape-like inputs).
+pub fn const_metas(ins: &[Tensor]) -> Vec<TensorMeta> {
+    ins.iter().map(|t| TensorMeta::constant(t.clone())).collect()
+}
+
+fn infer(op: &dyn Op, metas: &[TensorMeta]) -> (Vec<TensorMeta>, usize) {
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    let outs = op
+        .infer(&refs)
+        .unwrap_or_else(|e| panic!("{}: infer failed: {e}", op.name()));
+    let rows = row_count(&outs[0].shape, op.split_axis(&refs, &outs));
+    (outs, rows)
+}
+
+/// Run all rows of `op` on the CPU.
+pub fn run_cpu(op: &dyn Op, ins: &[Tensor]) -> Vec<Tensor> {
+    let metas = const_metas(ins);
+    let (outs, rows) = infer(op, &metas);
+    let mut out: Vec<Tensor> = outs.iter().map(|m| Tensor::zeros(m.dtype, &m.shape)).collect();
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    op.cpu(&refs, &mut out, 0..rows)
+        .unwrap_or_else(|e| panic!("{}: cpu failed: {e}", op.name()));
+    out
+}
+
+/// Run `rows` of `op` on the GPU and return the whole outputs (rows outside `rows` are zero).
+pub fn try_run_gpu_rows(
+    op: &dyn Op,
+    ins: &[Tensor],
+    rows: Option<Range<usize>>,
+) -> crate::Result<Vec<Tensor>> {
+    let gpu = gpu();
+    let metas = const_metas(ins);
+    let (outs, all_rows) = infer(op, &metas);
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    let kernels = op
+        .gpu(&refs, &outs, rows.unwrap_or(0..all_rows))
+        .map_err(|e| crate::Error::Gpu(format!("{}: {e}", op.name())))?;
+    let inputs: Vec<GpuTensor> = ins.iter().map(|t| gpu.upload(t)).collect::<crate::Result<_>>()?;
+    let outputs: Vec<GpuTensor> = outs
+        .iter()
+        .map(|m| gpu.alloc(m.dtype, m.numel()))
+        .collect::<crate::Result<_>>()?;
+    let mut batch = gpu.batch();
+    for o in &outputs {
+        batch.clear(o);
+    }
+    for k in &kernels {
+        let i: Vec<&GpuTensor> = k.inputs.iter().map(|&i| &inputs[i]).collect();
+        let o: Vec<&GpuTensor> = k.outputs.iter().map(|&o| &outputs[o]).collect();
+        batch.dispatch(k, &i, &o, 0)?;
+    }
+    batch.submit()?;
+    let want: Vec<(&GpuTensor, &[usize])> =
+        outputs.iter().zip(&outs).map(|(g, m)| (g, m.shape.as_slice())).collect();
+    gpu.download(&want)
+}
+
+/// Run all rows of `op` on the GPU (the real adapter). Panics on any failure.
+pub fn run_gpu(op: &dyn Op, ins: &[Tensor]) -> Vec<Tensor> {
+    try_run_gpu_rows(op, ins, None).unwrap_or_else(|e| panic!("{}: gpu failed: {e}", op.name()))
+}
+
+/// Rows `0..cut` on the CPU and `cut..` on the GPU, joined into one output (ops that cannot be
+/// split run whole on the CPU).
+pub fn run_split(op: &dyn Op, ins: &[Tensor], cut: usize) -> Vec<Tensor> {
+    let metas = const_metas(ins);
+    let (outs, rows) = infer(op, &metas);
+    let cut = cut.min(rows);
+    let mut out: Vec<Tensor> = outs.iter().map(|m| Tensor::zeros(m.dtype, &m.shape)).collect();
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    op.cpu(&refs, &mut out, 0..cut)
+        .unwrap_or_else(|e| panic!("{}: cpu failed: {e}", op.name()));
+    if cut < rows {
+        let from_gpu = try_run_gpu_rows(op, ins, Some(cut..rows))
+            .unwrap_or_else(|e| panic!("{}: gpu failed: {e}", op.name()));
+        let mrefs: Vec<&TensorMeta> = metas.iter().collect();
+        let len = row_len(&outs[0].shape, op.split_axis(&mrefs, &outs));
+        copy_elements(&from_gpu[0], &mut out[0], cut * len..rows * len);
+    }
+    out
+}
+
+/// Copy elements `range` of `src` into the same positions of `dst` (same dtype and size).
+pub fn copy_elements(src: &Tensor, dst: &mut Tensor, range: Range<usize>) {
+    fn copy<T: Copy>(s: &[T], d: &mut [T], r: Range<usize>) {
+        d[r.clone()].copy_from_slice(&s[r]);
+    }
+    match (&src.data, &mut dst.data) {
+        (Data::F32(s), Data::F32(d)) => copy(s, d, range),
+        (Data::F16(s), Data::F16(d)) => copy(s, d, range),
+        (Data::F64(s), Data::F64(d)) => copy(s, d, range),
+        (Data::I64(s), Data::I64(d)) => copy(s, d, range),
+        (Data::I32(s), Data::I32(d)) => copy(s, d, range),
+        (Data::I8(s), Data::I8(d)) => copy(s, d, range),
+        (Data::U8(s), Data::U8(d)) => copy(s, d, range),
+        (Data::Bool(s), Data::Bool(d)) => copy(s, d, range),
+        (s, d) => panic!("copy_elements: dtype {} into {}", s.dtype(), d.dtype()),
+    }
+}
+
+/// Largest violation of `|got - want| <= atol + rtol * |want|`, as (index, got, want), if any.
+/// NaN must match NaN, and infinities must match exactly.
+pub fn first_mismatch(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Option<(usize, f64, f64)> {
+    let mut worst: Option<(usize, f64, f64, f64)> = None;
+    for i in 0..want.numel() {
+        let (g, w) = (got.data.get_f64(i), want.data.get_f64(i));
+        let bad = if w.is_nan() || g.is_nan() {
+            !(w.is_nan() && g.is_nan())
+        } else if w.is_infinite() || g.is_infinite() {
+            g != w
+        } else {
+            (g - w).abs() > atol + rtol * w.abs()
+        };
+        if bad {
+            let excess = if (g - w).is_finite() { (g - w).abs() } else { f64::INFINITY };
+            if worst.is_none_or(|(_, _, _, e)| excess > e) {
+                worst = Some((i, g, w, excess));
+            }
+        }
+    }
+    worst.map(|(i, g, w, _)| (i, g, w))
+}
+
+/// Assert `got` equals `want` in dtype and shape and within `atol + rtol * |want|` elementwise.
+pub fn assert_close(got: &Tensor, want: &Tensor, rtol: f32, atol: f32) {
+    assert_eq!(got.dtype(), want.dtype(), "dtype differs");
+    assert_eq!(got.shape, want.shape, "shape differs");
+    if let Some((i, g, w)) = first_mismatch(got, want, rtol as f64, atol as f64) {
+        panic!("element {i}: got {g}, want {w} (rtol {rtol}, atol {atol}); shape {:?}", want.shape);
+    }
+}
+
+/// Max absolute difference between two same-shaped tensors (NaN-safe: NaN vs NaN counts 0).
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (0..a.numel().min(b.numel()))
+        .map(|i| {
+            let (x, y) = (a.data.get_f64(i), b.data.get_f64(i));
+            if x.is_nan() && y.is_nan() || x == y {
+                0.0
+            } else {
+                (x - y).abs()
+            }
+        })
+        .fold(0.0, f64::max)
+}
