@@ -6,6 +6,11 @@
 //! and no ONNX protobuf here.
 
 mod attrs;
+pub mod conv;
+pub mod conv_transpose;
+pub mod cpu_gemm;
+pub mod gemm_op;
+pub mod matmul;
 mod gpu_kernel;
 mod op;
 pub mod registry;

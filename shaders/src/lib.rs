@@ -28,8 +28,10 @@ macro_rules! shader {
 }
 
 shader!(COPY, "copy");
+shader!(MATMUL, "matmul");
 
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
     COPY,
+    MATMUL,
 ];

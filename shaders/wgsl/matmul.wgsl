@@ -1,0 +1,98 @@
+// matmul: out[b, m, n] = alpha * sum_k A[b, m, k] * B[b, k, n] + beta * C[m, n] for the logical
+// output rows r = b * M + m with params.row_start <= r < params.row_end (other rows untouched).
+// Serves MatMul (alpha 1, beta 0, C unused) and Gemm (transposes as strides, C broadcast to
+// (M, N) through zero strides). A, B are read through row/column strides and per-batch strides
+// (0 on broadcast batch dims); out is dense row-major [rows, N].
+// Bindings: 0 a, 1 b, 2 c (read; MatMul binds b again there), 3 out (read_write), 4 params.
+// Dispatch: (ceil(N / 64), ceil((M_hi - m_lo) / 64), batches from params.b0); each invocation of
+// the 16x16 workgroup keeps a 4x4 register tile: rows m_lo + 64*wg.y + ly + 16*i, columns
+// 64*wg.x + lx + 16*j (strided so that neighbouring invocations read neighbouring columns).
+// No shared memory (its barriers are slow on CPU Vulkan). Overrides: none.
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    row_start: u32,
+    row_end: u32,
+    m_lo: u32,
+    b0: u32,
+    nbd: u32,
+    a_rs: u32,
+    a_cs: u32,
+    b_rs: u32,
+    b_cs: u32,
+    c_rs: u32,
+    c_cs: u32,
+    alpha: f32,
+    beta: f32,
+    // output batch dims (nbd of them), then A's and B's element strides per batch dim
+    bshape: array<vec4<u32>, 2>,
+    a_bs: array<vec4<u32>, 2>,
+    b_bs: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read> c: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> params: Params;
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let bi = params.b0 + wid.z;
+    // offsets of this batch in A and B
+    var rem = bi;
+    var a_off = 0u;
+    var b_off = 0u;
+    for (var d = i32(params.nbd) - 1; d >= 0; d = d - 1) {
+        let du = u32(d);
+        let dim = params.bshape[du / 4u][du % 4u];
+        let idx = rem % dim;
+        rem = rem / dim;
+        a_off = a_off + idx * params.a_bs[du / 4u][du % 4u];
+        b_off = b_off + idx * params.b_bs[du / 4u][du % 4u];
+    }
+    let m0 = params.m_lo + wid.y * 64u + lid.y;
+    let n0 = wid.x * 64u + lid.x;
+    var arow: vec4<u32>;
+    var bcol: vec4<u32>;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let mi = m0 + 16u * i;
+        arow[i] = a_off + select(0u, mi, mi < params.m) * params.a_rs;
+        let nj = n0 + 16u * i;
+        bcol[i] = b_off + select(0u, nj, nj < params.n) * params.b_cs;
+    }
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    for (var p = 0u; p < params.k; p = p + 1u) {
+        let pa = p * params.a_cs;
+        let pb = p * params.b_rs;
+        let bv = vec4<f32>(b[bcol.x + pb], b[bcol.y + pb], b[bcol.z + pb], b[bcol.w + pb]);
+        acc0 = fma(vec4<f32>(a[arow.x + pa]), bv, acc0);
+        acc1 = fma(vec4<f32>(a[arow.y + pa]), bv, acc1);
+        acc2 = fma(vec4<f32>(a[arow.z + pa]), bv, acc2);
+        acc3 = fma(vec4<f32>(a[arow.w + pa]), bv, acc3);
+    }
+    var acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let mi = m0 + 16u * i;
+        let r = bi * params.m + mi;
+        if (mi >= params.m || r < params.row_start || r >= params.row_end) {
+            continue;
+        }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let nj = n0 + 16u * j;
+            if (nj >= params.n) {
+                continue;
+            }
+            var v = params.alpha * acc[i][j];
+            if (params.beta != 0.0) {
+                v = v + params.beta * c[mi * params.c_rs + nj * params.c_cs];
+            }
+            out[r * params.n + nj] = v;
+        }
+    }
+}
