@@ -1,0 +1,154 @@
+//! GPU-vs-reference tests of the linear algebra family: MatMul, Gemm, Conv, ConvTranspose.
+//!
+//! Each case is computed by a naive nested-loop reference written here, then by the op on the
+//! CPU, on the GPU (lavapipe in CI) and split across both at an odd row.
+
+use tandem::testing::{assert_close, gpu, run_cpu, run_gpu, run_split};
+use tandem_ops::{registry, AttrValue, Attrs, Op, Tensor};
+
+fn fill(shape: &[usize], seed: u32) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v = (0..n)
+        .map(|i| {
+            ((i as u32)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(40503))
+                >> 20) as f32
+                / 4096.0
+                - 0.5
+        })
+        .collect();
+    Tensor::f32(shape, v)
+}
+
+fn op(name: &str, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
+    let mut a = Attrs::new(17);
+    for (k, v) in attrs {
+        a = a.with(k, v.clone());
+    }
+    registry::build(name, &a).unwrap()
+}
+
+/// The op on CPU, GPU and split at `cut` (and at an odd row near the middle) must match `want`.
+fn check_all(op: &dyn Op, ins: &[Tensor], want: &Tensor, tol: f32) {
+    let cpu = run_cpu(op, ins);
+    assert_close(&cpu[0], want, tol, tol);
+    let g = run_gpu(op, ins);
+    assert_close(&g[0], want, tol, tol);
+    let metas: Vec<_> = ins.iter().map(|t| t.meta()).collect();
+    let refs: Vec<_> = metas.iter().collect();
+    let outs = op.infer(&refs).unwrap();
+    let rows = tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs));
+    for cut in [1, rows / 2 | 1, rows.saturating_sub(1)] {
+        let s = run_split(op, ins, cut);
+        assert_close(&s[0], want, tol, tol);
+    }
+}
+
+// ---------------------------------------------------------------- MatMul / Gemm
+
+/// Batched row-major product with numpy broadcasting of the batch dims of `a` [.., M, K] and
+/// `b` [.., K, N] (both rank >= 2).
+fn naive_matmul(a: &Tensor, b: &Tensor) -> Tensor {
+    let (sa, sb) = (&a.shape, &b.shape);
+    let (m, k, n) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 1]);
+    let rank = sa.len().max(sb.len()) - 2;
+    let pad = |s: &[usize]| {
+        let mut v = vec![1; rank + 2 - s.len()];
+        v.extend_from_slice(&s[..s.len() - 2]);
+        v
+    };
+    let (pa, pb) = (pad(sa), pad(sb));
+    let batch: Vec<usize> = (0..rank).map(|d| pa[d].max(pb[d])).collect();
+    let nb: usize = batch.iter().product();
+    let (av, bv) = (a.as_f32().unwrap(), b.as_f32().unwrap());
+    let mut out = vec![0.0; nb * m * n];
+    for bi in 0..nb {
+        let (mut r, mut ia, mut ib, mut sa_, mut sb_) = (bi, 0, 0, 1, 1);
+        for d in (0..rank).rev() {
+            let idx = r % batch[d];
+            r /= batch[d];
+            ia += if pa[d] == 1 { 0 } else { idx * sa_ };
+            ib += if pb[d] == 1 { 0 } else { idx * sb_ };
+            sa_ *= pa[d];
+            sb_ *= pb[d];
+        }
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f64;
+                for p in 0..k {
+                    s += av[ia * m * k + i * k + p] as f64 * bv[ib * k * n + p * n + j] as f64;
+                }
+                out[(bi * m + i) * n + j] = s as f32;
+            }
+        }
+    }
+    let mut shape = batch;
+    shape.extend([m, n]);
+    Tensor::f32(&shape, out)
+}
+
+#[test]
+fn matmul_gpu_matches_reference() {
+    let mm = op("MatMul", &[]);
+    for (sa, sb) in [
+        (vec![1, 1], vec![1, 1]),
+        (vec![67, 33], vec![33, 71]),
+        (vec![130, 5], vec![5, 129]),
+        (vec![2, 1, 17, 9], vec![3, 9, 66]),
+        (vec![12, 1, 64], vec![12, 64, 40]),
+        (vec![3, 0, 4], vec![4, 5]),
+        (vec![5, 0], vec![0, 6]),
+    ] {
+        let a = fill(&sa, 1);
+        let b = fill(&sb, 2);
+        let want = naive_matmul(&a, &b);
+        check_all(mm.as_ref(), &[a, b], &want, 1e-4);
+    }
+}
+
+#[test]
+fn matmul_gpu_one_dimensional_operands() {
+    let mm = op("MatMul", &[]);
+    let a = fill(&[2, 7, 9], 3);
+    let v = fill(&[9], 4);
+    let want = naive_matmul(&a, &Tensor::f32(&[9, 1], v.as_f32().unwrap().to_vec()));
+    let want = Tensor::f32(&[2, 7], want.as_f32().unwrap().to_vec());
+    check_all(mm.as_ref(), &[a.clone(), v.clone()], &want, 1e-4);
+    let b = fill(&[2, 9, 5], 5);
+    let want = naive_matmul(&Tensor::f32(&[1, 9], v.as_f32().unwrap().to_vec()), &b);
+    let want = Tensor::f32(&[2, 5], want.as_f32().unwrap().to_vec());
+    check_all(mm.as_ref(), &[v, b], &want, 1e-4);
+}
+
+/// GPU matmul throughput at 512^3 on the adapter in use (run with `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn matmul_gpu_gflops_512() {
+    let mm = op("MatMul", &[]);
+    let ins = [fill(&[512, 512], 1), fill(&[512, 512], 2)];
+    let metas: Vec<_> = ins.iter().map(|t| t.meta()).collect();
+    let refs: Vec<_> = metas.iter().collect();
+    let outs = mm.infer(&refs).unwrap();
+    let kernels = mm.gpu(&refs, &outs, 0..512).unwrap();
+    let g = gpu();
+    let inputs: Vec<_> = ins.iter().map(|t| g.upload(t).unwrap()).collect();
+    let out = g.alloc(tandem_ops::DType::F32, 512 * 512).unwrap();
+    let mut best = f64::MAX;
+    for _ in 0..4 {
+        let mut batch = g.batch();
+        for k in &kernels {
+            let i: Vec<_> = k.inputs.iter().map(|&i| &inputs[i]).collect();
+            batch.dispatch(k, &i, &[&out], 0).unwrap();
+        }
+        let t = std::time::Instant::now();
+        batch.submit().unwrap();
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    println!(
+        "matmul 512^3 on {:?}: {:.2} GFLOP/s ({:.1} ms)",
+        g.adapter(),
+        2.0 * 512f64.powi(3) / best / 1e9,
+        best * 1e3
+    );
+}
