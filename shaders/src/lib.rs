@@ -28,10 +28,20 @@ macro_rules! shader {
 }
 
 shader!(COPY, "copy");
+shader!(INDEX_MAP, "index_map");
+shader!(GATHER, "gather");
+shader!(PAD, "pad");
+shader!(RESIZE, "resize");
+shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul");
 
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
     COPY,
+    INDEX_MAP,
+    GATHER,
+    PAD,
+    RESIZE,
+    GENERATE,
     MATMUL,
 ];
