@@ -1,1 +1,340 @@
-//! placeholder (being written)
+//! Gemm: `Y = alpha * op(A) * op(B) + beta * C`, with `op` an optional transpose and `C`
+//! (optional from opset 11) broadcast unidirectionally to `(M, N)`.
+//!
+//! Sits between the operator contract ([`crate::Op`]) and the shared CPU GEMM
+//! ([`crate::cpu_gemm`]) / the `matmul` shader (transposes become strides, C's broadcast
+//! becomes zero strides). Rows: axis 0 of Y (one row of A per output row).
+
+use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
+use crate::matmul::{f32_in, f32_out, matmul_kernels, MatmulParams, MmGeom};
+use crate::shape::broadcast_strides;
+use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
+use std::ops::Range;
+
+/// Gemm with its parsed attributes.
+#[derive(Debug, Clone)]
+pub struct Gemm {
+    pub alpha: f32,
+    pub beta: f32,
+    pub trans_a: bool,
+    pub trans_b: bool,
+}
+
+/// Registry constructor: reads `alpha`, `beta` (default 1), `transA`, `transB` (default 0).
+pub fn gemm(attrs: &Attrs) -> Result<Box<dyn Op>> {
+    let flag = |name: &str| -> Result<bool> {
+        match attrs.int(name, 0)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(OpError::Invalid(format!(
+                "Gemm attribute `{name}` must be 0 or 1, got {v}"
+            ))),
+        }
+    };
+    Ok(Box::new(Gemm {
+        alpha: attrs.float("alpha", 1.0)?,
+        beta: attrs.float("beta", 1.0)?,
+        trans_a: flag("transA")?,
+        trans_b: flag("transB")?,
+    }))
+}
+
+/// M, N, K and C's strides (broadcast to (M, N)) when C is present.
+struct Dims {
+    m: usize,
+    n: usize,
+    k: usize,
+    c: Option<(usize, usize)>,
+}
+
+impl Gemm {
+    fn dims(&self, ins: &[&[usize]]) -> Result<Dims> {
+        if ins.len() < 2 || ins.len() > 3 {
+            return Err(OpError::Invalid(format!(
+                "Gemm takes 2 or 3 inputs, got {}",
+                ins.len()
+            )));
+        }
+        let (a, b) = (ins[0], ins[1]);
+        if a.len() != 2 || b.len() != 2 {
+            return Err(OpError::Invalid(format!(
+                "Gemm needs 2-D A and B, got {a:?} and {b:?}"
+            )));
+        }
+        let (m, k) = if self.trans_a {
+            (a[1], a[0])
+        } else {
+            (a[0], a[1])
+        };
+        let (kb, n) = if self.trans_b {
+            (b[1], b[0])
+        } else {
+            (b[0], b[1])
+        };
+        if k != kb {
+            return Err(OpError::Invalid(format!(
+                "Gemm inner dimensions differ: A {a:?} (transA {}), B {b:?} (transB {})",
+                self.trans_a as u8, self.trans_b as u8
+            )));
+        }
+        let c = match ins.get(2) {
+            None => None,
+            Some(c) if c.len() > 2 => {
+                return Err(OpError::Invalid(format!("Gemm C has rank {} > 2", c.len())))
+            }
+            Some(c) => {
+                let off = 2 - c.len();
+                for (i, &d) in c.iter().enumerate() {
+                    let want = [m, n][off + i];
+                    if d != want && d != 1 {
+                        return Err(OpError::Invalid(format!(
+                            "Gemm C {c:?} cannot be broadcast to ({m}, {n})"
+                        )));
+                    }
+                }
+                let s = broadcast_strides(c, &[m, n]);
+                Some((s[0], s[1]))
+            }
+        };
+        Ok(Dims { m, n, k, c })
+    }
+
+    fn shapes<'a>(ins: &[&'a TensorMeta]) -> Vec<&'a [usize]> {
+        ins.iter().map(|t| t.shape.as_slice()).collect()
+    }
+}
+
+impl Op for Gemm {
+    fn name(&self) -> &'static str {
+        "Gemm"
+    }
+
+    fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let d = self.dims(&Self::shapes(ins))?;
+        for (i, t) in ins.iter().enumerate() {
+            if t.dtype != DType::F32 {
+                return Err(OpError::Unsupported(format!(
+                    "Gemm: input {i} has dtype {}, only f32 is implemented",
+                    t.dtype
+                )));
+            }
+        }
+        Ok(vec![TensorMeta::new(DType::F32, vec![d.m, d.n])])
+    }
+
+    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
+        let flops = self
+            .dims(&Self::shapes(ins))
+            .map(|d| (2 * d.m * d.n * d.k + if d.c.is_some() { 2 * d.m * d.n } else { 0 }) as u64)
+            .unwrap_or(0);
+        Work {
+            flops,
+            bytes_read: ins.iter().map(|i| i.bytes()).sum(),
+            bytes_written: outs.iter().map(|o| o.bytes()).sum(),
+        }
+    }
+
+    fn split_axis(&self, _ins: &[&TensorMeta], _outs: &[TensorMeta]) -> Option<usize> {
+        Some(0)
+    }
+
+    fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
+        let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
+        let d = self.dims(&shapes)?;
+        let (a, b) = (f32_in("Gemm", ins[0])?, f32_in("Gemm", ins[1])?);
+        let y = f32_out("Gemm", &mut outs[0])?;
+        let rows = rows.start.min(d.m)..rows.end.min(d.m);
+        if rows.is_empty() || d.n == 0 {
+            return Ok(());
+        }
+        let dst = &mut y[rows.start * d.n..rows.end * d.n];
+        let mut beta = 0.0;
+        if let (Some((crs, ccs)), true) = (d.c, self.beta != 0.0) {
+            let c = f32_in("Gemm", ins[2])?;
+            for (ri, row) in dst.chunks_mut(d.n).enumerate() {
+                let base = (rows.start + ri) * crs;
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = c[base + j * ccs];
+                }
+            }
+            beta = self.beta;
+        }
+        let av = if self.trans_a {
+            MatRef::row_major(a, rows.start, d.m).t()
+        } else {
+            MatRef::row_major(a, rows.start * d.k, d.k)
+        };
+        let bv = if self.trans_b {
+            MatRef::row_major(b, 0, d.k).t()
+        } else {
+            MatRef::row_major(b, 0, d.n)
+        };
+        sgemm(
+            rows.len(),
+            d.n,
+            d.k,
+            self.alpha,
+            av,
+            bv,
+            beta,
+            MatMut::row_major(dst, 0, d.n),
+            Threads::Pool,
+        );
+        Ok(())
+    }
+
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        _outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>> {
+        let d = self.dims(&Self::shapes(ins))?;
+        let g = MmGeom {
+            batch: vec![],
+            a_bs: vec![],
+            b_bs: vec![],
+            m: d.m,
+            n: d.n,
+            k: d.k,
+            out_shape: vec![d.m, d.n],
+        };
+        let u = |v: usize| {
+            u32::try_from(v)
+                .map_err(|_| OpError::Unsupported("Gemm on GPU: size exceeds u32".into()))
+        };
+        let (c_rs, c_cs, beta, inputs) = match d.c {
+            Some((rs, cs)) if self.beta != 0.0 => (u(rs)?, u(cs)?, self.beta, vec![0, 1, 2]),
+            _ => (0, 0, 0.0, vec![0, 1, 1]),
+        };
+        let base = MatmulParams {
+            a_rs: if self.trans_a { 1 } else { u(d.k)? },
+            a_cs: if self.trans_a { u(d.m)? } else { 1 },
+            b_rs: if self.trans_b { 1 } else { u(d.n)? },
+            b_cs: if self.trans_b { u(d.k)? } else { 1 },
+            c_rs,
+            c_cs,
+            alpha: self.alpha,
+            beta,
+            ..bytemuck::Zeroable::zeroed()
+        };
+        let rows = rows.start.min(d.m)..rows.end.min(d.m);
+        matmul_kernels(&g, base, inputs, rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AttrValue;
+
+    fn fill(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i as u32 * 7 + seed * 13) % 23) as f32 / 11.0 - 1.0)
+            .collect()
+    }
+
+    /// Y[i][j] = alpha * sum_p A'[i][p] B'[p][j] + beta * C[i or 0][j or 0], transposes by index.
+    #[allow(clippy::too_many_arguments)]
+    fn naive(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: Option<(&[f32], &[usize])>,
+        ta: bool,
+        tb: bool,
+        alpha: f32,
+        beta: f32,
+    ) -> Vec<f32> {
+        let mut y = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0;
+                for p in 0..k {
+                    let av = if ta { a[p * m + i] } else { a[i * k + p] };
+                    let bv = if tb { b[j * k + p] } else { b[p * n + j] };
+                    s += av * bv;
+                }
+                let cv = match c {
+                    None => 0.0,
+                    Some((c, []) | (c, [1])) => c[0],
+                    Some((c, [cn])) => c[if *cn == 1 { 0 } else { j }],
+                    Some((c, [cm, cn])) => {
+                        c[(if *cm == 1 { 0 } else { i }) * cn + if *cn == 1 { 0 } else { j }]
+                    }
+                    _ => unreachable!(),
+                };
+                y[i * n + j] = alpha * s + beta * cv;
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn gemm_matches_reference_for_transposes_and_c_broadcasts() {
+        let (m, n, k) = (5, 7, 3);
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            for cshape in [
+                None,
+                Some(vec![]),
+                Some(vec![n]),
+                Some(vec![m, 1]),
+                Some(vec![m, n]),
+            ] {
+                let attrs = Attrs::new(13)
+                    .with("alpha", AttrValue::Float(0.5))
+                    .with("beta", AttrValue::Float(2.0))
+                    .with("transA", AttrValue::Int(ta as i64))
+                    .with("transB", AttrValue::Int(tb as i64));
+                let op = gemm(&attrs).unwrap();
+                let sa = if ta { [k, m] } else { [m, k] };
+                let a = Tensor::f32(&sa, fill(m * k, 1));
+                let sb = if tb { [n, k] } else { [k, n] };
+                let b = Tensor::f32(&sb, fill(k * n, 2));
+                let mut ins = vec![a.clone(), b.clone()];
+                if let Some(cs) = &cshape {
+                    ins.push(Tensor::f32(cs, fill(cs.iter().product(), 3)));
+                }
+                let want = naive(
+                    m,
+                    n,
+                    k,
+                    a.as_f32().unwrap(),
+                    b.as_f32().unwrap(),
+                    cshape
+                        .as_ref()
+                        .map(|s| (ins[2].as_f32().unwrap(), s.as_slice())),
+                    ta,
+                    tb,
+                    0.5,
+                    2.0,
+                );
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
+                let mrefs: Vec<&TensorMeta> = metas.iter().collect();
+                assert_eq!(op.infer(&mrefs).unwrap()[0].shape, vec![m, n]);
+                let mut out = vec![Tensor::zeros(DType::F32, &[m, n])];
+                op.cpu(&refs, &mut out, 0..2).unwrap();
+                op.cpu(&refs, &mut out, 2..m).unwrap();
+                for (g, w) in out[0].as_f32().unwrap().iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() < 1e-5,
+                        "ta {ta} tb {tb} c {cshape:?}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_c_is_invalid() {
+        let op = gemm(&Attrs::new(13)).unwrap();
+        let a = TensorMeta::new(DType::F32, vec![2, 3]);
+        let b = TensorMeta::new(DType::F32, vec![3, 4]);
+        let c = TensorMeta::new(DType::F32, vec![3, 4]);
+        assert!(matches!(op.infer(&[&a, &b, &c]), Err(OpError::Invalid(_))));
+        assert!(gemm(&Attrs::new(13).with("transA", AttrValue::Int(2))).is_err());
+    }
+}

@@ -10,6 +10,7 @@ pub type Constructor = fn(&Attrs) -> Result<Box<dyn Op>>;
 /// Every supported op type of the default ONNX domain, with its constructor.
 pub const OPS: &[(&str, Constructor)] = &[
     ("MatMul", crate::matmul::matmul),
+    ("Gemm", crate::gemm_op::gemm),
 ];
 
 /// Build the operator for `op_type` of the default domain.

@@ -121,6 +121,64 @@ fn matmul_gpu_one_dimensional_operands() {
     check_all(mm.as_ref(), &[v, b], &want, 1e-4);
 }
 
+fn transpose(t: &Tensor) -> Tensor {
+    let (r, c) = (t.shape[0], t.shape[1]);
+    let v = t.as_f32().unwrap();
+    Tensor::f32(
+        &[c, r],
+        (0..r * c).map(|i| v[(i % r) * c + i / r]).collect(),
+    )
+}
+
+#[test]
+fn gemm_gpu_matches_reference() {
+    let (m, n, k) = (67, 70, 19);
+    for (ta, tb) in [(false, false), (true, true), (true, false)] {
+        for cshape in [
+            None,
+            Some(vec![n]),
+            Some(vec![m, 1]),
+            Some(vec![m, n]),
+            Some(vec![]),
+        ] {
+            let g = op(
+                "Gemm",
+                &[
+                    ("alpha", AttrValue::Float(0.75)),
+                    ("beta", AttrValue::Float(-1.5)),
+                    ("transA", AttrValue::Int(ta as i64)),
+                    ("transB", AttrValue::Int(tb as i64)),
+                ],
+            );
+            let a = fill(&[m, k], 7);
+            let b = fill(&[k, n], 8);
+            let prod = naive_matmul(&a, &b);
+            let mut ins = vec![
+                if ta { transpose(&a) } else { a },
+                if tb { transpose(&b) } else { b },
+            ];
+            let mut want: Vec<f32> = prod.as_f32().unwrap().iter().map(|v| 0.75 * v).collect();
+            if let Some(cs) = &cshape {
+                let c = fill(cs, 9);
+                let cv = c.as_f32().unwrap();
+                for i in 0..m {
+                    for j in 0..n {
+                        let idx = match cs.as_slice() {
+                            [] => 0,
+                            [_] => j,
+                            [_, 1] => i,
+                            _ => i * n + j,
+                        };
+                        want[i * n + j] += -1.5 * cv[idx];
+                    }
+                }
+                ins.push(c);
+            }
+            check_all(g.as_ref(), &ins, &Tensor::f32(&[m, n], want), 1e-4);
+        }
+    }
+}
+
 /// GPU matmul throughput at 512^3 on the adapter in use (run with `--ignored --nocapture`).
 #[test]
 #[ignore]
