@@ -6,12 +6,20 @@
 //! and no ONNX protobuf here.
 
 mod attrs;
+pub mod binary;
+pub mod cast;
+mod elementwise_common;
+pub mod unary;
+pub mod where_op;
 pub mod conv;
 pub mod conv_transpose;
 pub mod cpu_gemm;
 pub mod gemm_op;
 pub mod matmul;
 mod gpu_kernel;
+pub mod pool;
+pub mod reduce;
+pub mod softmax;
 mod op;
 pub mod registry;
 pub mod shape;

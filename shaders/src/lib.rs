@@ -28,20 +28,36 @@ macro_rules! shader {
 }
 
 shader!(COPY, "copy");
+shader!(UNARY, "unary");
+shader!(BINARY, "binary");
+shader!(WHERE, "where");
+shader!(CAST, "cast");
+shader!(SOFTMAX, "softmax");
+shader!(REDUCE, "reduce");
+shader!(POOL, "pool");
 shader!(INDEX_MAP, "index_map");
 shader!(GATHER, "gather");
 shader!(PAD, "pad");
 shader!(RESIZE, "resize");
 shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul");
+shader!(CONV, "conv");
 
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
     COPY,
+    UNARY,
+    BINARY,
+    WHERE,
+    CAST,
+    SOFTMAX,
+    REDUCE,
+    POOL,
     INDEX_MAP,
     GATHER,
     PAD,
     RESIZE,
     GENERATE,
     MATMUL,
+    CONV,
 ];

@@ -1,0 +1,458 @@
+//! Pooling: MaxPool (with its optional Indices output), AveragePool, GlobalAveragePool and
+//! GlobalMaxPool, over 1, 2 or 3 spatial dimensions of an `[N, C, D1...]` input.
+//!
+//! Sits between the operator contract (`op.rs`) and `pool.wgsl` (the global pools are
+//! reductions and run `reduce.wgsl` through [`crate::reduce`]). Output sizes follow the ONNX
+//! reference: explicit pads with floor or ceil (a last window must start inside the input or its
+//! begin padding), or `auto_pad` SAME_UPPER / SAME_LOWER / VALID. Every output element is
+//! independent; rows are cut on output axis `rank - 2` (the output row for 2-D pooling).
+
+use crate::reduce::{global_pool, ReduceKind};
+use crate::shape::{self, grid_1d};
+use crate::{Attrs, DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
+use rayon::prelude::*;
+use std::ops::Range;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AutoPad {
+    NotSet,
+    SameUpper,
+    SameLower,
+    Valid,
+}
+
+/// MaxPool or AveragePool.
+#[derive(Debug)]
+struct Pool {
+    name: &'static str,
+    max: bool,
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    /// `[begin..., end...]`.
+    pads: Vec<usize>,
+    auto_pad: AutoPad,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    /// MaxPool Indices: column-major spatial index when true.
+    column_major: bool,
+}
+
+/// The pooling geometry of one input, spatial dims padded to 3 in front.
+#[derive(Debug, Clone, Copy)]
+struct Geo {
+    nc: usize,
+    ind: [usize; 3],
+    outd: [usize; 3],
+    k: [usize; 3],
+    s: [usize; 3],
+    d: [usize; 3],
+    pb: [usize; 3],
+}
+
+fn ints(a: &Attrs, name: &str, op: &str, len: usize, default: usize) -> Result<Vec<usize>> {
+    match a.ints_opt(name)? {
+        None => Ok(vec![default; len]),
+        Some(v) if v.len() == len && v.iter().all(|&x| x >= 0) => {
+            Ok(v.iter().map(|&x| x as usize).collect())
+        }
+        Some(v) => Err(OpError::Invalid(format!(
+            "{op}: attribute `{name}` {v:?} must hold {len} non-negative values"
+        ))),
+    }
+}
+
+fn make(a: &Attrs, name: &'static str, max: bool) -> Result<Box<dyn Op>> {
+    let kernel = match a.ints_opt("kernel_shape")? {
+        Some(k) if !k.is_empty() && k.len() <= 3 && k.iter().all(|&v| v >= 1) => {
+            k.iter().map(|&v| v as usize).collect::<Vec<_>>()
+        }
+        Some(k) => {
+            return Err(OpError::Invalid(format!(
+                "{name}: kernel_shape {k:?} must have 1 to 3 positive values"
+            )))
+        }
+        None => {
+            return Err(OpError::Invalid(format!(
+                "{name}: attribute `kernel_shape` is required"
+            )))
+        }
+    };
+    let n = kernel.len();
+    let strides = ints(a, "strides", name, n, 1)?;
+    let dilations = ints(a, "dilations", name, n, 1)?;
+    if strides.contains(&0) || dilations.contains(&0) {
+        return Err(OpError::Invalid(format!(
+            "{name}: strides and dilations must be >= 1"
+        )));
+    }
+    let auto_pad = match a.string("auto_pad", "NOTSET")?.as_str() {
+        "NOTSET" => AutoPad::NotSet,
+        "SAME_UPPER" => AutoPad::SameUpper,
+        "SAME_LOWER" => AutoPad::SameLower,
+        "VALID" => AutoPad::Valid,
+        other => {
+            return Err(OpError::Invalid(format!(
+                "{name}: unknown auto_pad `{other}`"
+            )))
+        }
+    };
+    let storage_order = a.int("storage_order", 0)?;
+    if !(0..=1).contains(&storage_order) {
+        return Err(OpError::Invalid(format!(
+            "{name}: storage_order must be 0 or 1"
+        )));
+    }
+    Ok(Box::new(Pool {
+        name,
+        max,
+        pads: ints(a, "pads", name, 2 * n, 0)?,
+        kernel,
+        strides,
+        dilations,
+        auto_pad,
+        ceil_mode: a.int("ceil_mode", 0)? != 0,
+        count_include_pad: a.int("count_include_pad", 0)? != 0,
+        column_major: storage_order == 1,
+    }))
+}
+
+/// MaxPool (kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order). The
+/// optional Indices output (flat input indices, i64) is computed on the CPU only.
+pub fn max_pool(a: &Attrs) -> Result<Box<dyn Op>> {
+    make(a, "MaxPool", true)
+}
+
+/// AveragePool (kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, count_include_pad).
+pub fn average_pool(a: &Attrs) -> Result<Box<dyn Op>> {
+    make(a, "AveragePool", false)
+}
+
+/// GlobalAveragePool: the mean over every spatial axis, keeping them as size 1.
+pub fn global_average_pool(_: &Attrs) -> Result<Box<dyn Op>> {
+    Ok(global_pool("GlobalAveragePool", ReduceKind::Mean))
+}
+
+/// GlobalMaxPool: the maximum over every spatial axis, keeping them as size 1.
+pub fn global_max_pool(_: &Attrs) -> Result<Box<dyn Op>> {
+    Ok(global_pool("GlobalMaxPool", ReduceKind::Max))
+}
+
+impl Pool {
+    fn geometry(&self, shape: &[usize]) -> Result<Geo> {
+        let n = self.kernel.len();
+        if shape.len() != n + 2 {
+            return Err(OpError::Invalid(format!(
+                "{}: input rank {} does not match kernel_shape of {n} spatial dims",
+                self.name,
+                shape.len()
+            )));
+        }
+        let off = 3 - n;
+        let mut g = Geo {
+            nc: shape[0] * shape[1],
+            ind: [1; 3],
+            outd: [1; 3],
+            k: [1; 3],
+            s: [1; 3],
+            d: [1; 3],
+            pb: [0; 3],
+        };
+        for i in 0..n {
+            let (x, k, s, d) = (
+                shape[2 + i],
+                self.kernel[i],
+                self.strides[i],
+                self.dilations[i],
+            );
+            let window = (k - 1) * d + 1;
+            let (out, pb) = match self.auto_pad {
+                AutoPad::NotSet => {
+                    let (pb, pe) = (self.pads[i], self.pads[n + i]);
+                    let span = x + pb + pe;
+                    if span < window {
+                        return Err(OpError::Invalid(format!(
+                            "{}: spatial dim {i} ({x} + pads {pb}+{pe}) is smaller than the window {window}",
+                            self.name
+                        )));
+                    }
+                    let mut out = if self.ceil_mode {
+                        (span - window).div_ceil(s) + 1
+                    } else {
+                        (span - window) / s + 1
+                    };
+                    if self.ceil_mode && (out - 1) * s >= x + pb {
+                        out -= 1;
+                    }
+                    (out, pb)
+                }
+                AutoPad::Valid => {
+                    if x < window {
+                        return Err(OpError::Invalid(format!(
+                            "{}: spatial dim {i} ({x}) is smaller than the window {window}",
+                            self.name
+                        )));
+                    }
+                    ((x - window) / s + 1, 0)
+                }
+                AutoPad::SameUpper | AutoPad::SameLower => {
+                    let out = x.div_ceil(s);
+                    let total = ((out.max(1) - 1) * s + window).saturating_sub(x);
+                    let pb = if self.auto_pad == AutoPad::SameUpper {
+                        total / 2
+                    } else {
+                        total - total / 2
+                    };
+                    (out, pb)
+                }
+            };
+            g.ind[off + i] = x;
+            g.outd[off + i] = out;
+            g.k[off + i] = k;
+            g.s[off + i] = s;
+            g.d[off + i] = d;
+            g.pb[off + i] = pb;
+        }
+        Ok(g)
+    }
+
+    fn out_shape(&self, shape: &[usize], g: &Geo) -> Vec<usize> {
+        let n = self.kernel.len();
+        let mut out = shape[..2].to_vec();
+        out.extend_from_slice(&g.outd[3 - n..]);
+        out
+    }
+
+    /// Output element `e` (flat over `[N*C, O0, O1, O2]`): the pooled value and, for MaxPool, the
+    /// spatial index `(d, h, w)` of the maximum (`None` when the window holds no input).
+    fn element(&self, x: &[f32], g: &Geo, e: usize) -> (f32, Option<[usize; 3]>) {
+        let o2 = e % g.outd[2];
+        let o1 = e / g.outd[2] % g.outd[1];
+        let o0 = e / (g.outd[2] * g.outd[1]) % g.outd[0];
+        let nc = e / (g.outd[2] * g.outd[1] * g.outd[0]);
+        let plane = &x[nc * g.ind[0] * g.ind[1] * g.ind[2]..][..g.ind[0] * g.ind[1] * g.ind[2]];
+        let start = |o: usize, a: usize| (o * g.s[a]) as isize - g.pb[a] as isize;
+        let (s0, s1, s2) = (start(o0, 0), start(o1, 1), start(o2, 2));
+        let mut best = f32::MIN;
+        let mut at = None;
+        let mut sum = 0.0f32;
+        let mut count = 0usize;
+        for k0 in 0..g.k[0] {
+            let i0 = s0 + (k0 * g.d[0]) as isize;
+            if i0 < 0 || i0 >= g.ind[0] as isize {
+                continue;
+            }
+            for k1 in 0..g.k[1] {
+                let i1 = s1 + (k1 * g.d[1]) as isize;
+                if i1 < 0 || i1 >= g.ind[1] as isize {
+                    continue;
+                }
+                let row = &plane[(i0 as usize * g.ind[1] + i1 as usize) * g.ind[2]..][..g.ind[2]];
+                for k2 in 0..g.k[2] {
+                    let i2 = s2 + (k2 * g.d[2]) as isize;
+                    if i2 < 0 || i2 >= g.ind[2] as isize {
+                        continue;
+                    }
+                    let v = row[i2 as usize];
+                    if self.max {
+                        if at.is_none() || v > best {
+                            best = v;
+                            at = Some([i0 as usize, i1 as usize, i2 as usize]);
+                        }
+                    } else {
+                        sum += v;
+                        count += 1;
+                    }
+                }
+            }
+        }
+        if self.max {
+            (best, at)
+        } else if self.count_include_pad {
+            (sum / (g.k[0] * g.k[1] * g.k[2]) as f32, None)
+        } else {
+            (sum / count as f32, None)
+        }
+    }
+
+    /// The ONNX Indices value of a maximum at spatial `(d, h, w)` of plane `nc`.
+    fn index(&self, g: &Geo, nc: usize, [i0, i1, i2]: [usize; 3]) -> i64 {
+        let [d0, d1, d2] = g.ind;
+        let spatial = if self.column_major {
+            // Column-major over the spatial dims (the first varies fastest).
+            let n = self.kernel.len();
+            let dims = &[d0, d1, d2][3 - n..];
+            let idx = &[i0, i1, i2][3 - n..];
+            let mut v = 0;
+            for a in (0..n).rev() {
+                v = v * dims[a] + idx[a];
+            }
+            v
+        } else {
+            (i0 * d1 + i1) * d2 + i2
+        };
+        (nc * d0 * d1 * d2 + spatial) as i64
+    }
+}
+
+/// `pool.wgsl` parameters: per spatial dim (padded to 3 in front) in `.xyz`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct PoolParams {
+    in_dims: [u32; 4],
+    out_dims: [u32; 4],
+    kernel: [u32; 4],
+    strides: [u32; 4],
+    dilations: [u32; 4],
+    pads: [u32; 4],
+    /// 0 max, 1 average over the input elements, 2 average over the whole kernel.
+    mode: u32,
+    start: u32,
+    count: u32,
+    _pad: u32,
+}
+
+impl Op for Pool {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        if ins.len() != 1 {
+            return Err(OpError::Invalid(format!(
+                "{} takes 1 input, got {}",
+                self.name,
+                ins.len()
+            )));
+        }
+        if ins[0].dtype != DType::F32 {
+            return Err(OpError::Unsupported(format!(
+                "{}: dtype {} (f32 only)",
+                self.name, ins[0].dtype
+            )));
+        }
+        let g = self.geometry(&ins[0].shape)?;
+        let out = self.out_shape(&ins[0].shape, &g);
+        let mut outs = vec![TensorMeta::new(DType::F32, out.clone())];
+        if self.max {
+            outs.push(TensorMeta::new(DType::I64, out));
+        }
+        Ok(outs)
+    }
+
+    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
+        let k: usize = self.kernel.iter().product();
+        Work {
+            flops: (outs[0].numel() * k) as u64,
+            bytes_read: ins[0].bytes(),
+            bytes_written: outs.iter().map(|o| o.bytes()).sum(),
+        }
+    }
+
+    fn split_axis(&self, _ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
+        Some(outs[0].rank() - 2)
+    }
+
+    fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
+        let g = self.geometry(&ins[0].shape)?;
+        let x = ins[0]
+            .as_f32()
+            .ok_or_else(|| OpError::Unsupported(format!("{}: f32 input only", self.name)))?;
+        let rl = shape::row_len(&outs[0].shape, Some(outs[0].shape.len() - 2));
+        let range = rows.start * rl..rows.end * rl;
+        let start = range.start;
+        let ch = range
+            .len()
+            .div_ceil(4 * rayon::current_num_threads())
+            .clamp(1, 4096);
+        let (ys, rest) = outs.split_at_mut(1);
+        let y = &mut ys[0]
+            .as_f32_mut()
+            .ok_or_else(|| OpError::Invalid(format!("{}: output must be f32", self.name)))?
+            [range.clone()];
+        let indices = match rest.first_mut().map(|t| &mut t.data) {
+            Some(Data::I64(v)) if self.max => Some(&mut v[range]),
+            None => None,
+            Some(_) => {
+                return Err(OpError::Invalid(format!(
+                    "{}: Indices must be i64",
+                    self.name
+                )))
+            }
+        };
+        let plane = g.outd[0] * g.outd[1] * g.outd[2];
+        match indices {
+            None => y.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
+                for (k, y) in chunk.iter_mut().enumerate() {
+                    *y = self.element(x, &g, start + ci * ch + k).0;
+                }
+            }),
+            Some(idx) => y
+                .par_chunks_mut(ch)
+                .zip(idx.par_chunks_mut(ch))
+                .enumerate()
+                .for_each(|(ci, (chunk, ichunk))| {
+                    for (k, (y, i)) in chunk.iter_mut().zip(ichunk).enumerate() {
+                        let e = start + ci * ch + k;
+                        let (v, at) = self.element(x, &g, e);
+                        *y = v;
+                        *i = at.map_or(-1, |at| self.index(&g, e / plane, at));
+                    }
+                }),
+        }
+        Ok(())
+    }
+
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>> {
+        if outs.len() > 1 {
+            return Err(OpError::Unsupported(format!(
+                "{} on GPU: the Indices output is computed on the CPU only",
+                self.name
+            )));
+        }
+        let g = self.geometry(&ins[0].shape)?;
+        let rl = shape::row_len(&outs[0].shape, Some(outs[0].shape.len() - 2));
+        let range = rows.start * rl..rows.end * rl;
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let big = || OpError::Unsupported(format!("{} on GPU: sizes exceed u32", self.name));
+        if ins[0].numel() > u32::MAX as usize || range.end > u32::MAX as usize {
+            return Err(big());
+        }
+        let v4 = |a: [usize; 3], w: usize| [a[0] as u32, a[1] as u32, a[2] as u32, w as u32];
+        let p = PoolParams {
+            in_dims: v4(g.ind, g.nc),
+            out_dims: v4(g.outd, 0),
+            kernel: v4(g.k, 0),
+            strides: v4(g.s, 0),
+            dilations: v4(g.d, 0),
+            pads: v4(g.pb, 0),
+            mode: match (self.max, self.count_include_pad) {
+                (true, _) => 0,
+                (false, false) => 1,
+                (false, true) => 2,
+            },
+            start: range.start as u32,
+            count: range.len() as u32,
+            _pad: 0,
+        };
+        let wg = grid_1d(range.len() as u64, 64);
+        Ok(vec![GpuKernel::new(
+            tandem_shaders::POOL,
+            vec![0],
+            vec![0],
+            &p,
+            wg,
+        )])
+    }
+}
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

@@ -1,0 +1,223 @@
+//! CPU tests of the pools: hand-worked ONNX examples and a naive reference that pads the
+//! input explicitly (NaN marks padding) and slides the window over it.
+
+use super::*;
+use crate::{AttrValue, Attrs, Op};
+
+fn run(op: &dyn Op, x: &Tensor, n_outs: usize, cut: Option<usize>) -> Vec<Tensor> {
+    let m = x.meta();
+    let om = op.infer(&[&m]).unwrap();
+    let om = &om[..n_outs];
+    let mut outs: Vec<Tensor> = om
+        .iter()
+        .map(|o| Tensor::zeros(o.dtype, &o.shape))
+        .collect();
+    let rows = crate::shape::row_count(&om[0].shape, op.split_axis(&[&m], om));
+    match cut {
+        Some(c) => {
+            op.cpu(&[x], &mut outs, 0..c).unwrap();
+            op.cpu(&[x], &mut outs, c..rows).unwrap();
+        }
+        None => op.cpu(&[x], &mut outs, 0..rows).unwrap(),
+    }
+    outs
+}
+
+fn ints(v: &[i64]) -> AttrValue {
+    AttrValue::Ints(v.to_vec())
+}
+
+fn iota(n: usize) -> Vec<f32> {
+    (1..=n).map(|v| v as f32).collect()
+}
+
+#[test]
+fn onnx_examples_ceil_mode() {
+    // 4x4 of 1..16, kernel 3, stride 2, ceil_mode: last window starts at 2, inside the input.
+    let x = Tensor::f32(&[1, 1, 4, 4], iota(16));
+    let a = Attrs::new(19)
+        .with("kernel_shape", ints(&[3, 3]))
+        .with("strides", ints(&[2, 2]))
+        .with("ceil_mode", AttrValue::Int(1));
+    let y = run(&*max_pool(&a).unwrap(), &x, 1, None);
+    assert_eq!(y[0].shape, vec![1, 1, 2, 2]);
+    assert_eq!(y[0].as_f32().unwrap(), &[11., 12., 15., 16.]);
+    let y = run(&*average_pool(&a).unwrap(), &x, 1, None);
+    assert_eq!(y[0].as_f32().unwrap(), &[6., 7.5, 12., 13.5]);
+}
+
+#[test]
+fn ceil_mode_drops_a_window_starting_in_the_end_padding() {
+    // 1-D: x = 5, kernel 2, stride 2, pads [1, 1]: ceil((7 - 2) / 2) + 1 = 4, but the 4th
+    // window would start at 3 * 2 = 6 >= 5 + 1 (in the end padding), so it is dropped.
+    let x = Tensor::f32(&[1, 1, 5], iota(5));
+    let a = Attrs::new(19)
+        .with("kernel_shape", ints(&[2]))
+        .with("strides", ints(&[2]))
+        .with("pads", ints(&[1, 1]))
+        .with("ceil_mode", AttrValue::Int(1));
+    let y = run(&*max_pool(&a).unwrap(), &x, 1, None);
+    assert_eq!(y[0].shape, vec![1, 1, 3]);
+    assert_eq!(y[0].as_f32().unwrap(), &[1., 3., 5.]);
+}
+
+#[test]
+fn max_pool_indices_row_and_column_major() {
+    // 3x3, kernel 2, stride 1: maxima are the bottom-right of each window.
+    let x = Tensor::f32(&[1, 2, 3, 3], iota(18));
+    let a = Attrs::new(12).with("kernel_shape", ints(&[2, 2]));
+    let y = run(&*max_pool(&a).unwrap(), &x, 2, Some(1));
+    assert_eq!(
+        y[0].as_f32().unwrap(),
+        &[5., 6., 8., 9., 14., 15., 17., 18.]
+    );
+    assert_eq!(y[1].to_i64_vec(), vec![4, 5, 7, 8, 13, 14, 16, 17]);
+    let a = a.with("storage_order", AttrValue::Int(1));
+    let y = run(&*max_pool(&a).unwrap(), &x, 2, None);
+    // (h, w) -> w * 3 + h, plus 9 for the second channel.
+    assert_eq!(y[1].to_i64_vec(), vec![4, 7, 5, 8, 13, 16, 14, 17]);
+}
+
+/// Naive pooling over an explicitly padded 2-D plane (NaN in the padding).
+#[allow(clippy::too_many_arguments)]
+fn naive_2d(
+    x: &[f32],
+    nc: usize,
+    (h, w): (usize, usize),
+    k: (usize, usize),
+    s: (usize, usize),
+    d: (usize, usize),
+    pads: [usize; 4],
+    out: (usize, usize),
+    mode: u8,
+) -> Vec<f32> {
+    // Enough room after the input for every window.
+    let ph = pads[0] + h + pads[2] + k.0 * d.0 + s.0 * out.0;
+    let pw = pads[1] + w + pads[3] + k.1 * d.1 + s.1 * out.1;
+    let mut y = Vec::new();
+    for c in 0..nc {
+        let mut padded = vec![f32::NAN; ph * pw];
+        for i in 0..h {
+            for j in 0..w {
+                padded[(i + pads[0]) * pw + j + pads[1]] = x[c * h * w + i * w + j];
+            }
+        }
+        for oi in 0..out.0 {
+            for oj in 0..out.1 {
+                let mut vals = Vec::new();
+                for a in 0..k.0 {
+                    for b in 0..k.1 {
+                        vals.push(padded[(oi * s.0 + a * d.0) * pw + oj * s.1 + b * d.1]);
+                    }
+                }
+                let real: Vec<f32> = vals.iter().cloned().filter(|v| !v.is_nan()).collect();
+                y.push(match mode {
+                    0 => real.iter().cloned().fold(f32::MIN, f32::max),
+                    1 => real.iter().sum::<f32>() / real.len() as f32,
+                    _ => real.iter().sum::<f32>() / vals.len() as f32,
+                });
+            }
+        }
+    }
+    y
+}
+
+fn close(a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= 1e-5 + 1e-5 * y.abs(), "at {i}: {x} vs {y}");
+    }
+}
+
+#[test]
+fn pools_match_naive_with_pads_strides_dilations() {
+    let (h, w) = (7, 6);
+    let nc = 2 * 3;
+    let xv: Vec<f32> = (0..nc * h * w)
+        .map(|i| ((i * 41 % 29) as f32 - 14.0) * 0.5)
+        .collect();
+    let x = Tensor::f32(&[2, 3, h, w], xv.clone());
+    // (kernel, strides, dilations, pads [hb, wb, he, we])
+    let cases = [
+        ((3, 2), (2, 1), (1, 1), [1, 0, 1, 1]),
+        ((2, 3), (1, 2), (2, 1), [0, 1, 2, 0]),
+        ((3, 3), (3, 3), (1, 2), [2, 2, 2, 2]),
+    ];
+    for (k, s, d, pads) in cases {
+        let out = (
+            (h + pads[0] + pads[2] - ((k.0 - 1) * d.0 + 1)) / s.0 + 1,
+            (w + pads[1] + pads[3] - ((k.1 - 1) * d.1 + 1)) / s.1 + 1,
+        );
+        for (mode, make, cip) in [
+            (0u8, max_pool as fn(&Attrs) -> _, 0),
+            (1, average_pool, 0),
+            (2, average_pool, 1),
+        ] {
+            let a = Attrs::new(19)
+                .with("kernel_shape", ints(&[k.0 as i64, k.1 as i64]))
+                .with("strides", ints(&[s.0 as i64, s.1 as i64]))
+                .with("dilations", ints(&[d.0 as i64, d.1 as i64]))
+                .with("pads", ints(&pads.map(|p| p as i64)))
+                .with("count_include_pad", AttrValue::Int(cip));
+            let y = run(&*make(&a).unwrap(), &x, 1, Some(5));
+            assert_eq!(y[0].shape, vec![2, 3, out.0, out.1]);
+            let want = naive_2d(&xv, nc, (h, w), k, s, d, pads, out, mode);
+            close(y[0].as_f32().unwrap(), &want);
+        }
+    }
+}
+
+#[test]
+fn same_upper_lower_and_valid() {
+    // 1-D x = 1..5, kernel 2, stride 1. SAME_UPPER pads the end: [1.5, 2.5, 3.5, 4.5, 5];
+    // SAME_LOWER pads the start: [1, 1.5, 2.5, 3.5, 4.5]; VALID: 4 outputs.
+    let x = Tensor::f32(&[1, 1, 5], iota(5));
+    let base = Attrs::new(11).with("kernel_shape", ints(&[2]));
+    let up = base
+        .clone()
+        .with("auto_pad", AttrValue::String("SAME_UPPER".into()));
+    let y = run(&*average_pool(&up).unwrap(), &x, 1, None);
+    assert_eq!(y[0].as_f32().unwrap(), &[1.5, 2.5, 3.5, 4.5, 5.]);
+    let lo = base
+        .clone()
+        .with("auto_pad", AttrValue::String("SAME_LOWER".into()));
+    let y = run(&*average_pool(&lo).unwrap(), &x, 1, None);
+    assert_eq!(y[0].as_f32().unwrap(), &[1., 1.5, 2.5, 3.5, 4.5]);
+    let va = base.with("auto_pad", AttrValue::String("VALID".into()));
+    let y = run(&*max_pool(&va).unwrap(), &x, 1, None);
+    assert_eq!(y[0].as_f32().unwrap(), &[2., 3., 4., 5.]);
+}
+
+#[test]
+fn three_d_pool_and_global_pools() {
+    let x = Tensor::f32(&[1, 2, 2, 2, 2], iota(16));
+    let a = Attrs::new(12).with("kernel_shape", ints(&[2, 2, 2]));
+    let y = run(&*average_pool(&a).unwrap(), &x, 1, None);
+    assert_eq!(y[0].shape, vec![1, 2, 1, 1, 1]);
+    assert_eq!(y[0].as_f32().unwrap(), &[4.5, 12.5]);
+    let x = Tensor::f32(&[2, 3, 2, 2], iota(24));
+    let y = run(
+        &*global_average_pool(&Attrs::new(1)).unwrap(),
+        &x,
+        1,
+        Some(2),
+    );
+    assert_eq!(y[0].shape, vec![2, 3, 1, 1]);
+    assert_eq!(y[0].as_f32().unwrap(), &[2.5, 6.5, 10.5, 14.5, 18.5, 22.5]);
+    let y = run(&*global_max_pool(&Attrs::new(1)).unwrap(), &x, 1, None);
+    assert_eq!(y[0].as_f32().unwrap(), &[4., 8., 12., 16., 20., 24.]);
+}
+
+#[test]
+fn bad_attributes_are_invalid() {
+    assert!(max_pool(&Attrs::new(12)).is_err());
+    let a = Attrs::new(12)
+        .with("kernel_shape", ints(&[2, 2]))
+        .with("pads", ints(&[1, 1]));
+    assert!(max_pool(&a).is_err());
+    let a = Attrs::new(12).with("kernel_shape", ints(&[2, 2]));
+    let op = max_pool(&a).unwrap();
+    assert!(op
+        .infer(&[&TensorMeta::new(DType::F32, vec![1, 1, 4])])
+        .is_err());
+}

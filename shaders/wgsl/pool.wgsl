@@ -1,0 +1,81 @@
+// pool: MaxPool / AveragePool over up to 3 spatial dims (padded to 3 in front). One invocation
+// per output element e in [params.start, params.start + params.count), e flat over
+// [N*C, O0, O1, O2]. Window element k along dim a reads input index o*stride - pad_begin +
+// k*dilation, skipped when outside the input. mode: 0 max, 1 average over the input elements
+// in the window, 2 average over the whole kernel (count_include_pad).
+// Bindings: 0 x (f32, read), 1 y (f32, read_write), 2 params. Overrides: WG.
+
+override WG: u32 = 64u;
+
+struct Params {
+    in_dims: vec4<u32>,   // xyz: D0 D1 D2, w: N*C
+    out_dims: vec4<u32>,  // xyz: O0 O1 O2
+    kernel: vec4<u32>,
+    strides: vec4<u32>,
+    dilations: vec4<u32>,
+    pads: vec4<u32>,      // xyz: begin pads
+    mode: u32,
+    start: u32,
+    count: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> params: Params;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.count) {
+        return;
+    }
+    let e = params.start + i;
+    let od = params.out_dims;
+    let id = vec3<i32>(params.in_dims.xyz);
+    let o2 = e % od.z;
+    let o1 = (e / od.z) % od.y;
+    let o0 = (e / (od.z * od.y)) % od.x;
+    let nc = e / (od.z * od.y * od.x);
+    let plane = nc * params.in_dims.x * params.in_dims.y * params.in_dims.z;
+    let s = vec3<i32>(vec3<u32>(o0, o1, o2) * params.strides.xyz) - vec3<i32>(params.pads.xyz);
+    let dil = vec3<i32>(params.dilations.xyz);
+
+    var best = -3.4028235e38;
+    var found = false;
+    var sum = 0.0;
+    var count = 0u;
+    for (var k0 = 0; k0 < i32(params.kernel.x); k0 = k0 + 1) {
+        let i0 = s.x + k0 * dil.x;
+        if (i0 < 0 || i0 >= id.x) {
+            continue;
+        }
+        for (var k1 = 0; k1 < i32(params.kernel.y); k1 = k1 + 1) {
+            let i1 = s.y + k1 * dil.y;
+            if (i1 < 0 || i1 >= id.y) {
+                continue;
+            }
+            let row = plane + u32((i0 * id.y + i1) * id.z);
+            for (var k2 = 0; k2 < i32(params.kernel.z); k2 = k2 + 1) {
+                let i2 = s.z + k2 * dil.z;
+                if (i2 < 0 || i2 >= id.z) {
+                    continue;
+                }
+                let v = x[row + u32(i2)];
+                if (!found || v > best) {
+                    best = v;
+                    found = true;
+                }
+                sum = sum + v;
+                count = count + 1u;
+            }
+        }
+    }
+    if (params.mode == 0u) {
+        y[e] = best;
+    } else if (params.mode == 1u) {
+        y[e] = sum / f32(count);
+    } else {
+        y[e] = sum / f32(params.kernel.x * params.kernel.y * params.kernel.z);
+    }
+}

@@ -1,0 +1,137 @@
+// reduce: one invocation per output element e in [params.start, params.start + params.count):
+// folds the input elements that map to e. The input is described as groups of kept dims
+// (kdims/kstr, outermost first: e unravels over them to a base offset) and reduced dims
+// (rdims/rstr: r in 0..params.n unravels over them to an offset from the base).
+// op: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 L1, 6 L2, 7 sum of squares, 8 log-sum-exp
+// (online max shift), 9 argmax, 10 argmin (select_last: ties pick the last index).
+// Ops 0-8 write the f32 bits; 9-10 write an i32 index.
+// Bindings: 0 x (f32, read), 1 out (4-byte elements, read_write), 2 params. Overrides: WG.
+
+override WG: u32 = 64u;
+
+struct Params {
+    kdims: array<vec4<u32>, 2>,
+    kstr: array<vec4<u32>, 2>,
+    rdims: array<vec4<u32>, 2>,
+    rstr: array<vec4<u32>, 2>,
+    nk: u32,
+    nr: u32,
+    n: u32,
+    op: u32,
+    start: u32,
+    count: u32,
+    select_last: u32,
+    inf_bits: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@group(0) @binding(2) var<uniform> params: Params;
+
+fn base_offset(e: u32) -> u32 {
+    var rem = e;
+    var off = 0u;
+    for (var d = i32(params.nk) - 1; d >= 0; d = d - 1) {
+        let size = params.kdims[d / 4][d % 4];
+        off = off + (rem % size) * params.kstr[d / 4][d % 4];
+        rem = rem / size;
+    }
+    return off;
+}
+
+fn reduced_offset(r: u32) -> u32 {
+    var rem = r;
+    var off = 0u;
+    for (var d = i32(params.nr) - 1; d >= 0; d = d - 1) {
+        let size = params.rdims[d / 4][d % 4];
+        off = off + (rem % size) * params.rstr[d / 4][d % 4];
+        rem = rem / size;
+    }
+    return off;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.count) {
+        return;
+    }
+    let e = params.start + i;
+    let base = base_offset(e);
+    let inf = bitcast<f32>(params.inf_bits);
+    let op = params.op;
+    let n = params.n;
+
+    if (op >= 9u) {
+        var best = x[base + reduced_offset(0u)];
+        var at = 0u;
+        for (var r = 1u; r < n; r = r + 1u) {
+            let v = x[base + reduced_offset(r)];
+            var better = false;
+            if (op == 9u) {
+                better = v > best || (params.select_last != 0u && v == best);
+            } else {
+                better = v < best || (params.select_last != 0u && v == best);
+            }
+            if (better) {
+                best = v;
+                at = r;
+            }
+        }
+        out[e] = at;
+        return;
+    }
+
+    var acc = 0.0;
+    var m = -inf;
+    if (op == 2u) {
+        acc = -inf;
+    } else if (op == 3u) {
+        acc = inf;
+    } else if (op == 4u) {
+        acc = 1.0;
+    }
+    for (var r = 0u; r < n; r = r + 1u) {
+        let v = x[base + reduced_offset(r)];
+        switch op {
+            case 2u: {
+                if (v > acc || v != v) { acc = v; }
+            }
+            case 3u: {
+                if (v < acc || v != v) { acc = v; }
+            }
+            case 4u: {
+                acc = acc * v;
+            }
+            case 5u: {
+                acc = acc + abs(v);
+            }
+            case 6u, 7u: {
+                acc = acc + v * v;
+            }
+            case 8u: {
+                if (v > m) {
+                    acc = acc * exp(m - v) + 1.0;
+                    m = v;
+                } else if (v != -inf) {
+                    acc = acc + exp(v - m);
+                }
+            }
+            default: {
+                acc = acc + v;
+            }
+        }
+    }
+    if (op == 1u) {
+        acc = acc / f32(n);
+    } else if (op == 6u) {
+        acc = sqrt(acc);
+    } else if (op == 8u) {
+        if (m == -inf || m == inf || m != m) {
+            acc = m;
+        } else {
+            acc = log(acc) + m;
+        }
+    }
+    out[e] = bitcast<u32>(acc);
+}

@@ -1,0 +1,60 @@
+// softmax: Softmax / LogSoftmax over lanes of a [outer, n, inner] tensor. One invocation per
+// lane l in [params.first_lane, params.first_lane + params.lanes): o = l / inner, j = l % inner,
+// elements x[o * n * inner + k * inner + j] for k in 0..n. Three passes: max, sum of
+// exp(x - max), write (log = 1: x - max - ln(sum); else exp(x - max) / sum).
+// Bindings: 0 x (f32, read), 1 y (f32, read_write), 2 params. Overrides: WG.
+
+override WG: u32 = 64u;
+
+struct Params {
+    n: u32,
+    inner: u32,
+    first_lane: u32,
+    lanes: u32,
+    log: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> params: Params;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.lanes) {
+        return;
+    }
+    let l = params.first_lane + i;
+    let inner = params.inner;
+    let n = params.n;
+    let base = (l / inner) * n * inner + l % inner;
+
+    var m = x[base];
+    for (var k = 1u; k < n; k = k + 1u) {
+        m = max(m, x[base + k * inner]);
+    }
+    // An all -inf (or +inf) lane: shift by 0 like the CPU kernel.
+    if (m - m != 0.0) {
+        m = 0.0;
+    }
+    var s = 0.0;
+    for (var k = 0u; k < n; k = k + 1u) {
+        s = s + exp(x[base + k * inner] - m);
+    }
+    if (params.log != 0u) {
+        let c = m + log(s);
+        for (var k = 0u; k < n; k = k + 1u) {
+            let at = base + k * inner;
+            y[at] = x[at] - c;
+        }
+    } else {
+        let r = 1.0 / s;
+        for (var k = 0u; k < n; k = k + 1u) {
+            let at = base + k * inner;
+            y[at] = exp(x[at] - m) * r;
+        }
+    }
+}
