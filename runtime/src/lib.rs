@@ -1,9 +1,25 @@
 //! tandem: run ONNX models on the CPU and the GPU together.
 
+pub mod cpu_info;
 pub mod error;
+pub mod exec;
 pub mod gpu;
+pub mod npy;
 pub mod graph;
+pub mod import;
+mod onnx_proto;
+pub mod plan;
+pub mod report;
+pub mod session;
 pub mod testing;
 
 pub use error::{Error, Result};
 pub use tandem_ops::{DType, Data, Tensor, TensorMeta};
+pub use plan::{Device, Selector};
+pub use report::RunReport;
+pub use session::{Placement, Session, SessionOptions};
+
+/// The ONNX op types (default domain) tandem implements, sorted.
+pub fn supported_ops() -> Vec<&'static str> {
+    tandem_ops::registry::supported()
+}

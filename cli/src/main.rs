@@ -1,0 +1,177 @@
+//! The `tandem` command line: adapter and CPU info, the supported ops, running a model, and (with
+//! no arguments) the demo on the embedded default model.
+//!
+//! Sits between a user's shell and the `tandem` library; holds no runtime logic of its own.
+
+mod demo;
+mod inputs;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use tandem::{Device, Placement, Selector, Session, SessionOptions};
+
+#[derive(Parser)]
+#[command(name = "tandem", version, about = "Run ONNX models on the CPU and the GPU together")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// GPU adapters (name, backend, type, driver, limits, features) and the CPU (model, cores, SIMD).
+    Info,
+    /// The ONNX op types tandem implements, one per line.
+    Ops,
+    /// Run a model once (or --runs times) and print or save its outputs.
+    Run(RunArgs),
+    /// The demo: classify a few embedded files' contents with the magika model.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The .onnx model.
+    model: PathBuf,
+    /// An input as NAME=FILE.npy (repeatable). Inputs not given are filled by default: floats
+    /// with a fixed pseudo-random sequence in [0, 1), integers with 0 (1 when the name contains
+    /// "mask"), bools with true; symbolic dimensions are 1 unless set with --dim.
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    inputs: Vec<String>,
+    /// Value of a symbolic input dimension for default inputs, as NAME=N (repeatable).
+    #[arg(long = "dim", value_name = "NAME=N")]
+    dims: Vec<String>,
+    /// Write one <output name>.npy per model output into DIR (characters outside [A-Za-z0-9._-]
+    /// in the name become `_`).
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Where nodes run: cpu or gpu.
+    #[arg(long, default_value = "cpu")]
+    placement: String,
+    /// Force nodes onto a device, by node name or op type: NAME=cpu|gpu (repeatable).
+    #[arg(long = "force", value_name = "NODE_OR_OP=DEVICE")]
+    force: Vec<String>,
+    /// CPU threads for kernels (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print per node where it ran and its time.
+    #[arg(long)]
+    report: bool,
+    /// Run this many times and print the median latency.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => demo::run(&demo::DemoArgs::default()),
+        Some(Command::Demo(a)) => demo::run(&a),
+        Some(Command::Info) => info(),
+        Some(Command::Ops) => {
+            for op in tandem_ops_list() {
+                println!("{op}");
+            }
+            Ok(())
+        }
+        Some(Command::Run(a)) => run(&a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn tandem_ops_list() -> Vec<&'static str> {
+    tandem::supported_ops()
+}
+
+fn info() -> Result<()> {
+    let cpu = tandem::cpu_info::CpuInfo::detect();
+    println!("CPU: {} ({} cores, {})", cpu.model, cpu.cores, cpu.simd);
+    let adapters = tandem::gpu::list_adapters();
+    if adapters.is_empty() {
+        println!("GPU: no adapter found (install a Vulkan driver, e.g. mesa-vulkan-drivers)");
+    }
+    for (desc, limits, features) in adapters {
+        println!("GPU: {desc}");
+        println!(
+            "  vendor 0x{:04x} device 0x{:04x}; max storage binding {} B, max buffer {} B, \
+             workgroups/dim {}, invocations/workgroup {}, workgroup storage {} B",
+            desc.vendor,
+            desc.device,
+            limits.max_storage_buffer_binding_size,
+            limits.max_buffer_size,
+            limits.max_compute_workgroups_per_dimension,
+            limits.max_compute_invocations_per_workgroup,
+            limits.max_compute_workgroup_storage_size
+        );
+        println!("  features: {features:?}");
+    }
+    Ok(())
+}
+
+/// Parse `--force` and `--placement` into session options.
+fn session_options(placement: &str, force: &[String], threads: Option<usize>) -> Result<SessionOptions> {
+    let mut opts = SessionOptions::default().placement(placement.parse::<Placement>()?);
+    for f in force {
+        let (sel, dev) = f
+            .rsplit_once('=')
+            .with_context(|| format!("--force {f}: expected NODE_OR_OP=cpu|gpu"))?;
+        let device = match dev {
+            "cpu" => Device::Cpu,
+            "gpu" => Device::Gpu,
+            _ => bail!("--force {f}: device must be cpu or gpu"),
+        };
+        let selector = if tandem::supported_ops().contains(&sel) {
+            Selector::OpType(sel.to_string())
+        } else {
+            Selector::NodeName(sel.to_string())
+        };
+        opts = opts.force(selector, device);
+    }
+    if let Some(t) = threads {
+        opts = opts.cpu_threads(t);
+    }
+    Ok(opts)
+}
+
+fn run(a: &RunArgs) -> Result<()> {
+    let opts = session_options(&a.placement, &a.force, a.threads)?;
+    let session = Session::new(a.model.as_path(), opts)?;
+    let given = inputs::load(&session, &a.inputs, &a.dims)?;
+    let named: Vec<(&str, tandem::Tensor)> = given.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..a.runs.max(1) {
+        let (outs, report) = session.run_with_report(&named)?;
+        times.push(report.total);
+        last = Some((outs, report));
+    }
+    let (outs, report) = last.expect("at least one run");
+    for (name, t) in &outs {
+        println!("{name}: {} {:?} {}", t.dtype(), t.shape, inputs::summary(t));
+    }
+    if a.runs > 1 {
+        times.sort();
+        println!("median latency over {} runs: {:.3} ms", a.runs, times[times.len() / 2].as_secs_f64() * 1e3);
+    }
+    if a.report {
+        println!("{report}");
+    } else if report.fallbacks().count() > 0 {
+        println!("{} nodes could not run where asked (see --report):", report.fallbacks().count());
+        for n in report.fallbacks().take(5) {
+            println!("  {} ({}): {}", n.name, n.op_type, n.fallback.as_deref().unwrap_or(""));
+        }
+    }
+    if let Some(dir) = &a.output {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (name, t) in &outs {
+            let file = dir.join(format!("{}.npy", inputs::file_safe(name)));
+            std::fs::write(&file, tandem::npy::to_npy(t))
+                .with_context(|| format!("writing {}", file.display()))?;
+        }
+    }
+    Ok(())
+}

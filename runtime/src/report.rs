@@ -1,0 +1,100 @@
+//! What a run did: per node, where it ran, how long it took, and why it is not where the policy
+//! asked; plus transfer counts.
+//!
+//! Sits between the executor (which fills it) and callers (the CLI prints it, the cost model
+//! learns from it).
+
+use crate::plan::Device;
+use std::fmt;
+use std::time::Duration;
+
+/// Where a node's result came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    On(Device),
+    /// Output aliases its input (Reshape, Squeeze...): nothing ran.
+    View,
+    /// Evaluated once at plan time from constants.
+    Folded,
+}
+
+impl fmt::Display for Ran {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ran::On(d) => write!(f, "{d}"),
+            Ran::View => f.write_str("view"),
+            Ran::Folded => f.write_str("folded"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeReport {
+    pub name: String,
+    pub op_type: String,
+    pub ran: Ran,
+    /// Measured time: CPU wall time, or GPU time (timestamp queries where the adapter has them,
+    /// else the batch's wall time shared by the batch's dispatches).
+    pub time: Duration,
+    /// Why the node is not on the device the policy asked for.
+    pub fallback: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunReport {
+    pub nodes: Vec<NodeReport>,
+    pub total: Duration,
+    pub uploads: usize,
+    pub upload_bytes: u64,
+    pub downloads: usize,
+    pub download_bytes: u64,
+    pub gpu_submits: usize,
+}
+
+impl RunReport {
+    /// Number of nodes that ran on `d`.
+    pub fn count(&self, d: Device) -> usize {
+        self.nodes.iter().filter(|n| n.ran == Ran::On(d)).count()
+    }
+
+    /// Nodes with a fallback reason.
+    pub fn fallbacks(&self) -> impl Iterator<Item = &NodeReport> {
+        self.nodes.iter().filter(|n| n.fallback.is_some())
+    }
+}
+
+impl fmt::Display for RunReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).clamp(4, 48);
+        writeln!(f, "{:<w$}  {:<22} {:<6} {:>10}", "node", "op", "ran", "time")?;
+        for n in &self.nodes {
+            let name: String = n.name.chars().take(48).collect();
+            write!(
+                f,
+                "{:<w$}  {:<22} {:<6} {:>10}",
+                name,
+                n.op_type,
+                n.ran.to_string(),
+                format!("{:.3} ms", n.time.as_secs_f64() * 1e3)
+            )?;
+            if let Some(r) = &n.fallback {
+                write!(f, "  (not on gpu: {r})")?;
+            }
+            writeln!(f)?;
+        }
+        write!(
+            f,
+            "total {:.3} ms: {} nodes on cpu, {} on gpu, {} views, {} folded; {} uploads ({} B), {} downloads ({} B), {} GPU submits",
+            self.total.as_secs_f64() * 1e3,
+            self.count(Device::Cpu),
+            self.count(Device::Gpu),
+            self.nodes.iter().filter(|n| n.ran == Ran::View).count(),
+            self.nodes.iter().filter(|n| n.ran == Ran::Folded).count(),
+            self.uploads,
+            self.upload_bytes,
+            self.downloads,
+            self.download_bytes,
+            self.gpu_submits
+        )
+    }
+}
