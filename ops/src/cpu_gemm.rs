@@ -134,6 +134,36 @@ pub fn sgemm(
     }
     assert!(a.fits(m, k), "sgemm: A view {m}x{k} out of bounds");
     assert!(b.fits(k, n), "sgemm: B view {k}x{n} out of bounds");
+    // SAFETY: the three views were checked to lie inside their slices (offsets plus the largest
+    // strided index), strides are non-negative and C does not alias itself; A and B are only
+    // read and cannot overlap C (C is borrowed mutably).
+    unsafe {
+        gemm_ptr(
+            (m, n, k),
+            alpha,
+            a,
+            b,
+            beta,
+            c.data.as_mut_ptr().add(c.offset),
+            (c.rs, c.cs),
+            threads,
+        )
+    }
+}
+
+/// The call into the `gemm` crate. Safety: A and B lie in their slices (checked by callers),
+/// `c` with strides `c_rs`, `c_cs` addresses `m x n` valid, exclusively held elements.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_ptr(
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    a: MatRef,
+    b: MatRef,
+    beta: f32,
+    c: *mut f32,
+    (c_rs, c_cs): (usize, usize),
+    threads: Threads,
+) {
     let par = match threads {
         Threads::Single => Parallelism::None,
         Threads::Pool => match rayon::current_num_threads() {
@@ -141,17 +171,15 @@ pub fn sgemm(
             t => Parallelism::Rayon(t),
         },
     };
-    // SAFETY: the three views were checked to lie inside their slices (offsets plus the largest
-    // strided index), strides are non-negative and C does not alias itself; A and B are only
-    // read and cannot overlap C (C is borrowed mutably).
+    // SAFETY: forwarded from the caller's contract; A and B offsets are in bounds.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            c.data.as_mut_ptr().add(c.offset),
-            c.cs as isize,
-            c.rs as isize,
+            c,
+            c_cs as isize,
+            c_rs as isize,
             beta != 0.0,
             a.data.as_ptr().add(a.offset),
             a.cs as isize,
@@ -166,6 +194,63 @@ pub fn sgemm(
             false,
             par,
         );
+    }
+}
+
+/// [`sgemm`] into a destination given by raw pointer, for callers that let several threads
+/// write disjoint blocks of one output (Conv's pixel chunks).
+///
+/// # Safety
+/// `c` must point to `c_len` valid f32s; the view (`c_off`, `c_rs`, `c_cs`, `m x n`) must lie
+/// inside them (checked here), must not alias itself, and no other thread may access those
+/// elements during the call.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sgemm_raw(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: MatRef,
+    b: MatRef,
+    beta: f32,
+    c: *mut f32,
+    c_len: usize,
+    (c_off, c_rs, c_cs): (usize, usize, usize),
+    threads: Threads,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        c_off + (m - 1) * c_rs + (n - 1) * c_cs < c_len,
+        "sgemm_raw: C view {m}x{n} out of bounds"
+    );
+    if k == 0 {
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: in bounds (checked above) and exclusively ours (caller contract).
+                unsafe {
+                    let p = c.add(c_off + i * c_rs + j * c_cs);
+                    *p = if beta == 0.0 { 0.0 } else { beta * *p };
+                }
+            }
+        }
+        return;
+    }
+    assert!(a.fits(m, k), "sgemm_raw: A view {m}x{k} out of bounds");
+    assert!(b.fits(k, n), "sgemm_raw: B view {k}x{n} out of bounds");
+    // SAFETY: views checked above; C exclusivity is the caller's contract.
+    unsafe {
+        gemm_ptr(
+            (m, n, k),
+            alpha,
+            a,
+            b,
+            beta,
+            c.add(c_off),
+            (c_rs, c_cs),
+            threads,
+        )
     }
 }
 

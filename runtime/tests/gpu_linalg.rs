@@ -179,6 +179,210 @@ fn gemm_gpu_matches_reference() {
     }
 }
 
+// ---------------------------------------------------------------- Conv
+
+/// Conv by the definition: x [N, C, H, W], w [M, C/group, KH, KW], begin pads `p`, output
+/// size `o`.
+#[allow(clippy::too_many_arguments)]
+fn naive_conv(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    group: usize,
+    s: [usize; 2],
+    d: [usize; 2],
+    p: [i64; 2],
+    o: [usize; 2],
+) -> Tensor {
+    let (xs, ws) = (&x.shape, &w.shape);
+    let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+    let (m, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    let (xv, wv) = (x.as_f32().unwrap(), w.as_f32().unwrap());
+    let mg = m / group;
+    let mut out = vec![0.0; n * m * o[0] * o[1]];
+    for ni in 0..n {
+        for oc in 0..m {
+            let g = oc / mg;
+            for y in 0..o[0] {
+                for xo in 0..o[1] {
+                    let mut acc = b.map_or(0.0, |b| b.as_f32().unwrap()[oc]);
+                    for ci in 0..cg {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let ih = (y * s[0] + i * d[0]) as i64 - p[0];
+                                let iw = (xo * s[1] + j * d[1]) as i64 - p[1];
+                                if ih < 0 || iw < 0 || ih >= h as i64 || iw >= wd as i64 {
+                                    continue;
+                                }
+                                acc += xv
+                                    [((ni * c + g * cg + ci) * h + ih as usize) * wd + iw as usize]
+                                    * wv[((oc * cg + ci) * kh + i) * kw + j];
+                            }
+                        }
+                    }
+                    out[((ni * m + oc) * o[0] + y) * o[1] + xo] = acc;
+                }
+            }
+        }
+    }
+    Tensor::f32(&[n, m, o[0], o[1]], out)
+}
+
+fn ints(v: &[i64]) -> AttrValue {
+    AttrValue::Ints(v.to_vec())
+}
+
+#[test]
+fn conv_gpu_matches_reference() {
+    // (x shape, M, kernel, group, strides, dilations, pads [t, l, b, r], bias)
+    let cases: &[(
+        [usize; 4],
+        usize,
+        [usize; 2],
+        usize,
+        [usize; 2],
+        [usize; 2],
+        [i64; 4],
+        bool,
+    )] = &[
+        (
+            [1, 3, 13, 11],
+            5,
+            [3, 3],
+            1,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            true,
+        ),
+        (
+            [2, 4, 10, 7],
+            6,
+            [3, 2],
+            2,
+            [2, 1],
+            [1, 2],
+            [0, 1, 2, 0],
+            false,
+        ),
+        (
+            [1, 8, 9, 9],
+            8,
+            [3, 3],
+            8,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            true,
+        ),
+        (
+            [1, 6, 12, 12],
+            12,
+            [5, 5],
+            6,
+            [2, 2],
+            [1, 1],
+            [2, 2, 2, 2],
+            true,
+        ),
+        (
+            [2, 6, 5, 7],
+            4,
+            [1, 1],
+            1,
+            [1, 1],
+            [1, 1],
+            [0, 0, 0, 0],
+            true,
+        ),
+        (
+            [1, 16, 21, 19],
+            12,
+            [3, 3],
+            1,
+            [1, 1],
+            [2, 2],
+            [2, 2, 2, 2],
+            false,
+        ),
+        (
+            [0, 3, 5, 5],
+            2,
+            [3, 3],
+            1,
+            [1, 1],
+            [1, 1],
+            [0, 0, 0, 0],
+            true,
+        ),
+    ];
+    for &(xs, m, k, group, s, d, pads, bias) in cases {
+        let x = fill(&xs, 11);
+        let w = fill(&[m, xs[1] / group, k[0], k[1]], 12);
+        let b = fill(&[m], 13);
+        let conv = op(
+            "Conv",
+            &[
+                ("group", AttrValue::Int(group as i64)),
+                ("strides", ints(&[s[0] as i64, s[1] as i64])),
+                ("dilations", ints(&[d[0] as i64, d[1] as i64])),
+                ("pads", ints(&pads)),
+            ],
+        );
+        let o = [
+            (xs[2] as i64 + pads[0] + pads[2] - ((k[0] - 1) * d[0] + 1) as i64) as usize / s[0] + 1,
+            (xs[3] as i64 + pads[1] + pads[3] - ((k[1] - 1) * d[1] + 1) as i64) as usize / s[1] + 1,
+        ];
+        let want = naive_conv(
+            &x,
+            &w,
+            bias.then_some(&b),
+            group,
+            s,
+            d,
+            [pads[0], pads[1]],
+            o,
+        );
+        let mut ins = vec![x, w];
+        if bias {
+            ins.push(b);
+        }
+        check_all(conv.as_ref(), &ins, &want, 1e-4);
+    }
+}
+
+#[test]
+fn conv_gpu_auto_pad_and_1d() {
+    // SAME_UPPER, stride 2, 7x6 input, 3x3 kernel: out 4x3, total pads 2 (t 1, b 1) and 1 (l 0)
+    let x = fill(&[1, 2, 7, 6], 21);
+    let w = fill(&[3, 2, 3, 3], 22);
+    let conv = op(
+        "Conv",
+        &[
+            ("auto_pad", AttrValue::String("SAME_UPPER".into())),
+            ("strides", ints(&[2, 2])),
+        ],
+    );
+    let want = naive_conv(&x, &w, None, 1, [2, 2], [1, 1], [1, 0], [4, 3]);
+    check_all(conv.as_ref(), &[x, w], &want, 1e-4);
+    // 1-D: [N, C, L] is the 2-D case with W = 1.
+    let x = fill(&[2, 4, 17], 23);
+    let w = fill(&[6, 2, 3], 24);
+    let conv = op(
+        "Conv",
+        &[
+            ("group", AttrValue::Int(2)),
+            ("pads", ints(&[2, 1])),
+            ("dilations", ints(&[2])),
+        ],
+    );
+    let x4 = Tensor::f32(&[2, 4, 17, 1], x.as_f32().unwrap().to_vec());
+    let w4 = Tensor::f32(&[6, 2, 3, 1], w.as_f32().unwrap().to_vec());
+    let want = naive_conv(&x4, &w4, None, 2, [1, 1], [2, 1], [2, 0], [16, 1]);
+    let want = Tensor::f32(&[2, 6, 16], want.as_f32().unwrap().to_vec());
+    check_all(conv.as_ref(), &[x, w], &want, 1e-4);
+}
+
 /// GPU matmul throughput at 512^3 on the adapter in use (run with `--ignored --nocapture`).
 #[test]
 #[ignore]
