@@ -6,6 +6,15 @@
 //! and no ONNX protobuf here.
 
 mod attrs;
+pub mod concat_split;
+pub mod expand_tile;
+pub mod gather;
+pub mod generate;
+pub mod movement;
+pub mod pad;
+pub mod slice;
+pub mod transpose;
+pub mod view;
 pub mod binary;
 pub mod cast;
 mod elementwise_common;
@@ -17,6 +26,8 @@ pub mod cpu_gemm;
 pub mod gemm_op;
 pub mod matmul;
 mod gpu_kernel;
+pub mod norm;
+pub mod norm_channel;
 pub mod pool;
 pub mod reduce;
 pub mod softmax;

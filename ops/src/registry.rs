@@ -9,6 +9,28 @@ pub type Constructor = fn(&Attrs) -> Result<Box<dyn Op>>;
 
 /// Every supported op type of the default ONNX domain, with its constructor.
 pub const OPS: &[(&str, Constructor)] = &[
+    ("Reshape", crate::view::reshape),
+    ("Flatten", crate::view::flatten),
+    ("Squeeze", crate::view::squeeze),
+    ("Unsqueeze", crate::view::unsqueeze),
+    ("Identity", crate::view::identity),
+    ("Dropout", crate::view::dropout),
+    ("Transpose", crate::transpose::transpose),
+    ("Concat", crate::concat_split::concat),
+    ("Split", crate::concat_split::split),
+    ("Slice", crate::slice::slice),
+    ("Gather", crate::gather::gather),
+    ("GatherElements", crate::gather::gather_elements),
+    ("Expand", crate::expand_tile::expand),
+    ("Tile", crate::expand_tile::tile),
+    ("Pad", crate::pad::pad),
+    ("Shape", crate::generate::shape),
+    ("Size", crate::generate::size),
+    ("ConstantOfShape", crate::generate::constant_of_shape),
+    ("Range", crate::generate::range),
+    ("Constant", crate::generate::constant),
+    ("Trilu", crate::generate::trilu),
+    ("EyeLike", crate::generate::eye_like),
     ("Relu", crate::unary::relu),
     ("LeakyRelu", crate::unary::leaky_relu),
     ("Sigmoid", crate::unary::sigmoid_op),
@@ -76,9 +98,14 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("AveragePool", crate::pool::average_pool),
     ("GlobalAveragePool", crate::pool::global_average_pool),
     ("GlobalMaxPool", crate::pool::global_max_pool),
+    ("LayerNormalization", crate::norm::layer_normalization),
+    ("InstanceNormalization", crate::norm::instance_normalization),
+    ("BatchNormalization", crate::norm_channel::batch_normalization),
+    ("LRN", crate::norm_channel::lrn),
     ("MatMul", crate::matmul::matmul),
     ("Gemm", crate::gemm_op::gemm),
     ("Conv", crate::conv::conv),
+    ("ConvTranspose", crate::conv_transpose::conv_transpose),
 ];
 
 /// Build the operator for `op_type` of the default domain.

@@ -35,6 +35,10 @@ shader!(CAST, "cast");
 shader!(SOFTMAX, "softmax");
 shader!(REDUCE, "reduce");
 shader!(POOL, "pool");
+shader!(NORM, "norm");
+shader!(NORM_STATS, "norm_stats");
+shader!(BATCHNORM, "batchnorm");
+shader!(LRN, "lrn");
 shader!(INDEX_MAP, "index_map");
 shader!(GATHER, "gather");
 shader!(PAD, "pad");
@@ -42,6 +46,7 @@ shader!(RESIZE, "resize");
 shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul");
 shader!(CONV, "conv");
+shader!(CONV_TRANSPOSE, "conv_transpose");
 
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
@@ -53,6 +58,10 @@ pub const ALL: &[Shader] = &[
     SOFTMAX,
     REDUCE,
     POOL,
+    NORM,
+    NORM_STATS,
+    BATCHNORM,
+    LRN,
     INDEX_MAP,
     GATHER,
     PAD,
@@ -60,4 +69,5 @@ pub const ALL: &[Shader] = &[
     GENERATE,
     MATMUL,
     CONV,
+    CONV_TRANSPOSE,
 ];

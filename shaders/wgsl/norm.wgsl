@@ -1,0 +1,59 @@
+// norm: row normalisation for LayerNormalization and InstanceNormalization. One invocation per
+// row r in [params.first_row, params.first_row + params.rows): over x[r * n ..][..n], a two-pass
+// mean and variance, then y = (x - mean) / sqrt(var + eps) * scale[si] + (has_bias ? b[bi] : 0)
+// with si = (r % channels) * s_row + j * s_el and bi = (r % channels) * b_row + j * b_el
+// (LayerNorm: channels 1, s_el 1 or 0; InstanceNorm: s_row 1, s_el 0).
+// Bindings: 0 x, 1 scale, 2 b (scale again when absent), 3 y, 4 params. Overrides: WG.
+
+override WG: u32 = 64u;
+
+struct Params {
+    n: u32,
+    first_row: u32,
+    rows: u32,
+    channels: u32,
+    s_row: u32,
+    s_el: u32,
+    b_row: u32,
+    b_el: u32,
+    has_bias: u32,
+    eps: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> scale: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<uniform> params: Params;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.rows) {
+        return;
+    }
+    let r = params.first_row + i;
+    let n = params.n;
+    let base = r * n;
+    var s = 0.0;
+    for (var j = 0u; j < n; j = j + 1u) {
+        s = s + x[base + j];
+    }
+    let mean = s / f32(n);
+    var v = 0.0;
+    for (var j = 0u; j < n; j = j + 1u) {
+        let d = x[base + j] - mean;
+        v = v + d * d;
+    }
+    let inv = 1.0 / sqrt(v / f32(n) + params.eps);
+    let c = r % params.channels;
+    for (var j = 0u; j < n; j = j + 1u) {
+        var out = (x[base + j] - mean) * inv * scale[c * params.s_row + j * params.s_el];
+        if (params.has_bias != 0u) {
+            out = out + b[c * params.b_row + j * params.b_el];
+        }
+        y[base + j] = out;
+    }
+}
