@@ -383,6 +383,166 @@ fn conv_gpu_auto_pad_and_1d() {
     check_all(conv.as_ref(), &[x, w], &want, 1e-4);
 }
 
+// ---------------------------------------------------------------- ConvTranspose
+
+/// ConvTranspose by scattering each input element: x [N, C, H, W], w [C, M/group, KH, KW],
+/// begin pads `p`, output size `o`.
+#[allow(clippy::too_many_arguments)]
+fn naive_conv_transpose(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    group: usize,
+    s: [usize; 2],
+    d: [usize; 2],
+    p: [i64; 2],
+    o: [usize; 2],
+) -> Tensor {
+    let (xs, ws) = (&x.shape, &w.shape);
+    let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+    let (mg, kh, kw) = (ws[1], ws[2], ws[3]);
+    let (cg, m) = (c / group, mg * group);
+    let (xv, wv) = (x.as_f32().unwrap(), w.as_f32().unwrap());
+    let mut out = vec![0.0; n * m * o[0] * o[1]];
+    if let Some(b) = b {
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = b.as_f32().unwrap()[(i / (o[0] * o[1])) % m];
+        }
+    }
+    for ni in 0..n {
+        for ci in 0..c {
+            for ih in 0..h {
+                for iw in 0..wd {
+                    for ocl in 0..mg {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let oh = (ih * s[0] + i * d[0]) as i64 - p[0];
+                                let ow = (iw * s[1] + j * d[1]) as i64 - p[1];
+                                if oh < 0 || ow < 0 || oh >= o[0] as i64 || ow >= o[1] as i64 {
+                                    continue;
+                                }
+                                let oc = (ci / cg) * mg + ocl;
+                                out[((ni * m + oc) * o[0] + oh as usize) * o[1] + ow as usize] += xv
+                                    [((ni * c + ci) * h + ih) * wd + iw]
+                                    * wv[((ci * mg + ocl) * kh + i) * kw + j];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Tensor::f32(&[n, m, o[0], o[1]], out)
+}
+
+#[test]
+fn conv_transpose_gpu_matches_reference() {
+    // (x shape, M/group, kernel, group, strides, dilations, pads, output_padding, bias)
+    let cases: &[(
+        [usize; 4],
+        usize,
+        [usize; 2],
+        usize,
+        [usize; 2],
+        [usize; 2],
+        [i64; 4],
+        [i64; 2],
+        bool,
+    )] = &[
+        (
+            [1, 4, 5, 6],
+            3,
+            [3, 3],
+            2,
+            [2, 2],
+            [1, 1],
+            [1, 1, 0, 1],
+            [1, 0],
+            true,
+        ),
+        (
+            [2, 3, 4, 4],
+            2,
+            [2, 2],
+            1,
+            [2, 2],
+            [1, 1],
+            [0, 0, 0, 0],
+            [0, 0],
+            false,
+        ),
+        (
+            [1, 2, 3, 5],
+            4,
+            [3, 2],
+            1,
+            [1, 3],
+            [2, 1],
+            [0, 2, 1, 0],
+            [0, 1],
+            true,
+        ),
+        (
+            [1, 6, 7, 7],
+            1,
+            [3, 3],
+            6,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            [0, 0],
+            true,
+        ),
+    ];
+    for &(xs, mg, k, group, s, d, pads, op_, bias) in cases {
+        let x = fill(&xs, 31);
+        let w = fill(&[xs[1], mg, k[0], k[1]], 32);
+        let b = fill(&[mg * group], 33);
+        let ct = op(
+            "ConvTranspose",
+            &[
+                ("group", AttrValue::Int(group as i64)),
+                ("strides", ints(&[s[0] as i64, s[1] as i64])),
+                ("dilations", ints(&[d[0] as i64, d[1] as i64])),
+                ("pads", ints(&pads)),
+                ("output_padding", ints(&op_)),
+            ],
+        );
+        let o: Vec<usize> = (0..2)
+            .map(|a| {
+                (s[a] * (xs[2 + a] - 1) + (k[a] - 1) * d[a] + 1) as i64 + op_[a]
+                    - pads[a]
+                    - pads[a + 2]
+            })
+            .map(|v| v as usize)
+            .collect();
+        let want = naive_conv_transpose(
+            &x,
+            &w,
+            bias.then_some(&b),
+            group,
+            s,
+            d,
+            [pads[0], pads[1]],
+            [o[0], o[1]],
+        );
+        let mut ins = vec![x, w];
+        if bias {
+            ins.push(b);
+        }
+        check_all(ct.as_ref(), &ins, &want, 1e-4);
+    }
+    // output_shape larger than the natural size (ONNX: negative end pad, zeros at the end)
+    let x = fill(&[1, 1, 3, 3], 34);
+    let w = fill(&[1, 2, 3, 3], 35);
+    let ct = op(
+        "ConvTranspose",
+        &[("strides", ints(&[3, 2])), ("output_shape", ints(&[10, 8]))],
+    );
+    let want = naive_conv_transpose(&x, &w, None, 1, [3, 2], [1, 1], [0, 0], [10, 8]);
+    check_all(ct.as_ref(), &[x, w], &want, 1e-4);
+}
+
 /// GPU matmul throughput at 512^3 on the adapter in use (run with `--ignored --nocapture`).
 #[test]
 #[ignore]
