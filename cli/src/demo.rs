@@ -26,8 +26,14 @@ const SAMPLES: &[(&str, &[u8])] = &[
     ("Cargo.toml", include_bytes!("../../Cargo.toml")),
     ("cli/src/demo.rs", include_bytes!("demo.rs")),
     ("scripts/setup.sh", include_bytes!("../../scripts/setup.sh")),
-    ("scripts/fetch_models.py", include_bytes!("../../scripts/fetch_models.py")),
-    ("shaders/wgsl/copy.wgsl", include_bytes!("../../shaders/wgsl/copy.wgsl")),
+    (
+        "scripts/fetch_models.py",
+        include_bytes!("../../scripts/fetch_models.py"),
+    ),
+    (
+        "shaders/wgsl/copy.wgsl",
+        include_bytes!("../../shaders/wgsl/copy.wgsl"),
+    ),
     ("docs/models.md", include_bytes!("../../docs/models.md")),
 ];
 
@@ -68,10 +74,13 @@ fn model_dir(args: &DemoArgs) -> PathBuf {
 pub fn run(args: &DemoArgs) -> Result<()> {
     let dir = model_dir(args);
     let model = dir.join("model.onnx");
-    let config: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(dir.join("config.json"))
-            .with_context(|| format!("{} is missing: run scripts/setup.sh first", dir.join("config.json").display()))?,
-    )?;
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).with_context(|| {
+            format!(
+                "{} is missing: run scripts/setup.sh first",
+                dir.join("config.json").display()
+            )
+        })?)?;
     let labels: Vec<String> = config["target_labels_space"]
         .as_array()
         .context("config.json has no target_labels_space")?
@@ -91,8 +100,11 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     );
     let mut results = Vec::new();
     for placement in [Placement::Cpu, Placement::Gpu] {
-        let session = Session::new(model.as_path(), SessionOptions::default().placement(placement))
-            .with_context(|| format!("loading {}", model.display()))?;
+        let session = Session::new(
+            model.as_path(),
+            SessionOptions::default().placement(placement),
+        )
+        .with_context(|| format!("loading {}", model.display()))?;
         session.run(&[("bytes", input.clone())])?; // warm-up: plans and compiles pipelines
         let (outs, report) = session.run_with_report(&[("bytes", input.clone())])?;
         let probs = &outs[0].1;
@@ -104,29 +116,47 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             report.nodes.iter().filter(|n| n.ran == tandem::report::Ran::Folded).count()
         );
         for n in report.fallbacks() {
-            println!("  {} ({}) ran on the cpu: {}", n.name, n.op_type, n.fallback.as_deref().unwrap_or(""));
+            println!(
+                "  {} ({}) ran on the cpu: {}",
+                n.name,
+                n.op_type,
+                n.fallback.as_deref().unwrap_or("")
+            );
         }
         if args.report || placement == Placement::Gpu {
             let mut by_time = report.nodes.clone();
             by_time.sort_by(|a, b| b.time.cmp(&a.time));
             println!("  slowest nodes:");
-            for n in by_time.iter().take(if args.report { usize::MAX } else { 5 }) {
-                println!("    {:<40} {:<14} {:<6} {:.3} ms", n.name, n.op_type, n.ran.to_string(), n.time.as_secs_f64() * 1e3);
+            for n in by_time
+                .iter()
+                .take(if args.report { usize::MAX } else { 5 })
+            {
+                println!(
+                    "    {:<40} {:<14} {:<6} {:.3} ms",
+                    n.name,
+                    n.op_type,
+                    n.ran.to_string(),
+                    n.time.as_secs_f64() * 1e3
+                );
             }
         }
         results.push(probs.clone());
     }
-    println!("\n{:<26} {:<12} {:>8}   {:<12} {:>8}", "file", "cpu says", "p", "gpu says", "p");
+    println!(
+        "\n{:<26} {:<12} {:>8}   {:<12} {:>8}",
+        "file", "cpu says", "p", "gpu says", "p"
+    );
     let classes = labels.len();
     for (i, (name, _)) in SAMPLES.iter().enumerate() {
         let mut row = format!("{name:<26}");
         for probs in &results {
             let p = probs.as_f32().context("magika outputs f32")?;
             let row_p = &p[i * classes..(i + 1) * classes];
-            let (best, score) = row_p
-                .iter()
-                .enumerate()
-                .fold((0, f32::MIN), |a, (j, &v)| if v > a.1 { (j, v) } else { a });
+            let (best, score) =
+                row_p
+                    .iter()
+                    .enumerate()
+                    .fold((0, f32::MIN), |a, (j, &v)| if v > a.1 { (j, v) } else { a });
             row += &format!(" {:<12} {:>8.4}  ", labels[best], score);
         }
         println!("{row}");

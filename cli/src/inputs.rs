@@ -9,15 +9,21 @@ use tandem::{DType, Data, Session, Tensor};
 pub fn load(session: &Session, args: &[String], dims: &[String]) -> Result<Vec<(String, Tensor)>> {
     let mut given = Vec::new();
     for a in args {
-        let (name, file) = a.split_once('=').with_context(|| format!("--input {a}: expected NAME=FILE.npy"))?;
+        let (name, file) = a
+            .split_once('=')
+            .with_context(|| format!("--input {a}: expected NAME=FILE.npy"))?;
         let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
         let t = tandem::npy::from_npy(&bytes).with_context(|| format!("--input {name}"))?;
         given.push((name.to_string(), t));
     }
     let mut dim_values = HashMap::new();
     for d in dims {
-        let (n, v) = d.split_once('=').with_context(|| format!("--dim {d}: expected NAME=N"))?;
-        let v: usize = v.parse().with_context(|| format!("--dim {d}: N must be a number"))?;
+        let (n, v) = d
+            .split_once('=')
+            .with_context(|| format!("--dim {d}: expected NAME=N"))?;
+        let v: usize = v
+            .parse()
+            .with_context(|| format!("--dim {d}: N must be a number"))?;
         dim_values.insert(n.to_string(), v);
     }
     for io in session.inputs() {
@@ -25,7 +31,10 @@ pub fn load(session: &Session, args: &[String], dims: &[String]) -> Result<Vec<(
             continue;
         }
         let shape: Vec<usize> = match &io.shape {
-            None => bail!("input `{}` declares no shape: give it with --input", io.name),
+            None => bail!(
+                "input `{}` declares no shape: give it with --input",
+                io.name
+            ),
             Some(d) => d
                 .iter()
                 .map(|d| match d {
@@ -51,7 +60,11 @@ pub fn default_tensor(name: &str, dtype: DType, shape: &[usize]) -> Tensor {
         state ^= state << 17;
         (state >> 40) as f32 / (1u64 << 24) as f32
     };
-    let int = if name.to_lowercase().contains("mask") { 1 } else { 0 };
+    let int = if name.to_lowercase().contains("mask") {
+        1
+    } else {
+        0
+    };
     let data = match dtype {
         DType::F32 => Data::F32((0..n).map(|_| next()).collect()),
         DType::F16 => Data::F16((0..n).map(|_| half::f16::from_f32(next())).collect()),
@@ -76,13 +89,23 @@ pub fn summary(t: &Tensor) -> String {
     let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
     let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let mean = v.iter().sum::<f64>() / n as f64;
-    format!("[{}{}] min {min:.4} max {max:.4} mean {mean:.4}", first.join(", "), if n > 4 { ", ..." } else { "" })
+    format!(
+        "[{}{}] min {min:.4} max {max:.4} mean {mean:.4}",
+        first.join(", "),
+        if n > 4 { ", ..." } else { "" }
+    )
 }
 
 /// A file name from an output name: characters outside `[A-Za-z0-9._-]` become `_`.
 pub fn file_safe(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 

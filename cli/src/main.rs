@@ -12,7 +12,11 @@ use std::path::PathBuf;
 use tandem::{Device, Placement, Selector, Session, SessionOptions};
 
 #[derive(Parser)]
-#[command(name = "tandem", version, about = "Run ONNX models on the CPU and the GPU together")]
+#[command(
+    name = "tandem",
+    version,
+    about = "Run ONNX models on the CPU and the GPU together"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -78,9 +82,24 @@ fn main() {
         Some(Command::Run(a)) => run(&a),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", error_chain(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes, skipping a cause whose text its parent already contains.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 fn tandem_ops_list() -> Vec<&'static str> {
@@ -113,7 +132,11 @@ fn info() -> Result<()> {
 }
 
 /// Parse `--force` and `--placement` into session options.
-fn session_options(placement: &str, force: &[String], threads: Option<usize>) -> Result<SessionOptions> {
+fn session_options(
+    placement: &str,
+    force: &[String],
+    threads: Option<usize>,
+) -> Result<SessionOptions> {
     let mut opts = SessionOptions::default().placement(placement.parse::<Placement>()?);
     for f in force {
         let (sel, dev) = f
@@ -141,7 +164,8 @@ fn run(a: &RunArgs) -> Result<()> {
     let opts = session_options(&a.placement, &a.force, a.threads)?;
     let session = Session::new(a.model.as_path(), opts)?;
     let given = inputs::load(&session, &a.inputs, &a.dims)?;
-    let named: Vec<(&str, tandem::Tensor)> = given.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let named: Vec<(&str, tandem::Tensor)> =
+        given.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let mut times = Vec::new();
     let mut last = None;
     for _ in 0..a.runs.max(1) {
@@ -155,14 +179,26 @@ fn run(a: &RunArgs) -> Result<()> {
     }
     if a.runs > 1 {
         times.sort();
-        println!("median latency over {} runs: {:.3} ms", a.runs, times[times.len() / 2].as_secs_f64() * 1e3);
+        println!(
+            "median latency over {} runs: {:.3} ms",
+            a.runs,
+            times[times.len() / 2].as_secs_f64() * 1e3
+        );
     }
     if a.report {
         println!("{report}");
     } else if report.fallbacks().count() > 0 {
-        println!("{} nodes could not run where asked (see --report):", report.fallbacks().count());
+        println!(
+            "{} nodes could not run where asked (see --report):",
+            report.fallbacks().count()
+        );
         for n in report.fallbacks().take(5) {
-            println!("  {} ({}): {}", n.name, n.op_type, n.fallback.as_deref().unwrap_or(""));
+            println!(
+                "  {} ({}): {}",
+                n.name,
+                n.op_type,
+                n.fallback.as_deref().unwrap_or("")
+            );
         }
     }
     if let Some(dir) = &a.output {

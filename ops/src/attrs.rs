@@ -97,7 +97,9 @@ impl Attrs {
     }
 
     pub fn string(&self, name: &str, default: &str) -> Result<String> {
-        Ok(self.string_opt(name)?.unwrap_or_else(|| default.to_string()))
+        Ok(self
+            .string_opt(name)?
+            .unwrap_or_else(|| default.to_string()))
     }
 
     pub fn tensor_opt(&self, name: &str) -> Result<Option<Tensor>> {

@@ -49,7 +49,8 @@ pub trait Op: Debug + Send + Sync {
     /// Output types and shapes from input metas (the only shape logic). `value` of an input
     /// meta is set when that input is a plan-time constant; ops whose output shape depends on
     /// an input's contents (Reshape, Slice...) read it there and fail with `Unsupported` if it is
-    /// not constant. Returned metas have `value: None`.
+    /// not constant. Returned metas have `value: None`, except when the output is fully known
+    /// from input metas alone (Shape, Size): then set it, and the planner folds the node.
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>>;
 
     /// Flops and bytes moved, for the cost model. The default suits elementwise ops.
@@ -80,6 +81,10 @@ pub trait Op: Debug + Send + Sync {
     /// Describe the GPU dispatches (usually one) that compute `rows` of the outputs, or say why
     /// this node cannot run on the GPU (`Unsupported` with the reason: the runtime reports it,
     /// never silently). The runtime zero-fills output buffers before the first dispatch.
-    fn gpu(&self, ins: &[&TensorMeta], outs: &[TensorMeta], rows: Range<usize>)
-        -> Result<Vec<GpuKernel>>;
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>>;
 }

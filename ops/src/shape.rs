@@ -44,7 +44,11 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let st = strides(shape);
     let mut r = vec![0; out.len()];
     for i in 0..shape.len() {
-        r[off + i] = if shape[i] == 1 && out[off + i] != 1 { 0 } else { st[i] };
+        r[off + i] = if shape[i] == 1 && out[off + i] != 1 {
+            0
+        } else {
+            st[i]
+        };
     }
     r
 }
@@ -97,7 +101,10 @@ mod tests {
 
     #[test]
     fn broadcasting_follows_numpy() {
-        assert_eq!(broadcast_shapes(&[&[2, 1, 4], &[3, 1]]).unwrap(), vec![2, 3, 4]);
+        assert_eq!(
+            broadcast_shapes(&[&[2, 1, 4], &[3, 1]]).unwrap(),
+            vec![2, 3, 4]
+        );
         assert_eq!(broadcast_shapes(&[&[], &[5]]).unwrap(), vec![5]);
         assert!(broadcast_shapes(&[&[2, 3], &[4, 3]]).is_err());
         assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);

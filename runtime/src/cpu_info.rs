@@ -38,7 +38,11 @@ fn model_name() -> String {
 fn simd_level() -> String {
     #[cfg(target_arch = "x86_64")]
     {
-        let fma = if is_x86_feature_detected!("fma") { "+fma" } else { "" };
+        let fma = if is_x86_feature_detected!("fma") {
+            "+fma"
+        } else {
+            ""
+        };
         let level = if is_x86_feature_detected!("avx512f") {
             "avx512f"
         } else if is_x86_feature_detected!("avx2") {

@@ -94,14 +94,19 @@ pub fn execute(cx: &Context<'_>, inputs: Vec<Tensor>) -> Result<(Vec<Tensor>, Ru
     run.flush()?;
     let outs = cx.graph.outputs.clone();
     let tensors = run.host_tensors(&outs)?;
-    let outputs = tensors.into_iter().map(|t| Arc::unwrap_or_clone(t)).collect();
+    let outputs = tensors
+        .into_iter()
+        .map(|t| Arc::unwrap_or_clone(t))
+        .collect();
     run.report.total = start.elapsed();
     Ok((outputs, run.report))
 }
 
 impl<'a> Run<'a> {
     fn meta(&self, v: usize) -> &TensorMeta {
-        self.cx.plan.metas[v].as_ref().expect("every value is planned")
+        self.cx.plan.metas[v]
+            .as_ref()
+            .expect("every value is planned")
     }
 
     fn step(&mut self, s: usize) -> Result<()> {
@@ -266,7 +271,10 @@ impl<'a> Run<'a> {
             let c = c.clone();
             return self.cx.constants.get(gpu, &c, &mut self.report);
         }
-        let host = self.slots[v].host.clone().expect("value computed before use");
+        let host = self.slots[v]
+            .host
+            .clone()
+            .expect("value computed before use");
         let g = gpu.upload(&host)?;
         self.report.uploads += 1;
         self.report.upload_bytes += host.numel() as u64 * 4;
@@ -307,14 +315,28 @@ impl<'a> Run<'a> {
             .collect();
         if !missing.is_empty() {
             self.flush()?;
-            let gpu = self.cx.gpu.expect("a value lives on the GPU only if there is one");
-            let shapes: Vec<Vec<usize>> = missing.iter().map(|&v| self.meta(v).shape.clone()).collect();
+            let gpu = self
+                .cx
+                .gpu
+                .expect("a value lives on the GPU only if there is one");
+            let shapes: Vec<Vec<usize>> = missing
+                .iter()
+                .map(|&v| self.meta(v).shape.clone())
+                .collect();
             let gts: Vec<GpuTensor> = missing
                 .iter()
-                .map(|&v| self.slots[v].gpu.clone().expect("value computed before use"))
+                .map(|&v| {
+                    self.slots[v]
+                        .gpu
+                        .clone()
+                        .expect("value computed before use")
+                })
                 .collect();
-            let req: Vec<(&GpuTensor, &[usize])> =
-                gts.iter().zip(&shapes).map(|(g, s)| (g, s.as_slice())).collect();
+            let req: Vec<(&GpuTensor, &[usize])> = gts
+                .iter()
+                .zip(&shapes)
+                .map(|(g, s)| (g, s.as_slice()))
+                .collect();
             let got = gpu.download(&req)?;
             for (&v, t) in missing.iter().zip(got) {
                 self.report.downloads += 1;

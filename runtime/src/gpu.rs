@@ -58,7 +58,13 @@ pub fn list_adapters() -> Vec<(AdapterDesc, wgpu::Limits, wgpu::Features)> {
     });
     pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
         .into_iter()
-        .map(|a| (AdapterDesc::from_info(&a.get_info()), a.limits(), a.features()))
+        .map(|a| {
+            (
+                AdapterDesc::from_info(&a.get_info()),
+                a.limits(),
+                a.features(),
+            )
+        })
         .collect()
 }
 
@@ -178,9 +184,12 @@ impl Gpu {
 
     /// Why a buffer of `bytes` cannot be bound on this adapter, if it cannot.
     pub fn binding_refusal(&self, bytes: u64) -> Option<String> {
-        let max = (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size);
+        let max =
+            (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size);
         (bytes > max).then(|| {
-            format!("a {bytes}-byte tensor exceeds this adapter's storage binding limit of {max} bytes")
+            format!(
+                "a {bytes}-byte tensor exceeds this adapter's storage binding limit of {max} bytes"
+            )
         })
     }
 
@@ -222,7 +231,11 @@ impl Gpu {
     fn pipeline(&self, kernel: &GpuKernel) -> Result<wgpu::ComputePipeline> {
         let key = PipelineKey {
             shader: kernel.shader.name,
-            overrides: kernel.overrides.iter().map(|(n, v)| (*n, v.to_bits())).collect(),
+            overrides: kernel
+                .overrides
+                .iter()
+                .map(|(n, v)| (*n, v.to_bits()))
+                .collect(),
         };
         if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
             return Ok(p.clone());
@@ -233,25 +246,28 @@ impl Gpu {
             modules
                 .entry(kernel.shader.name)
                 .or_insert_with(|| {
-                    self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some(kernel.shader.name),
-                        source: wgpu::ShaderSource::Wgsl(kernel.shader.source.into()),
-                    })
+                    self.device
+                        .create_shader_module(wgpu::ShaderModuleDescriptor {
+                            label: Some(kernel.shader.name),
+                            source: wgpu::ShaderSource::Wgsl(kernel.shader.source.into()),
+                        })
                 })
                 .clone()
         };
         let constants: Vec<(&str, f64)> = kernel.overrides.iter().map(|(n, v)| (*n, *v)).collect();
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(kernel.shader.name),
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &constants,
-                zero_initialize_workgroup_memory: false,
-            },
-            cache: None,
-        });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(kernel.shader.name),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
         if let Some(e) = pollster::block_on(scope.pop()) {
             self.modules.lock().unwrap().remove(kernel.shader.name);
             return Err(Error::Gpu(format!("pipeline {}: {e}", kernel.shader.name)));
@@ -284,9 +300,7 @@ impl Gpu {
         tensors
             .iter()
             .zip(results)
-            .map(|((t, shape), bytes)| {
-                Ok(from_gpu_bytes(&bytes[..t.elems * 4], t.dtype, shape))
-            })
+            .map(|((t, shape), bytes)| Ok(from_gpu_bytes(&bytes[..t.elems * 4], t.dtype, shape)))
             .collect()
     }
 
@@ -516,7 +530,9 @@ impl Batch<'_> {
             offsets.push(off);
             arena.extend_from_slice(&p.params);
         }
-        let uniforms = gpu.pool.take(&gpu.device, arena.len() as u64, UNIFORM_USAGE)?;
+        let uniforms = gpu
+            .pool
+            .take(&gpu.device, arena.len() as u64, UNIFORM_USAGE)?;
         gpu.queue.write_buffer(&uniforms.buffer, 0, &arena);
         let n = self.pending.len() as u32;
         let queries = gpu.timestamps.then(|| {
@@ -562,11 +578,14 @@ impl Batch<'_> {
                 layout: &layout,
                 entries: &entries,
             });
-            let timestamp_writes = queries.as_ref().map(|(set, _)| wgpu::ComputePassTimestampWrites {
-                query_set: set,
-                beginning_of_pass_write_index: Some(2 * i as u32),
-                end_of_pass_write_index: Some(2 * i as u32 + 1),
-            });
+            let timestamp_writes =
+                queries
+                    .as_ref()
+                    .map(|(set, _)| wgpu::ComputePassTimestampWrites {
+                        query_set: set,
+                        beginning_of_pass_write_index: Some(2 * i as u32),
+                        end_of_pass_write_index: Some(2 * i as u32 + 1),
+                    });
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: None,
                 timestamp_writes,
@@ -608,7 +627,9 @@ impl Batch<'_> {
                         continue;
                     }
                     let ns = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * period;
-                    timing.per_label.push((p.label, Duration::from_nanos(ns as u64)));
+                    timing
+                        .per_label
+                        .push((p.label, Duration::from_nanos(ns as u64)));
                 }
             }
             None => {
@@ -655,7 +676,12 @@ pub fn from_gpu_bytes(bytes: &[u8], dtype: DType, shape: &[usize]) -> Tensor {
         .collect();
     let data = match dtype {
         DType::F32 => Data::F32(words.iter().map(|w| f32::from_bits(*w)).collect()),
-        DType::F16 => Data::F16(words.iter().map(|w| f16::from_f32(f32::from_bits(*w))).collect()),
+        DType::F16 => Data::F16(
+            words
+                .iter()
+                .map(|w| f16::from_f32(f32::from_bits(*w)))
+                .collect(),
+        ),
         DType::F64 => Data::F64(words.iter().map(|w| f32::from_bits(*w) as f64).collect()),
         DType::I64 => Data::I64(words.iter().map(|w| *w as i32 as i64).collect()),
         DType::I32 => Data::I32(words.iter().map(|w| *w as i32).collect()),
@@ -672,7 +698,18 @@ mod tests {
 
     #[test]
     fn size_classes_round_up_by_at_most_an_eighth() {
-        for b in [1u64, 15, 16, 17, 100, 1000, 4096, 4097, 1 << 20, (1 << 20) + 1] {
+        for b in [
+            1u64,
+            15,
+            16,
+            17,
+            100,
+            1000,
+            4096,
+            4097,
+            1 << 20,
+            (1 << 20) + 1,
+        ] {
             let c = size_class(b);
             assert!(c >= b && c % 16 == 0, "{b} -> {c}");
             assert!(c <= (b + b / 8).max(16) + 16, "{b} -> {c}");

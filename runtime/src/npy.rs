@@ -32,7 +32,11 @@ pub fn to_npy(t: &Tensor) -> Vec<u8> {
         1 => format!("({},)", t.shape[0]),
         _ => format!(
             "({})",
-            t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            t.shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let mut header = format!(
@@ -48,11 +52,21 @@ pub fn to_npy(t: &Tensor) -> Vec<u8> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     match &t.data {
-        Data::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::F64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Data::I32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Data::I8(v) => v.iter().for_each(|x| out.push(*x as u8)),
         Data::U8(v) => out.extend_from_slice(v),
         Data::Bool(v) => v.iter().for_each(|x| out.push(*x as u8)),
@@ -65,7 +79,10 @@ fn header_field<'a>(header: &'a str, key: &str) -> Result<&'a str> {
         .find(&format!("'{key}'"))
         .ok_or_else(|| bad(format!("header has no `{key}`")))?;
     let rest = header[at + key.len() + 2..].trim_start();
-    let rest = rest.strip_prefix(':').ok_or_else(|| bad("malformed header"))?.trim_start();
+    let rest = rest
+        .strip_prefix(':')
+        .ok_or_else(|| bad("malformed header"))?
+        .trim_start();
     let end = if rest.starts_with('(') {
         rest.find(')').map(|e| e + 1)
     } else {
@@ -102,7 +119,10 @@ pub fn from_npy(bytes: &[u8]) -> Result<Tensor> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse().map_err(|_| bad(format!("bad shape {shape_text}"))))
+        .map(|s| {
+            s.parse()
+                .map_err(|_| bad(format!("bad shape {shape_text}")))
+        })
         .collect::<Result<_>>()?;
     let n = shape
         .iter()
@@ -118,15 +138,38 @@ pub fn from_npy(bytes: &[u8]) -> Result<Tensor> {
     };
     let need = n.checked_mul(size).ok_or_else(|| bad("shape overflows"))?;
     if body.len() < need {
-        return Err(bad(format!("expected {need} data bytes, found {}", body.len())));
+        return Err(bad(format!(
+            "expected {need} data bytes, found {}",
+            body.len()
+        )));
     }
     let b = &body[..need];
     let data = match d {
-        "<f4" => Data::F32(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
-        "<i4" => Data::I32(b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()),
-        "<f8" => Data::F64(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()),
-        "<i8" => Data::I64(b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
-        "<f2" => Data::F16(b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect()),
+        "<f4" => Data::F32(
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        "<i4" => Data::I32(
+            b.chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        "<f8" => Data::F64(
+            b.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        "<i8" => Data::I64(
+            b.chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        "<f2" => Data::F16(
+            b.chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        ),
         "|i1" => Data::I8(b.iter().map(|x| *x as i8).collect()),
         "|u1" => Data::U8(b.to_vec()),
         _ => Data::Bool(b.iter().map(|x| *x != 0).collect()),
@@ -144,12 +187,18 @@ mod tests {
             Tensor::f32(&[2, 3], vec![1.0, -2.5, 3.0, 0.0, 1e-7, f32::MAX]),
             Tensor::i64(&[], vec![-7]),
             Tensor::new(vec![3], Data::Bool(vec![true, false, true])),
-            Tensor::new(vec![1, 2], Data::F16(vec![f16::from_f32(1.5), f16::from_f32(-2.0)])),
+            Tensor::new(
+                vec![1, 2],
+                Data::F16(vec![f16::from_f32(1.5), f16::from_f32(-2.0)]),
+            ),
             Tensor::new(vec![0, 4], Data::I32(vec![])),
         ];
         for t in cases {
             let bytes = to_npy(&t);
-            assert_eq!((MAGIC.len() + 4 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize) % 64, 0);
+            assert_eq!(
+                (MAGIC.len() + 4 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize) % 64,
+                0
+            );
             assert_eq!(from_npy(&bytes).unwrap(), t);
         }
     }

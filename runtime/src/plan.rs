@@ -82,11 +82,17 @@ pub trait Placer {
 /// Metas of a node's inputs, with an empty constant for omitted optional inputs and trailing
 /// omitted inputs dropped (the contract of `tandem_ops::Op`).
 pub fn input_metas(node: &Node, metas: &[Option<TensorMeta>]) -> Vec<TensorMeta> {
-    let given = node.inputs.iter().rposition(|i| i.is_some()).map_or(0, |p| p + 1);
+    let given = node
+        .inputs
+        .iter()
+        .rposition(|i| i.is_some())
+        .map_or(0, |p| p + 1);
     node.inputs[..given]
         .iter()
         .map(|i| match i {
-            Some(v) => metas[*v].clone().expect("inputs are planned before their readers"),
+            Some(v) => metas[*v]
+                .clone()
+                .expect("inputs are planned before their readers"),
             None => TensorMeta::constant(Tensor::f32(&[0], vec![])),
         })
         .collect()
@@ -142,11 +148,22 @@ pub fn build(
                 )),
             ));
         }
+        if outs.iter().all(|o| o.value.is_some()) {
+            // Known from shapes alone (Shape, Size): a constant of this plan.
+            for (&v, m) in node.outputs.iter().zip(outs) {
+                metas[v] = Some(m);
+            }
+            folded.push(n);
+            continue;
+        }
         let all_const = ins.iter().all(|m| m.value.is_some());
         let small = outs.iter().map(|o| o.numel()).sum::<usize>() <= MAX_FOLD_ELEMENTS;
         if all_const && small {
             let tensors: Vec<&Tensor> = ins.iter().map(|m| m.value.as_deref().unwrap()).collect();
-            let mut out: Vec<Tensor> = outs.iter().map(|m| Tensor::zeros(m.dtype, &m.shape)).collect();
+            let mut out: Vec<Tensor> = outs
+                .iter()
+                .map(|m| Tensor::zeros(m.dtype, &m.shape))
+                .collect();
             let rows = row_count(&outs[0].shape, node.op.split_axis(&refs, &outs));
             pool.install(|| node.op.cpu(&tensors, &mut out, 0..rows))
                 .map_err(|e| node_error(node, e))?;

@@ -65,8 +65,18 @@ impl RunReport {
 
 impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let w = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).clamp(4, 48);
-        writeln!(f, "{:<w$}  {:<22} {:<6} {:>10}", "node", "op", "ran", "time")?;
+        let w = self
+            .nodes
+            .iter()
+            .map(|n| n.name.len())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 48);
+        writeln!(
+            f,
+            "{:<w$}  {:<22} {:<6} {:>10}",
+            "node", "op", "ran", "time"
+        )?;
         for n in &self.nodes {
             let name: String = n.name.chars().take(48).collect();
             write!(

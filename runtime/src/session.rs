@@ -218,7 +218,11 @@ impl Session {
             constants: &self.constants,
         };
         let (outs, report) = exec::execute(&cx, ordered)?;
-        let names = self.graph.outputs.iter().map(|&v| self.graph.values[v].name.clone());
+        let names = self
+            .graph
+            .outputs
+            .iter()
+            .map(|&v| self.graph.values[v].name.clone());
         Ok((names.zip(outs).collect(), report))
     }
 
@@ -243,9 +247,18 @@ impl Session {
     /// Check the given inputs against the model and put them in the model's order.
     fn order_inputs(&self, given: &[(&str, Tensor)]) -> Result<Vec<Tensor>> {
         for (name, _) in given {
-            if !self.graph.inputs.iter().any(|&v| self.graph.values[v].name == *name) {
-                let known: Vec<&str> =
-                    self.graph.inputs.iter().map(|&v| self.graph.values[v].name.as_str()).collect();
+            if !self
+                .graph
+                .inputs
+                .iter()
+                .any(|&v| self.graph.values[v].name == *name)
+            {
+                let known: Vec<&str> = self
+                    .graph
+                    .inputs
+                    .iter()
+                    .map(|&v| self.graph.values[v].name.as_str())
+                    .collect();
                 return Err(Error::Input {
                     name: name.to_string(),
                     reason: format!("the model has no such input (inputs: {})", known.join(", ")),

@@ -24,7 +24,9 @@ pub fn gpu() -> Arc<Gpu> {
 
 /// Plan-time metas of `ins`, every input marked constant (so ops can read shape-like inputs).
 pub fn const_metas(ins: &[Tensor]) -> Vec<TensorMeta> {
-    ins.iter().map(|t| TensorMeta::constant(t.clone())).collect()
+    ins.iter()
+        .map(|t| TensorMeta::constant(t.clone()))
+        .collect()
 }
 
 fn infer(op: &dyn Op, metas: &[TensorMeta]) -> (Vec<TensorMeta>, usize) {
@@ -40,7 +42,10 @@ fn infer(op: &dyn Op, metas: &[TensorMeta]) -> (Vec<TensorMeta>, usize) {
 pub fn run_cpu(op: &dyn Op, ins: &[Tensor]) -> Vec<Tensor> {
     let metas = const_metas(ins);
     let (outs, rows) = infer(op, &metas);
-    let mut out: Vec<Tensor> = outs.iter().map(|m| Tensor::zeros(m.dtype, &m.shape)).collect();
+    let mut out: Vec<Tensor> = outs
+        .iter()
+        .map(|m| Tensor::zeros(m.dtype, &m.shape))
+        .collect();
     let refs: Vec<&Tensor> = ins.iter().collect();
     op.cpu(&refs, &mut out, 0..rows)
         .unwrap_or_else(|e| panic!("{}: cpu failed: {e}", op.name()));
@@ -60,7 +65,10 @@ pub fn try_run_gpu_rows(
     let kernels = op
         .gpu(&refs, &outs, rows.unwrap_or(0..all_rows))
         .map_err(|e| crate::Error::Gpu(format!("{}: {e}", op.name())))?;
-    let inputs: Vec<GpuTensor> = ins.iter().map(|t| gpu.upload(t)).collect::<crate::Result<_>>()?;
+    let inputs: Vec<GpuTensor> = ins
+        .iter()
+        .map(|t| gpu.upload(t))
+        .collect::<crate::Result<_>>()?;
     let outputs: Vec<GpuTensor> = outs
         .iter()
         .map(|m| gpu.alloc(m.dtype, m.numel()))
@@ -75,8 +83,11 @@ pub fn try_run_gpu_rows(
         batch.dispatch(k, &i, &o, 0)?;
     }
     batch.submit()?;
-    let want: Vec<(&GpuTensor, &[usize])> =
-        outputs.iter().zip(&outs).map(|(g, m)| (g, m.shape.as_slice())).collect();
+    let want: Vec<(&GpuTensor, &[usize])> = outputs
+        .iter()
+        .zip(&outs)
+        .map(|(g, m)| (g, m.shape.as_slice()))
+        .collect();
     gpu.download(&want)
 }
 
@@ -91,7 +102,10 @@ pub fn run_split(op: &dyn Op, ins: &[Tensor], cut: usize) -> Vec<Tensor> {
     let metas = const_metas(ins);
     let (outs, rows) = infer(op, &metas);
     let cut = cut.min(rows);
-    let mut out: Vec<Tensor> = outs.iter().map(|m| Tensor::zeros(m.dtype, &m.shape)).collect();
+    let mut out: Vec<Tensor> = outs
+        .iter()
+        .map(|m| Tensor::zeros(m.dtype, &m.shape))
+        .collect();
     let refs: Vec<&Tensor> = ins.iter().collect();
     op.cpu(&refs, &mut out, 0..cut)
         .unwrap_or_else(|e| panic!("{}: cpu failed: {e}", op.name()));
@@ -125,7 +139,12 @@ pub fn copy_elements(src: &Tensor, dst: &mut Tensor, range: Range<usize>) {
 
 /// Largest violation of `|got - want| <= atol + rtol * |want|`, as (index, got, want), if any.
 /// NaN must match NaN, and infinities must match exactly.
-pub fn first_mismatch(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Option<(usize, f64, f64)> {
+pub fn first_mismatch(
+    got: &Tensor,
+    want: &Tensor,
+    rtol: f64,
+    atol: f64,
+) -> Option<(usize, f64, f64)> {
     let mut worst: Option<(usize, f64, f64, f64)> = None;
     for i in 0..want.numel() {
         let (g, w) = (got.data.get_f64(i), want.data.get_f64(i));
@@ -137,7 +156,11 @@ pub fn first_mismatch(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Opti
             (g - w).abs() > atol + rtol * w.abs()
         };
         if bad {
-            let excess = if (g - w).is_finite() { (g - w).abs() } else { f64::INFINITY };
+            let excess = if (g - w).is_finite() {
+                (g - w).abs()
+            } else {
+                f64::INFINITY
+            };
             if worst.is_none_or(|(_, _, _, e)| excess > e) {
                 worst = Some((i, g, w, excess));
             }
@@ -151,7 +174,10 @@ pub fn assert_close(got: &Tensor, want: &Tensor, rtol: f32, atol: f32) {
     assert_eq!(got.dtype(), want.dtype(), "dtype differs");
     assert_eq!(got.shape, want.shape, "shape differs");
     if let Some((i, g, w)) = first_mismatch(got, want, rtol as f64, atol as f64) {
-        panic!("element {i}: got {g}, want {w} (rtol {rtol}, atol {atol}); shape {:?}", want.shape);
+        panic!(
+            "element {i}: got {g}, want {w} (rtol {rtol}, atol {atol}); shape {:?}",
+            want.shape
+        );
     }
 }
 

@@ -32,14 +32,26 @@ impl Op for CopyOp {
         tandem::testing::copy_elements(ins[0], &mut outs[0], rows);
         Ok(())
     }
-    fn gpu(&self, _: &[&TensorMeta], _: &[TensorMeta], rows: Range<usize>) -> Result<Vec<GpuKernel>> {
+    fn gpu(
+        &self,
+        _: &[&TensorMeta],
+        _: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>> {
         let p = Params {
             start: rows.start as u32,
             count: rows.len() as u32,
             pad: [0; 2],
         };
         let wg = grid_1d(rows.len() as u64, 64);
-        Ok(vec![GpuKernel::new(tandem_shaders::COPY, vec![0], vec![0], &p, wg).with_override("WG", 64.0)])
+        Ok(vec![GpuKernel::new(
+            tandem_shaders::COPY,
+            vec![0],
+            vec![0],
+            &p,
+            wg,
+        )
+        .with_override("WG", 64.0)])
     }
 }
 
@@ -91,12 +103,19 @@ fn batches_time_each_dispatch_and_buffers_are_reused() {
     let before = g.pooled_bytes();
     drop((a, b));
     let _c = g.alloc(DType::F32, 4096).unwrap();
-    assert_eq!(g.pooled_bytes(), before, "a freed buffer of the same size class is reused");
+    assert_eq!(
+        g.pooled_bytes(),
+        before,
+        "a freed buffer of the same size class is reused"
+    );
 }
 
 #[test]
 fn gpu_bytes_convert_both_ways() {
     let t = Tensor::new(vec![2], tandem_ops::Data::U8(vec![0, 255]));
-    assert_eq!(from_gpu_bytes(&to_gpu_bytes(&t).unwrap(), DType::U8, &[2]), t);
+    assert_eq!(
+        from_gpu_bytes(&to_gpu_bytes(&t).unwrap(), DType::U8, &[2]),
+        t
+    );
     assert!(to_gpu_bytes(&Tensor::new(vec![1], tandem_ops::Data::F64(vec![1.0]))).is_err());
 }

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# scripts/test.sh: set up this machine if needed, then run every check: formatting, clippy, and
+# all tests (shader validation, ops on CPU and GPU, conformance, real models against onnxruntime).
+# GPU tests run on the machine's adapter (lavapipe when there is no GPU) and fail, never skip,
+# when there is none.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+. scripts/env.sh
+ensure_rust_components
+echo "test: cargo fmt --check"
+cargo fmt --all --check
+echo "test: cargo clippy"
+cargo clippy --release --workspace --all-targets -q -- -D warnings
+echo "test: cargo test"
+cargo test --release --workspace
