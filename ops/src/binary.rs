@@ -1,0 +1,667 @@
+//! Binary and variadic elementwise operators with numpy broadcasting: arithmetic (Add, Sub,
+//! Mul, Div, Pow, Mod, PRelu), comparisons (Equal, Less...), logic (And, Or, Xor) and the
+//! variadic Sum, Mean, Max, Min. One [`Binary`] struct serves them all, selected by
+//! [`BinaryKind`]; the GPU side is `binary.wgsl` with the kind as `params.op`.
+//!
+//! Sits between the registry (one constructor per ONNX op type below) and the shared
+//! broadcasting machinery of `elementwise_common.rs`. The typed kernels here
+//! ([`zip_broadcast`], [`map_broadcast`]) are reused by `where_op.rs`-style callers.
+
+use crate::elementwise_common::{
+    check_rows, element_range, gpu_broadcast, gpu_range, last_axis, typed, typed_mut, Broadcast,
+    Elem, GpuDims,
+};
+use crate::{shape, Attrs, DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
+use half::f16;
+use std::ops::Range;
+
+#[path = "elementwise_arith.rs"]
+mod arith;
+use arith::Arith;
+
+/// Which binary function; the discriminant is the `params.op` code of `binary.wgsl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum BinaryKind {
+    Add = 0,
+    Sub = 1,
+    Mul = 2,
+    Div = 3,
+    Pow = 4,
+    Max = 5,
+    Min = 6,
+    /// Mod with fmod = 0: the result has the sign of the divisor.
+    Mod = 7,
+    /// Mod with fmod = 1: the result has the sign of the dividend (C fmod).
+    Fmod = 8,
+    PRelu = 9,
+    Equal = 10,
+    Less = 11,
+    Greater = 12,
+    LessOrEqual = 13,
+    GreaterOrEqual = 14,
+    And = 15,
+    Or = 16,
+    Xor = 17,
+    /// out = a (a variadic op with a single input); GPU only.
+    First = 18,
+}
+
+impl BinaryKind {
+    fn is_compare(self) -> bool {
+        use BinaryKind::*;
+        matches!(self, Equal | Less | Greater | LessOrEqual | GreaterOrEqual)
+    }
+
+    fn is_logic(self) -> bool {
+        matches!(self, BinaryKind::And | BinaryKind::Or | BinaryKind::Xor)
+    }
+}
+
+/// A binary (two inputs) or variadic (1..N inputs, folded left) elementwise operator.
+#[derive(Debug, Clone)]
+pub struct Binary {
+    name: &'static str,
+    kind: BinaryKind,
+    /// Sum/Mean/Max/Min: any number of inputs >= 1.
+    variadic: bool,
+    /// Mean: divide the folded sum by the number of inputs.
+    mean: bool,
+}
+
+/// GPU parameters of `binary.wgsl` (128 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct BinaryParams {
+    start: u32,
+    count: u32,
+    rank: u32,
+    op: u32,
+    /// 0: f32 operands, 1: i32 operands, 2: bool (u32) operands.
+    mode: u32,
+    /// bit 0: read `a` from the output itself (variadic fold), bit 1: `b` holds i32 (Pow with
+    /// an integer exponent), bit 2: divide the result by `divisor` (Mean), bit 3: no
+    /// broadcasting (both operands indexed like the output).
+    flags: u32,
+    divisor: f32,
+    _pad: u32,
+    dims: GpuDims,
+    a_strides: GpuDims,
+    b_strides: GpuDims,
+}
+
+const FLAG_ACCUMULATE: u32 = 1;
+const FLAG_B_INT: u32 = 2;
+const FLAG_DIVIDE: u32 = 4;
+const FLAG_CONTIGUOUS: u32 = 8;
+
+/// `out[r] = f(a, b)` with `a`, `b` broadcast by `bc` to the output; `out` is the output
+/// block of range `r`. Inner loops are plain slice loops, specialised per broadcast pattern.
+pub(crate) fn zip_broadcast<A: Elem, B: Elem, U: Elem>(
+    bc: &Broadcast<2>,
+    a: &[A],
+    b: &[B],
+    out: &mut [U],
+    r: Range<usize>,
+    f: impl Fn(A, B) -> U + Sync,
+) {
+    let [sa, sb] = bc.inner_strides();
+    bc.par_runs(out, r, |o, [ia, ib]| {
+        let n = o.len();
+        match (sa, sb) {
+            (1, 1) => {
+                for ((o, &x), &y) in o.iter_mut().zip(&a[ia..ia + n]).zip(&b[ib..ib + n]) {
+                    *o = f(x, y);
+                }
+            }
+            (1, _) => {
+                let y = b[ib];
+                for (o, &x) in o.iter_mut().zip(&a[ia..ia + n]) {
+                    *o = f(x, y);
+                }
+            }
+            (_, 1) => {
+                let x = a[ia];
+                for (o, &y) in o.iter_mut().zip(&b[ib..ib + n]) {
+                    *o = f(x, y);
+                }
+            }
+            _ => o.fill(f(a[ia], b[ib])),
+        }
+    });
+}
+
+/// `out[r] = f(a)` with `a` broadcast by `bc` to the output (`out` is the block of `r`).
+pub(crate) fn map_broadcast<A: Elem, U: Elem>(
+    bc: &Broadcast<1>,
+    a: &[A],
+    out: &mut [U],
+    r: Range<usize>,
+    f: impl Fn(A) -> U + Sync,
+) {
+    let [sa] = bc.inner_strides();
+    bc.par_runs(out, r, |o, [ia]| {
+        let n = o.len();
+        if sa == 1 {
+            for (o, &x) in o.iter_mut().zip(&a[ia..ia + n]) {
+                *o = f(x);
+            }
+        } else {
+            o.fill(f(a[ia]));
+        }
+    });
+}
+
+/// `out[r] = f(out[r], b)` with `b` broadcast by `bc` to the output (the variadic fold).
+fn fold_broadcast<B: Elem, U: Elem>(
+    bc: &Broadcast<1>,
+    b: &[B],
+    out: &mut [U],
+    r: Range<usize>,
+    f: impl Fn(U, B) -> U + Sync,
+) {
+    let [sb] = bc.inner_strides();
+    bc.par_runs(out, r, |o, [ib]| {
+        let n = o.len();
+        if sb == 1 {
+            for (o, &y) in o.iter_mut().zip(&b[ib..ib + n]) {
+                *o = f(*o, y);
+            }
+        } else {
+            let y = b[ib];
+            for o in o.iter_mut() {
+                *o = f(*o, y);
+            }
+        }
+    });
+}
+
+impl Binary {
+    fn boxed(name: &'static str, kind: BinaryKind, variadic: bool) -> Result<Box<dyn Op>> {
+        Ok(Box::new(Binary {
+            name,
+            kind,
+            variadic,
+            mean: false,
+        }))
+    }
+
+    fn arity_error(&self, n: usize) -> OpError {
+        let want = if self.variadic { "at least 1" } else { "2" };
+        OpError::Invalid(format!("{} takes {want} inputs, got {n}", self.name))
+    }
+
+    fn unsupported(&self, what: impl std::fmt::Display) -> OpError {
+        OpError::Unsupported(format!("{} on {what}", self.name))
+    }
+
+    /// Arithmetic kinds on one element type, two operands.
+    fn arith_pair<T: Arith>(
+        &self,
+        bc: &Broadcast<2>,
+        a: &Data,
+        b: &Data,
+        out: &mut Data,
+        r: Range<usize>,
+    ) -> Result<()> {
+        use BinaryKind::*;
+        let (a, b) = (typed::<T>(a)?, typed::<T>(b)?);
+        let o = &mut typed_mut::<T>(out)?[r.clone()];
+        match self.kind {
+            Add => zip_broadcast(bc, a, b, o, r, T::add),
+            Sub => zip_broadcast(bc, a, b, o, r, T::sub),
+            Mul => zip_broadcast(bc, a, b, o, r, T::mul),
+            Div => zip_broadcast(bc, a, b, o, r, T::div),
+            Pow => zip_broadcast(bc, a, b, o, r, T::pow),
+            Max => zip_broadcast(bc, a, b, o, r, T::max),
+            Min => zip_broadcast(bc, a, b, o, r, T::min),
+            Mod => zip_broadcast(bc, a, b, o, r, T::rem_floor),
+            Fmod => zip_broadcast(bc, a, b, o, r, T::rem_trunc),
+            PRelu => zip_broadcast(bc, a, b, o, r, T::prelu),
+            _ => unreachable!("not an arithmetic kind"),
+        }
+        Ok(())
+    }
+
+    /// Folds one more variadic operand into the output block.
+    fn arith_fold<T: Arith>(
+        &self,
+        bc: &Broadcast<1>,
+        b: &Data,
+        out: &mut Data,
+        r: Range<usize>,
+    ) -> Result<()> {
+        let b = typed::<T>(b)?;
+        let o = &mut typed_mut::<T>(out)?[r.clone()];
+        match self.kind {
+            BinaryKind::Add => fold_broadcast(bc, b, o, r, T::add),
+            BinaryKind::Max => fold_broadcast(bc, b, o, r, T::max),
+            BinaryKind::Min => fold_broadcast(bc, b, o, r, T::min),
+            _ => unreachable!("only Sum/Mean/Max/Min are variadic"),
+        }
+        Ok(())
+    }
+
+    /// Copies the single operand of a one-input variadic op, or divides by the count (Mean).
+    fn arith_single<T: Arith>(
+        &self,
+        bc: &Broadcast<1>,
+        a: &Data,
+        out: &mut Data,
+        r: Range<usize>,
+    ) -> Result<()> {
+        let a = typed::<T>(a)?;
+        let o = &mut typed_mut::<T>(out)?[r.clone()];
+        map_broadcast(bc, a, o, r, |x| x);
+        Ok(())
+    }
+
+    fn arith_mean<T: Arith>(
+        &self,
+        n: usize,
+        out: &mut Data,
+        r: Range<usize>,
+        out_shape: &[usize],
+    ) -> Result<()> {
+        let o = &mut typed_mut::<T>(out)?[r.clone()];
+        let d = T::from_count(n);
+        Broadcast::<0>::new([], out_shape).par_runs(o, r, |o, []| {
+            for v in o.iter_mut() {
+                *v = T::div(*v, d);
+            }
+        });
+        Ok(())
+    }
+
+    fn compare_pair<T: Elem + PartialOrd>(
+        &self,
+        bc: &Broadcast<2>,
+        a: &Data,
+        b: &Data,
+        out: &mut Data,
+        r: Range<usize>,
+    ) -> Result<()> {
+        use BinaryKind::*;
+        let (a, b) = (typed::<T>(a)?, typed::<T>(b)?);
+        let o = &mut typed_mut::<bool>(out)?[r.clone()];
+        match self.kind {
+            Equal => zip_broadcast(bc, a, b, o, r, |x, y| x == y),
+            Less => zip_broadcast(bc, a, b, o, r, |x, y| x < y),
+            Greater => zip_broadcast(bc, a, b, o, r, |x, y| x > y),
+            LessOrEqual => zip_broadcast(bc, a, b, o, r, |x, y| x <= y),
+            GreaterOrEqual => zip_broadcast(bc, a, b, o, r, |x, y| x >= y),
+            _ => unreachable!("not a comparison"),
+        }
+        Ok(())
+    }
+
+    fn logic_pair(
+        &self,
+        bc: &Broadcast<2>,
+        a: &Data,
+        b: &Data,
+        out: &mut Data,
+        r: Range<usize>,
+    ) -> Result<()> {
+        let (a, b) = (typed::<bool>(a)?, typed::<bool>(b)?);
+        let o = &mut typed_mut::<bool>(out)?[r.clone()];
+        match self.kind {
+            BinaryKind::And => zip_broadcast(bc, a, b, o, r, |x, y| x & y),
+            BinaryKind::Or => zip_broadcast(bc, a, b, o, r, |x, y| x | y),
+            _ => zip_broadcast(bc, a, b, o, r, |x, y| x ^ y),
+        }
+        Ok(())
+    }
+
+    /// Pow whose operands have different element types: computed in f64, converted to the
+    /// base's type (floats round, integers truncate toward zero).
+    fn pow_mixed(
+        &self,
+        bc: &Broadcast<2>,
+        a: &Tensor,
+        b: &Tensor,
+        out: &mut Data,
+        r: Range<usize>,
+    ) -> Result<()> {
+        let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
+        let mut tmp = vec![0f64; r.len()];
+        zip_broadcast(bc, &a, &b, &mut tmp, r.clone(), f64::powf);
+        let from =
+            |f: &mut dyn FnMut(usize, f64)| tmp.iter().enumerate().for_each(|(i, &v)| f(i, v));
+        match out {
+            Data::F32(o) => from(&mut |i, v| o[r.start + i] = v as f32),
+            Data::F64(o) => from(&mut |i, v| o[r.start + i] = v),
+            Data::F16(o) => from(&mut |i, v| o[r.start + i] = f16::from_f64(v)),
+            Data::I64(o) => from(&mut |i, v| o[r.start + i] = v as i64),
+            Data::I32(o) => from(&mut |i, v| o[r.start + i] = v as i32),
+            Data::I8(o) => from(&mut |i, v| o[r.start + i] = v as i64 as i8),
+            Data::U8(o) => from(&mut |i, v| o[r.start + i] = v as i64 as u8),
+            Data::Bool(_) => return Err(self.unsupported("bool tensors")),
+        }
+        Ok(())
+    }
+
+    /// Dispatches the first operand pair on the element type.
+    fn pair(&self, a: &Tensor, b: &Tensor, out: &mut Tensor, r: Range<usize>) -> Result<()> {
+        let bc = Broadcast::new([&a.shape, &b.shape], &out.shape);
+        let (ad, bd, od) = (&a.data, &b.data, &mut out.data);
+        let dt = a.dtype();
+        if self.kind.is_logic() {
+            return self.logic_pair(&bc, ad, bd, od, r);
+        }
+        if self.kind.is_compare() {
+            return match dt {
+                DType::F32 => self.compare_pair::<f32>(&bc, ad, bd, od, r),
+                DType::F64 => self.compare_pair::<f64>(&bc, ad, bd, od, r),
+                DType::F16 => self.compare_pair::<f16>(&bc, ad, bd, od, r),
+                DType::I64 => self.compare_pair::<i64>(&bc, ad, bd, od, r),
+                DType::I32 => self.compare_pair::<i32>(&bc, ad, bd, od, r),
+                DType::I8 => self.compare_pair::<i8>(&bc, ad, bd, od, r),
+                DType::U8 => self.compare_pair::<u8>(&bc, ad, bd, od, r),
+                DType::Bool => self.compare_pair::<bool>(&bc, ad, bd, od, r),
+            };
+        }
+        if dt != b.dtype() {
+            return self.pow_mixed(&bc, a, b, od, r);
+        }
+        match dt {
+            DType::F32 => self.arith_pair::<f32>(&bc, ad, bd, od, r),
+            DType::F64 => self.arith_pair::<f64>(&bc, ad, bd, od, r),
+            DType::F16 => self.arith_pair::<f16>(&bc, ad, bd, od, r),
+            DType::I64 => self.arith_pair::<i64>(&bc, ad, bd, od, r),
+            DType::I32 => self.arith_pair::<i32>(&bc, ad, bd, od, r),
+            DType::I8 => self.arith_pair::<i8>(&bc, ad, bd, od, r),
+            DType::U8 => self.arith_pair::<u8>(&bc, ad, bd, od, r),
+            DType::Bool => Err(self.unsupported("bool tensors")),
+        }
+    }
+
+    /// The variadic steps other than the first pair: a single operand, folds, Mean's division.
+    fn variadic_rest(&self, ins: &[&Tensor], out: &mut Tensor, r: Range<usize>) -> Result<()> {
+        let dt = out.dtype();
+        let shape = out.shape.clone();
+        let od = &mut out.data;
+        if ins.len() == 1 {
+            let bc = Broadcast::new([&ins[0].shape], &shape);
+            let ad = &ins[0].data;
+            match dt {
+                DType::F32 => self.arith_single::<f32>(&bc, ad, od, r.clone()),
+                DType::F64 => self.arith_single::<f64>(&bc, ad, od, r.clone()),
+                DType::F16 => self.arith_single::<f16>(&bc, ad, od, r.clone()),
+                DType::I64 => self.arith_single::<i64>(&bc, ad, od, r.clone()),
+                DType::I32 => self.arith_single::<i32>(&bc, ad, od, r.clone()),
+                DType::I8 => self.arith_single::<i8>(&bc, ad, od, r.clone()),
+                DType::U8 => self.arith_single::<u8>(&bc, ad, od, r.clone()),
+                DType::Bool => Err(self.unsupported("bool tensors")),
+            }?;
+        }
+        for b in ins.iter().skip(2) {
+            let bc = Broadcast::new([&b.shape], &shape);
+            let bd = &b.data;
+            match dt {
+                DType::F32 => self.arith_fold::<f32>(&bc, bd, od, r.clone()),
+                DType::F64 => self.arith_fold::<f64>(&bc, bd, od, r.clone()),
+                DType::F16 => self.arith_fold::<f16>(&bc, bd, od, r.clone()),
+                DType::I64 => self.arith_fold::<i64>(&bc, bd, od, r.clone()),
+                DType::I32 => self.arith_fold::<i32>(&bc, bd, od, r.clone()),
+                DType::I8 => self.arith_fold::<i8>(&bc, bd, od, r.clone()),
+                DType::U8 => self.arith_fold::<u8>(&bc, bd, od, r.clone()),
+                DType::Bool => Err(self.unsupported("bool tensors")),
+            }?;
+        }
+        if self.mean && ins.len() > 1 {
+            match dt {
+                DType::F32 => self.arith_mean::<f32>(ins.len(), od, r, &shape),
+                DType::F64 => self.arith_mean::<f64>(ins.len(), od, r, &shape),
+                DType::F16 => self.arith_mean::<f16>(ins.len(), od, r, &shape),
+                _ => Err(self.unsupported(format!("{dt} tensors"))),
+            }?;
+        }
+        Ok(())
+    }
+
+    /// GPU element mode of an operand type: 0 float, 1 integer, 2 bool.
+    fn gpu_mode(&self, dt: DType) -> Result<u32> {
+        match dt {
+            d if d.is_float() => Ok(0),
+            DType::I64 | DType::I32 => Ok(1),
+            DType::Bool if self.kind.is_logic() || self.kind == BinaryKind::Equal => Ok(2),
+            _ => Err(OpError::Unsupported(format!(
+                "{} on GPU: {dt} elements",
+                self.name
+            ))),
+        }
+    }
+}
+
+impl Op for Binary {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        if ins.is_empty() || (!self.variadic && ins.len() != 2) {
+            return Err(self.arity_error(ins.len()));
+        }
+        let dt = ins[0].dtype;
+        for m in &ins[1..] {
+            if m.dtype != dt && self.kind != BinaryKind::Pow {
+                return Err(OpError::Invalid(format!(
+                    "{}: operand types differ ({dt} and {})",
+                    self.name, m.dtype
+                )));
+            }
+        }
+        let k = self.kind;
+        let ok = if k.is_logic() {
+            dt == DType::Bool
+        } else if k == BinaryKind::Equal {
+            true
+        } else if self.mean || (self.variadic && k == BinaryKind::Add) {
+            dt.is_float()
+        } else {
+            dt != DType::Bool
+        };
+        if !ok || (k == BinaryKind::Pow && ins[1].dtype == DType::Bool) {
+            return Err(self.unsupported(format!("{dt} tensors")));
+        }
+        let shapes: Vec<&[usize]> = ins.iter().map(|m| m.shape.as_slice()).collect();
+        let out_shape = shape::broadcast_shapes(&shapes)?;
+        if k == BinaryKind::PRelu && out_shape != ins[0].shape {
+            return Err(OpError::Invalid(format!(
+                "PRelu: slope shape {:?} does not broadcast to X shape {:?}",
+                ins[1].shape, ins[0].shape
+            )));
+        }
+        let out_dt = if k.is_compare() { DType::Bool } else { dt };
+        Ok(vec![TensorMeta::new(out_dt, out_shape)])
+    }
+
+    fn split_axis(&self, _ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
+        last_axis(outs)
+    }
+
+    fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
+        if ins.is_empty() || (!self.variadic && ins.len() != 2) {
+            return Err(self.arity_error(ins.len()));
+        }
+        let out = &mut outs[0];
+        let numel = out.numel();
+        check_rows(&rows, numel, self.name)?;
+        let r = element_range(&rows, numel);
+        if r.is_empty() {
+            return Ok(());
+        }
+        if ins.len() >= 2 {
+            self.pair(ins[0], ins[1], out, r.clone())?;
+        }
+        if self.variadic {
+            self.variadic_rest(ins, out, r)?;
+        }
+        Ok(())
+    }
+
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>> {
+        let a_dt = ins[0].dtype;
+        let mode = self.gpu_mode(a_dt)?;
+        let mut flags = 0;
+        if ins.len() > 1 && ins[1].dtype != a_dt {
+            // Only Pow mixes types: a float base with an integer exponent.
+            match (mode, self.gpu_mode(ins[1].dtype)?) {
+                (0, 1) => flags |= FLAG_B_INT,
+                _ => {
+                    return Err(OpError::Unsupported(format!(
+                        "{} on GPU: {a_dt} base with {} exponent",
+                        self.name, ins[1].dtype
+                    )))
+                }
+            }
+        }
+        let out = &outs[0];
+        let (start, count) = gpu_range(&rows, out.numel(), self.name)?;
+        let wg = shape::grid_1d(count as u64, 64);
+        let n = ins.len();
+        let mut kernels = Vec::new();
+        // Steps: (op, a input, b input, accumulate); a single input copies itself.
+        let mut steps: Vec<(BinaryKind, usize, usize, bool)> = Vec::new();
+        if n == 1 {
+            steps.push((BinaryKind::First, 0, 0, false));
+        } else {
+            steps.push((self.kind, 0, 1, false));
+            for k in 2..n {
+                steps.push((self.kind, k, k, true));
+            }
+        }
+        let last = steps.len() - 1;
+        for (s, &(op, ai, bi, acc)) in steps.iter().enumerate() {
+            let (rank, dims, [a_st, b_st]) =
+                gpu_broadcast([&ins[ai].shape, &ins[bi].shape], &out.shape, self.name)?;
+            let a_same = acc || ins[ai].shape == out.shape;
+            let mut f = flags;
+            if acc {
+                f |= FLAG_ACCUMULATE;
+            }
+            if a_same && ins[bi].shape == out.shape {
+                f |= FLAG_CONTIGUOUS;
+            }
+            if self.mean && s == last && n > 1 {
+                f |= FLAG_DIVIDE;
+            }
+            let p = BinaryParams {
+                start,
+                count,
+                rank,
+                op: op as u32,
+                mode,
+                flags: f,
+                divisor: n as f32,
+                _pad: 0,
+                dims,
+                a_strides: a_st,
+                b_strides: b_st,
+            };
+            kernels.push(
+                GpuKernel::new(tandem_shaders::BINARY, vec![ai, bi], vec![0], &p, wg)
+                    .with_override("WG", 64.0),
+            );
+        }
+        Ok(kernels)
+    }
+}
+
+/// ONNX `Add`.
+pub fn add(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Add", BinaryKind::Add, false)
+}
+/// ONNX `Sub`.
+pub fn sub(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Sub", BinaryKind::Sub, false)
+}
+/// ONNX `Mul`.
+pub fn mul(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Mul", BinaryKind::Mul, false)
+}
+/// ONNX `Div` (integer division truncates toward zero; division by zero gives 0).
+pub fn div(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Div", BinaryKind::Div, false)
+}
+/// ONNX `Pow` (the exponent may have another numeric type than the base).
+pub fn pow(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Pow", BinaryKind::Pow, false)
+}
+/// ONNX `Mod` (fmod = 0: sign of the divisor; fmod = 1: sign of the dividend).
+pub fn modulo(a: &Attrs) -> Result<Box<dyn Op>> {
+    match a.int("fmod", 0)? {
+        0 => Binary::boxed("Mod", BinaryKind::Mod, false),
+        1 => Binary::boxed("Mod", BinaryKind::Fmod, false),
+        v => Err(OpError::Invalid(format!(
+            "Mod: attribute `fmod` must be 0 or 1, got {v}"
+        ))),
+    }
+}
+/// ONNX `PRelu` (slope broadcast to X).
+pub fn prelu(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("PRelu", BinaryKind::PRelu, false)
+}
+/// ONNX `Equal`.
+pub fn equal(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Equal", BinaryKind::Equal, false)
+}
+/// ONNX `Less`.
+pub fn less(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Less", BinaryKind::Less, false)
+}
+/// ONNX `Greater`.
+pub fn greater(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Greater", BinaryKind::Greater, false)
+}
+/// ONNX `LessOrEqual`.
+pub fn less_or_equal(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("LessOrEqual", BinaryKind::LessOrEqual, false)
+}
+/// ONNX `GreaterOrEqual`.
+pub fn greater_or_equal(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("GreaterOrEqual", BinaryKind::GreaterOrEqual, false)
+}
+/// ONNX `And` (bool).
+pub fn and(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("And", BinaryKind::And, false)
+}
+/// ONNX `Or` (bool).
+pub fn or(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Or", BinaryKind::Or, false)
+}
+/// ONNX `Xor` (bool).
+pub fn xor(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Xor", BinaryKind::Xor, false)
+}
+/// ONNX `Sum` (variadic, floats).
+pub fn sum(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Sum", BinaryKind::Add, true)
+}
+/// ONNX `Mean` (variadic, floats).
+pub fn mean(_: &Attrs) -> Result<Box<dyn Op>> {
+    Ok(Box::new(Binary {
+        name: "Mean",
+        kind: BinaryKind::Add,
+        variadic: true,
+        mean: true,
+    }))
+}
+/// ONNX `Max` (variadic; NaN propagates).
+pub fn max(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Max", BinaryKind::Max, true)
+}
+/// ONNX `Min` (variadic; NaN propagates).
+pub fn min(_: &Attrs) -> Result<Box<dyn Op>> {
+    Binary::boxed("Min", BinaryKind::Min, true)
+}
+
+#[cfg(test)]
+#[path = "elementwise_binary_tests.rs"]
+mod tests;

@@ -1,0 +1,297 @@
+//! ONNX `Where(condition, X, Y)`: elementwise selection with three-way numpy broadcasting.
+//!
+//! Sits between the registry and the broadcasting machinery of `elementwise_common.rs`. On
+//! the GPU (`where.wgsl`) selection copies 4-byte elements, so it serves every dtype.
+
+use crate::elementwise_common::{
+    check_rows, element_range, gpu_broadcast, gpu_range, last_axis, typed, typed_mut, Broadcast,
+    Elem, GpuDims,
+};
+use crate::{shape, Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
+use half::f16;
+use std::ops::Range;
+
+/// `Where`: `out = cond ? x : y`, broadcast.
+#[derive(Debug, Clone)]
+pub struct Where;
+
+/// GPU parameters of `where.wgsl` (144 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct WhereParams {
+    start: u32,
+    count: u32,
+    rank: u32,
+    /// bit 0: no broadcasting (all operands indexed like the output).
+    flags: u32,
+    dims: GpuDims,
+    c_strides: GpuDims,
+    x_strides: GpuDims,
+    y_strides: GpuDims,
+}
+
+/// `out[r] = c ? x : y` with all three broadcast by `bc`.
+fn select_broadcast<T: Elem>(
+    bc: &Broadcast<3>,
+    c: &[bool],
+    x: &[T],
+    y: &[T],
+    out: &mut [T],
+    r: Range<usize>,
+) {
+    let [sc, sx, sy] = bc.inner_strides();
+    bc.par_runs(out, r, |o, [ic, ix, iy]| {
+        let n = o.len();
+        if (sc, sx, sy) == (1, 1, 1) {
+            let (c, x, y) = (&c[ic..ic + n], &x[ix..ix + n], &y[iy..iy + n]);
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = if c[j] { x[j] } else { y[j] };
+            }
+        } else {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = if c[ic + j * sc] {
+                    x[ix + j * sx]
+                } else {
+                    y[iy + j * sy]
+                };
+            }
+        }
+    });
+}
+
+fn select_typed<T: Elem>(
+    bc: &Broadcast<3>,
+    ins: &[&Tensor],
+    out: &mut Tensor,
+    r: Range<usize>,
+) -> Result<()> {
+    let c = typed::<bool>(&ins[0].data)?;
+    let (x, y) = (typed::<T>(&ins[1].data)?, typed::<T>(&ins[2].data)?);
+    let o = &mut typed_mut::<T>(&mut out.data)?[r.clone()];
+    select_broadcast(bc, c, x, y, o, r);
+    Ok(())
+}
+
+impl Op for Where {
+    fn name(&self) -> &'static str {
+        "Where"
+    }
+
+    fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let [c, x, y] = ins else {
+            return Err(OpError::Invalid(format!(
+                "Where takes 3 inputs, got {}",
+                ins.len()
+            )));
+        };
+        if c.dtype != DType::Bool {
+            return Err(OpError::Invalid(format!(
+                "Where: condition must be bool, got {}",
+                c.dtype
+            )));
+        }
+        if x.dtype != y.dtype {
+            return Err(OpError::Invalid(format!(
+                "Where: X and Y types differ ({} and {})",
+                x.dtype, y.dtype
+            )));
+        }
+        let out = shape::broadcast_shapes(&[&c.shape, &x.shape, &y.shape])?;
+        Ok(vec![TensorMeta::new(x.dtype, out)])
+    }
+
+    fn split_axis(&self, _ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
+        last_axis(outs)
+    }
+
+    fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
+        if ins.len() != 3 {
+            return Err(OpError::Invalid(format!(
+                "Where takes 3 inputs, got {}",
+                ins.len()
+            )));
+        }
+        let out = &mut outs[0];
+        let numel = out.numel();
+        check_rows(&rows, numel, "Where")?;
+        let r = element_range(&rows, numel);
+        if r.is_empty() {
+            return Ok(());
+        }
+        let bc = Broadcast::new([&ins[0].shape, &ins[1].shape, &ins[2].shape], &out.shape);
+        match out.dtype() {
+            DType::F32 => select_typed::<f32>(&bc, ins, out, r),
+            DType::F16 => select_typed::<f16>(&bc, ins, out, r),
+            DType::F64 => select_typed::<f64>(&bc, ins, out, r),
+            DType::I64 => select_typed::<i64>(&bc, ins, out, r),
+            DType::I32 => select_typed::<i32>(&bc, ins, out, r),
+            DType::I8 => select_typed::<i8>(&bc, ins, out, r),
+            DType::U8 => select_typed::<u8>(&bc, ins, out, r),
+            DType::Bool => select_typed::<bool>(&bc, ins, out, r),
+        }
+    }
+
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>> {
+        let out = &outs[0];
+        let (start, count) = gpu_range(&rows, out.numel(), "Where")?;
+        let (rank, dims, [c_st, x_st, y_st]) = gpu_broadcast(
+            [&ins[0].shape, &ins[1].shape, &ins[2].shape],
+            &out.shape,
+            "Where",
+        )?;
+        let contiguous = ins.iter().all(|m| m.shape == out.shape);
+        let p = WhereParams {
+            start,
+            count,
+            rank,
+            flags: contiguous as u32,
+            dims,
+            c_strides: c_st,
+            x_strides: x_st,
+            y_strides: y_st,
+        };
+        let k = GpuKernel::new(
+            tandem_shaders::WHERE,
+            vec![0, 1, 2],
+            vec![0],
+            &p,
+            shape::grid_1d(count as u64, 64),
+        )
+        .with_override("WG", 64.0);
+        Ok(vec![k])
+    }
+}
+
+/// ONNX `Where`.
+pub fn where_op(_: &Attrs) -> Result<Box<dyn Op>> {
+    Ok(Box::new(Where))
+}
+
+#[cfg(test)]
+#[allow(clippy::cloned_ref_to_slice_refs)]
+mod tests {
+    use super::*;
+    use crate::Data;
+
+    fn run(ins: &[Tensor], rows: Option<Range<usize>>) -> Tensor {
+        let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
+        let refs: Vec<&TensorMeta> = metas.iter().collect();
+        let om = Where.infer(&refs).unwrap();
+        let mut outs = vec![Tensor::zeros(om[0].dtype, &om[0].shape)];
+        let n = om[0].numel();
+        let ins: Vec<&Tensor> = ins.iter().collect();
+        Where
+            .cpu(&ins, &mut outs, rows.unwrap_or(0..n.max(1)))
+            .unwrap();
+        outs.remove(0)
+    }
+
+    /// Naive reference: full index decomposition for each output element.
+    fn naive(
+        c: &Tensor,
+        x: &[f32],
+        xs: &[usize],
+        y: &[f32],
+        ys: &[usize],
+        out: &[usize],
+    ) -> Vec<f32> {
+        let at = |shape: &[usize], idx: &[usize]| -> usize {
+            let off = idx.len() - shape.len();
+            let mut flat = 0;
+            for (d, &n) in shape.iter().enumerate() {
+                flat = flat * n + if n == 1 { 0 } else { idx[off + d] };
+            }
+            flat
+        };
+        let Data::Bool(cv) = &c.data else { panic!() };
+        (0..shape::numel(out))
+            .map(|mut i| {
+                let mut idx = vec![0; out.len()];
+                for d in (0..out.len()).rev() {
+                    idx[d] = i % out[d];
+                    i /= out[d];
+                }
+                if cv[at(&c.shape, &idx)] {
+                    x[at(xs, &idx)]
+                } else {
+                    y[at(ys, &idx)]
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn three_way_broadcast_matches_naive() {
+        let c = Tensor::new(
+            vec![2, 1, 5],
+            Data::Bool((0..10).map(|i| i % 3 != 0).collect()),
+        );
+        let x: Vec<f32> = (0..4 * 5).map(|i| i as f32).collect();
+        let y: Vec<f32> = (0..3).map(|i| -(i as f32) - 1.0).collect();
+        let got = run(
+            &[
+                c.clone(),
+                Tensor::f32(&[4, 5], x.clone()),
+                Tensor::f32(&[3, 1, 1, 1], y.clone()),
+            ],
+            None,
+        );
+        let want = naive(&c, &x, &[4, 5], &y, &[3, 1, 1, 1], &[3, 2, 4, 5]);
+        assert_eq!(got.shape, vec![3, 2, 4, 5]);
+        assert_eq!(got.as_f32().unwrap(), &want[..]);
+    }
+
+    #[test]
+    fn row_range_and_other_types() {
+        let c = Tensor::new(vec![4], Data::Bool(vec![true, false, true, false]));
+        let x = Tensor::i64(&[4], vec![1, 2, 3, 4]);
+        let y = Tensor::i64(&[1], vec![-9]);
+        let got = run(&[c.clone(), x, y], Some(1..3));
+        assert_eq!(got.data, Data::I64(vec![0, -9, 3, 0]));
+        let xb = Tensor::new(vec![], Data::Bool(vec![true]));
+        let yb = Tensor::new(vec![4], Data::Bool(vec![false; 4]));
+        assert_eq!(
+            run(&[c.clone(), xb, yb], None).data,
+            Data::Bool(vec![true, false, true, false])
+        );
+        // Large, contiguous: the parallel fast path.
+        let n = 100_003;
+        let c = Tensor::new(vec![n], Data::Bool((0..n).map(|i| i % 7 < 3).collect()));
+        let x = Tensor::f32(&[n], (0..n).map(|i| i as f32).collect());
+        let y = Tensor::f32(&[n], vec![-1.0; n]);
+        let got = run(&[c, x, y], None);
+        for (i, v) in got.as_f32().unwrap().iter().enumerate() {
+            assert_eq!(*v, if i % 7 < 3 { i as f32 } else { -1.0 });
+        }
+        // Empty output.
+        let c = Tensor::new(vec![0], Data::Bool(vec![]));
+        let got = run(
+            &[
+                c,
+                Tensor::f32(&[1], vec![1.0]),
+                Tensor::f32(&[1], vec![2.0]),
+            ],
+            None,
+        );
+        assert_eq!(got.shape, vec![0]);
+    }
+
+    #[test]
+    fn rejects_bad_inputs() {
+        let f = TensorMeta::new(DType::F32, vec![2]);
+        let b = TensorMeta::new(DType::Bool, vec![2]);
+        let i = TensorMeta::new(DType::I64, vec![2]);
+        assert!(Where.infer(&[&f, &f, &f]).is_err());
+        assert!(Where.infer(&[&b, &f, &i]).is_err());
+        assert!(Where.infer(&[&b, &f]).is_err());
+        let bad = TensorMeta::new(DType::F32, vec![3]);
+        assert!(Where.infer(&[&b, &f, &bad]).is_err());
+        let k = Where.gpu(&[&b, &f, &f], &[f.clone()], 0..2).unwrap();
+        assert_eq!(k[0].inputs, vec![0, 1, 2]);
+    }
+}

@@ -1,0 +1,192 @@
+// binary: out[i] = f(a[ia], b[ib]) with numpy broadcasting (rank <= 8), for output elements
+// i in [params.start, params.start + params.count); f is params.op (the BinaryKind codes of
+// ops/src/binary.rs: Add, Sub, Mul, Div, Pow, Max, Min, Mod, Fmod, PRelu, comparisons, logic).
+// params.mode: 0 = f32 operands, 1 = i32 operands, 2 = bool (u32) operands. Comparisons write
+// bool (u32 0/1). Elements are bound as u32 and bitcast.
+// params.flags: bit 0 = a is the output itself (fold of variadic Sum/Mean/Max/Min), bit 1 = b
+// holds i32 (float Pow with an integer exponent), bit 2 = divide the result by params.divisor
+// (Mean), bit 3 = no broadcasting (both operands indexed like the output).
+// Bindings: 0 a (read), 1 b (read), 2 out (read_write), 3 params. Overrides: WG.
+
+override WG: u32 = 64u;
+
+struct Params {
+    start: u32,
+    count: u32,
+    rank: u32,
+    op: u32,
+    mode: u32,
+    flags: u32,
+    divisor: f32,
+    _pad: u32,
+    dims: array<vec4<u32>, 2>,
+    a_strides: array<vec4<u32>, 2>,
+    b_strides: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<u32>;
+@group(0) @binding(1) var<storage, read> b: array<u32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
+@group(0) @binding(3) var<uniform> params: Params;
+
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn pow_f(x: f32, y: f32) -> f32 {
+    if (y == 0.0) {
+        return 1.0;
+    }
+    if (y == 1.0) {
+        return x;
+    }
+    if (y == 2.0) {
+        return x * x;
+    }
+    if (x == 0.0) {
+        return select(0.0, bitcast<f32>(0x7f800000u), y < 0.0);
+    }
+    let m = exp2(y * log2(abs(x)));
+    if (x < 0.0) {
+        if (floor(y) != y) {
+            return bitcast<f32>(0x7fc00000u); // NaN
+        }
+        return select(m, -m, abs(y) % 2.0 == 1.0);
+    }
+    return m;
+}
+
+fn float_op(x: f32, y: f32) -> u32 {
+    var r: f32;
+    switch params.op {
+        case 0u: { r = x + y; }
+        case 1u: { r = x - y; }
+        case 2u: { r = x * y; }
+        case 3u: { r = x / y; }
+        case 4u: { r = pow_f(x, y); }
+        case 5u: { r = select(y, x, x > y || is_nan(x)); }
+        case 6u: { r = select(y, x, x < y || is_nan(x)); }
+        case 7u: { // Mod, sign of the divisor
+            let t = x % y;
+            r = select(t, t + y, t != 0.0 && ((t < 0.0) != (y < 0.0)));
+        }
+        case 8u: { r = x % y; } // Fmod: x - y * trunc(x / y)
+        case 9u: { r = select(x, x * y, x < 0.0); }
+        case 10u: { return select(0u, 1u, x == y); }
+        case 11u: { return select(0u, 1u, x < y); }
+        case 12u: { return select(0u, 1u, x > y); }
+        case 13u: { return select(0u, 1u, x <= y); }
+        case 14u: { return select(0u, 1u, x >= y); }
+        default: { r = x; } // First
+    }
+    if ((params.flags & 4u) != 0u) {
+        r = r / params.divisor;
+    }
+    return bitcast<u32>(r);
+}
+
+fn pow_i(x: i32, y: i32) -> i32 {
+    if (y < 0) {
+        if (x == 1) {
+            return 1;
+        }
+        if (x == -1) {
+            return select(-1, 1, (y & 1) == 0);
+        }
+        return 0;
+    }
+    var base = x;
+    var e = u32(y);
+    var r = 1;
+    loop {
+        if (e == 0u) {
+            break;
+        }
+        if ((e & 1u) == 1u) {
+            r = r * base;
+        }
+        base = base * base;
+        e = e >> 1u;
+    }
+    return r;
+}
+
+fn int_op(x: i32, y: i32) -> u32 {
+    var r: i32;
+    switch params.op {
+        case 0u: { r = x + y; }
+        case 1u: { r = x - y; }
+        case 2u: { r = x * y; }
+        case 3u: { r = select(x / y, 0, y == 0); }
+        case 4u: { r = pow_i(x, y); }
+        case 5u: { r = max(x, y); }
+        case 6u: { r = min(x, y); }
+        case 7u: {
+            let t = select(x % y, 0, y == 0);
+            r = select(t, t + y, t != 0 && ((t < 0) != (y < 0)));
+        }
+        case 8u: { r = select(x % y, 0, y == 0); }
+        case 9u: { r = select(x, x * y, x < 0); }
+        case 10u: { return select(0u, 1u, x == y); }
+        case 11u: { return select(0u, 1u, x < y); }
+        case 12u: { return select(0u, 1u, x > y); }
+        case 13u: { return select(0u, 1u, x <= y); }
+        case 14u: { return select(0u, 1u, x >= y); }
+        default: { r = x; }
+    }
+    return bitcast<u32>(r);
+}
+
+fn bool_op(x: bool, y: bool) -> u32 {
+    switch params.op {
+        case 10u: { return select(0u, 1u, x == y); }
+        case 15u: { return select(0u, 1u, x && y); }
+        case 16u: { return select(0u, 1u, x || y); }
+        case 17u: { return select(0u, 1u, x != y); }
+        default: { return select(0u, 1u, x); }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.count) {
+        return;
+    }
+    let j = params.start + i;
+    var ia = j;
+    var ib = j;
+    if ((params.flags & 8u) == 0u) {
+        ia = 0u;
+        ib = 0u;
+        var rem = j;
+        for (var d = params.rank; d > 0u; d = d - 1u) {
+            let k = d - 1u;
+            let len = params.dims[k / 4u][k % 4u];
+            let c = rem % len;
+            rem = rem / len;
+            ia = ia + c * params.a_strides[k / 4u][k % 4u];
+            ib = ib + c * params.b_strides[k / 4u][k % 4u];
+        }
+    }
+    var xa: u32;
+    if ((params.flags & 1u) != 0u) {
+        xa = out[j];
+    } else {
+        xa = a[ia];
+    }
+    let xb = b[ib];
+    var r: u32;
+    if (params.mode == 0u) {
+        var y = bitcast<f32>(xb);
+        if ((params.flags & 2u) != 0u) {
+            y = f32(bitcast<i32>(xb));
+        }
+        r = float_op(bitcast<f32>(xa), y);
+    } else if (params.mode == 1u) {
+        r = int_op(bitcast<i32>(xa), bitcast<i32>(xb));
+    } else {
+        r = bool_op(xa != 0u, xb != 0u);
+    }
+    out[j] = r;
+}
