@@ -12,6 +12,7 @@ pub mod gather;
 pub mod generate;
 pub mod movement;
 pub mod pad;
+pub mod resize;
 pub mod slice;
 pub mod transpose;
 pub mod view;

@@ -24,6 +24,8 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("Expand", crate::expand_tile::expand),
     ("Tile", crate::expand_tile::tile),
     ("Pad", crate::pad::pad),
+    ("Resize", crate::resize::resize),
+    ("Upsample", crate::resize::upsample),
     ("Shape", crate::generate::shape),
     ("Size", crate::generate::size),
     ("ConstantOfShape", crate::generate::constant_of_shape),
