@@ -91,7 +91,7 @@ impl ConvAttrs {
 
     /// Per spatial axis: (kernel, stride, dilation, pad begin, pad end), checking lengths and
     /// that `kernel_shape` (if given) agrees with W's spatial dims `wk`.
-    pub fn per_axis(&self, op: &str, wk: &[usize]) -> Result<Vec<(usize, usize, usize, i64, i64)>> {
+    pub fn per_axis(&self, op: &str, wk: &[usize]) -> Result<Vec<AxisParams>> {
         let r = wk.len();
         let len_ok = |name: &str, l: Option<usize>, want: usize| match l {
             Some(l) if l != want => Err(OpError::Invalid(format!(
@@ -128,10 +128,13 @@ impl ConvAttrs {
     }
 }
 
+/// One spatial axis: (kernel, stride, dilation, pad begin, pad end).
+pub type AxisParams = (usize, usize, usize, i64, i64);
+
 /// Output size and begin pad of one spatial axis of a convolution.
 pub fn conv_out_len(
     input: usize,
-    (k, s, d, pb, pe): (usize, usize, usize, i64, i64),
+    (k, s, d, pb, pe): AxisParams,
     auto_pad: AutoPad,
 ) -> Result<(usize, i64)> {
     let dk = ((k - 1) * d + 1) as i64;
@@ -309,6 +312,13 @@ struct OutPtr(*mut f32, usize);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Direct loop for `cg == 1`: each output line `(n, oc, oh)` in `rows` from its channel.
 fn direct_path(
     g: &Geom2,
@@ -435,6 +445,9 @@ fn rects(g: &Geom2, oc0: usize, q: Range<usize>) -> Vec<Rect> {
     v
 }
 
+/// One GEMM-path task: image, group, its rectangles, a pixel chunk.
+type Task = (usize, usize, std::sync::Arc<Vec<Rect>>, Range<usize>);
+
 /// GEMM path: per (image, group), rectangles of the row range, pixel chunks in parallel.
 fn gemm_path(g: &Geom2, x: &[f32], w: &[f32], out: &mut [f32], rows: Range<usize>) {
     let plane = g.oh * g.ow;
@@ -449,7 +462,7 @@ fn gemm_path(g: &Geom2, x: &[f32], w: &[f32], out: &mut [f32], rows: Range<usize
         && g.ow == g.w;
     let threads = rayon::current_num_threads().max(1);
     // (image, group, rects, pixel chunk)
-    let mut tasks: Vec<(usize, usize, std::sync::Arc<Vec<Rect>>, Range<usize>)> = Vec::new();
+    let mut tasks: Vec<Task> = Vec::new();
     let img_rows = g.m * g.oh;
     for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
         for grp in 0..g.group {
@@ -477,9 +490,7 @@ fn gemm_path(g: &Geom2, x: &[f32], w: &[f32], out: &mut [f32], rows: Range<usize
         }
     }
     let optr = OutPtr(out.as_mut_ptr(), out.len());
-    let run = |(n, grp, rs, chunk): &(usize, usize, std::sync::Arc<Vec<Rect>>, Range<usize>),
-               th: Threads| {
-        let optr = optr;
+    let run = |(n, grp, rs, chunk): &Task, th: Threads| {
         let xg_off = (n * g.c + grp * g.cg) * g.h * g.w;
         let col;
         let (bdata, boff, brs) = if direct_b {
@@ -514,7 +525,7 @@ fn gemm_path(g: &Geom2, x: &[f32], w: &[f32], out: &mut [f32], rows: Range<usize
                     a,
                     b,
                     0.0,
-                    optr.0,
+                    optr.ptr(),
                     optr.1,
                     ((n * g.m + r.oc.start) * plane + pix.start, plane, 1),
                     th,
@@ -756,7 +767,7 @@ mod tests {
         out
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::single_range_in_vec_init)]
     fn case(
         xs: [usize; 4],
         m: usize,
@@ -821,6 +832,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)]
     fn conv_matches_definition() {
         case(
             [1, 3, 9, 11],

@@ -416,6 +416,7 @@ mod tests {
         Tensor::f32(&shape, out)
     }
 
+    #[allow(clippy::single_range_in_vec_init)]
     fn check(sa: &[usize], sb: &[usize], want_shape: &[usize]) {
         let a = Tensor::f32(sa, fill(sa.iter().product(), 1));
         let b = Tensor::f32(sb, fill(sb.iter().product(), 2));
