@@ -225,7 +225,7 @@ impl Split {
             (None, Some(n)) => {
                 let chunk = if self.opset >= 18 {
                     dim.div_ceil(n)
-                } else if dim % n == 0 {
+                } else if dim.is_multiple_of(n) {
                     dim / n
                 } else {
                     return Err(OpError::Invalid(format!(
@@ -395,7 +395,7 @@ mod tests {
                 .with("num_outputs", AttrValue::Int(2)),
         )
         .unwrap();
-        let o = run(&*op, &[x.clone()]);
+        let o = run(&*op, std::slice::from_ref(&x));
         assert_eq!(o[0].data, Data::I64(vec![0, 1, 2, 5, 6, 7]));
         assert_eq!(o[1].data, Data::I64(vec![3, 4, 8, 9]));
         let op = split(&Attrs::new(13).with("axis", AttrValue::Int(-1))).unwrap();

@@ -649,7 +649,10 @@ mod tests {
     fn shape_size_and_constant_of_shape() {
         let x = Tensor::zeros(DType::F32, &[2, 3, 4]);
         let s = shape(&Attrs::new(15).with("start", AttrValue::Int(-2))).unwrap();
-        assert_eq!(run(&*s, &[x.clone()]).data, Data::I64(vec![3, 4]));
+        assert_eq!(
+            run(&*s, std::slice::from_ref(&x)).data,
+            Data::I64(vec![3, 4])
+        );
         assert_eq!(
             run(&*size(&Attrs::new(13)).unwrap(), &[x]).data,
             Data::I64(vec![24])
@@ -696,7 +699,7 @@ mod tests {
         );
         let lo = trilu(&Attrs::new(14).with("upper", AttrValue::Int(0))).unwrap();
         assert_eq!(
-            run(&*lo, &[x.clone()]).data,
+            run(&*lo, std::slice::from_ref(&x)).data,
             Data::I64(vec![1, 0, 0, 4, 5, 0, 7, 8, 9])
         );
         let eye = eye_like(

@@ -11,10 +11,12 @@ use crate::shape::{normalize_axis, strides};
 use crate::{Attrs, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
 use std::ops::Range;
 
+/// The (starts, ends, axes) attributes of opset 1.
+type SliceAttrs = (Vec<i64>, Vec<i64>, Option<Vec<i64>>);
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slice {
-    /// (starts, ends, axes) attributes of opset 1.
-    attrs: Option<(Vec<i64>, Vec<i64>, Option<Vec<i64>>)>,
+    attrs: Option<SliceAttrs>,
 }
 
 pub fn slice(attrs: &Attrs) -> Result<Box<dyn Op>> {

@@ -267,7 +267,7 @@ fn reshape_dims(dims: &[usize], shape: &[i64], allowzero: bool) -> Result<Vec<us
     }
     if let Some(i) = infer_at {
         let known: usize = out.iter().product();
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(OpError::Invalid(format!(
                 "Reshape: cannot infer -1 of {shape:?} for {total} elements"
             )));
