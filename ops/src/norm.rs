@@ -63,14 +63,16 @@ pub(crate) fn sum8(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     acc.iter().sum::<f32>() + rest
 }
 
-/// Mean and `1 / sqrt(var + eps)` of a row, two-pass (the variance sums squared deviations
-/// from the mean, so large offsets do not cancel).
+/// Mean and `1 / sqrt(var + eps)` of a row, two-pass (the mean sums deviations from the first
+/// element, the variance squared deviations from the mean, so large offsets do not cancel).
 pub(crate) fn row_stats(x: &[f32], eps: f32) -> (f32, f32) {
     if x.is_empty() {
         return (0.0, 1.0 / eps.sqrt());
     }
     let n = x.len() as f32;
-    let mean = sum8(x, |v| v) / n;
+    // Shifted by the first element so a large common offset does not swamp the sum.
+    let k = x[0];
+    let mean = k + sum8(x, |v| v - k) / n;
     let var = sum8(x, |v| (v - mean) * (v - mean)) / n;
     (mean, 1.0 / (var + eps).sqrt())
 }
@@ -391,7 +393,7 @@ fn row_kernels(
     stats: bool,
     rows: Range<usize>,
 ) -> Result<Vec<GpuKernel>> {
-    if rows.is_empty() {
+    if rows.is_empty() || p.n == 0 {
         return Ok(Vec::new());
     }
     let wg = grid_1d(rows.len() as u64, 64);

@@ -1,6 +1,6 @@
 // norm: row normalisation for LayerNormalization and InstanceNormalization. One invocation per
 // row r in [params.first_row, params.first_row + params.rows): over x[r * n ..][..n], a two-pass
-// mean and variance, then y = (x - mean) / sqrt(var + eps) * scale[si] + (has_bias ? b[bi] : 0)
+// (shifted) mean and variance, then y = (x - mean) / sqrt(var + eps) * scale[si] + (has_bias ? b[bi] : 0)
 // with si = (r % channels) * s_row + j * s_el and bi = (r % channels) * b_row + j * b_el
 // (LayerNorm: channels 1, s_el 1 or 0; InstanceNorm: s_row 1, s_el 0).
 // Bindings: 0 x, 1 scale, 2 b (scale again when absent), 3 y, 4 params. Overrides: WG.
@@ -37,11 +37,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let r = params.first_row + i;
     let n = params.n;
     let base = r * n;
+    // Shifted by the first element so a large common offset does not swamp the sum.
+    let k = x[base];
     var s = 0.0;
     for (var j = 0u; j < n; j = j + 1u) {
-        s = s + x[base + j];
+        s = s + (x[base + j] - k);
     }
-    let mean = s / f32(n);
+    let mean = k + s / f32(n);
     var v = 0.0;
     for (var j = 0u; j < n; j = j + 1u) {
         let d = x[base + j] - mean;

@@ -26,11 +26,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let r = params.first_row + i;
     let n = params.n;
     let base = r * n;
+    // Shifted by the first element so a large common offset does not swamp the sum.
+    let k = x[base];
     var s = 0.0;
     for (var j = 0u; j < n; j = j + 1u) {
-        s = s + x[base + j];
+        s = s + (x[base + j] - k);
     }
-    let mean = s / f32(n);
+    let mean = k + s / f32(n);
     var v = 0.0;
     for (var j = 0u; j < n; j = j + 1u) {
         let d = x[base + j] - mean;

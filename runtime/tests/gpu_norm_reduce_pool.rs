@@ -1,0 +1,707 @@
+//! GPU-vs-reference tests of the normalisation, reduction and pooling family: Softmax,
+//! LogSoftmax, Reduce*, ArgMax/ArgMin, MaxPool, AveragePool, the global pools,
+//! LayerNormalization, InstanceNormalization, BatchNormalization and LRN.
+//!
+//! Each case is computed by a naive f64 reference written here, then by the op on the CPU, on
+//! the GPU (lavapipe in CI) and split across both at several rows (odd ones included). Shapes
+//! are deliberately not multiples of the workgroup size.
+
+use std::ops::Range;
+use tandem::testing::{assert_close, run_cpu, run_gpu, run_split, try_run_gpu_rows};
+use tandem_ops::{registry, AttrValue, Attrs, GpuKernel, Op, Tensor, TensorMeta, Work};
+
+fn fill(shape: &[usize], seed: u32) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v = (0..n)
+        .map(|i| {
+            ((i as u32)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(40503))
+                >> 20) as f32
+                / 512.0
+                - 4.0
+        })
+        .collect();
+    Tensor::f32(shape, v)
+}
+
+fn op(name: &str, opset: i64, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
+    let mut a = Attrs::new(opset);
+    for (k, v) in attrs {
+        a = a.with(k, v.clone());
+    }
+    registry::build(name, &a).unwrap()
+}
+
+fn int(v: i64) -> AttrValue {
+    AttrValue::Int(v)
+}
+
+fn ints(v: &[i64]) -> AttrValue {
+    AttrValue::Ints(v.to_vec())
+}
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    t.to_f64_vec()
+}
+
+fn tensor(shape: &[usize], v: Vec<f64>) -> Tensor {
+    Tensor::f32(shape, v.into_iter().map(|x| x as f32).collect())
+}
+
+/// Output 0 (and every further output in `want`) on the CPU and the GPU, and output 0 split
+/// at row 1, an odd row near the middle and the last row, must match `want`.
+fn check(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f32) {
+    let cpu = run_cpu(op, ins);
+    let gpu = run_gpu(op, ins);
+    for (i, w) in want.iter().enumerate() {
+        assert_close(&cpu[i], w, tol, tol);
+        assert_close(&gpu[i], w, tol, tol);
+    }
+    let metas: Vec<TensorMeta> = ins
+        .iter()
+        .map(|t| TensorMeta::constant(t.clone()))
+        .collect();
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    let outs = op.infer(&refs).unwrap();
+    let rows = tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs));
+    for cut in [1, rows / 2 | 1, rows.saturating_sub(1)] {
+        let s = run_split(op, ins, cut);
+        assert_close(&s[0], &want[0], tol, tol);
+    }
+}
+
+/// An op as a node that asks only for its first `n` outputs (what the runtime passes when a
+/// model omits trailing optional outputs).
+#[derive(Debug)]
+struct FirstOutputs(Box<dyn Op>, usize);
+
+impl Op for FirstOutputs {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn infer(&self, ins: &[&TensorMeta]) -> tandem_ops::Result<Vec<TensorMeta>> {
+        let mut o = self.0.infer(ins)?;
+        o.truncate(self.1);
+        Ok(o)
+    }
+    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
+        self.0.work(ins, outs)
+    }
+    fn split_axis(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
+        self.0.split_axis(ins, outs)
+    }
+    fn cpu(
+        &self,
+        ins: &[&Tensor],
+        outs: &mut [Tensor],
+        rows: Range<usize>,
+    ) -> tandem_ops::Result<()> {
+        self.0.cpu(ins, outs, rows)
+    }
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> tandem_ops::Result<Vec<GpuKernel>> {
+        self.0.gpu(ins, outs, rows)
+    }
+}
+
+/// `(outer, n, inner)` around axis `a`.
+fn around(shape: &[usize], a: usize) -> (usize, usize, usize) {
+    (
+        shape[..a].iter().product(),
+        shape[a],
+        shape[a + 1..].iter().product(),
+    )
+}
+
+// ---------------------------------------------------------------- Softmax
+
+fn naive_softmax(x: &Tensor, a: usize, log: bool) -> Tensor {
+    let v = f64s(x);
+    let (outer, n, inner) = around(&x.shape, a);
+    let mut y = vec![0.0; v.len()];
+    for o in 0..outer {
+        for j in 0..inner {
+            let at = |k: usize| o * n * inner + k * inner + j;
+            let m = (0..n).map(|k| v[at(k)]).fold(f64::MIN, f64::max);
+            let s: f64 = (0..n).map(|k| (v[at(k)] - m).exp()).sum();
+            for k in 0..n {
+                y[at(k)] = if log {
+                    v[at(k)] - m - s.ln()
+                } else {
+                    (v[at(k)] - m).exp() / s
+                };
+            }
+        }
+    }
+    tensor(&x.shape, y)
+}
+
+#[test]
+fn softmax_and_log_softmax_on_each_axis() {
+    let x = fill(&[3, 37, 70], 1);
+    for name in ["Softmax", "LogSoftmax"] {
+        for axis in [-1i64, 1, 0] {
+            let o = op(name, 13, &[("axis", int(axis))]);
+            let want = naive_softmax(&x, axis.rem_euclid(3) as usize, name == "LogSoftmax");
+            check(&*o, std::slice::from_ref(&x), &[want], 1e-5);
+        }
+    }
+    // Opset 11: coerced to 2-D at axis 1, i.e. a softmax over 37 * 70 elements per batch.
+    let o = op("Softmax", 11, &[]);
+    let flat = Tensor::f32(&[3, 37 * 70], x.as_f32().unwrap().to_vec());
+    let want = naive_softmax(&flat, 1, false);
+    check(
+        &*o,
+        std::slice::from_ref(&x),
+        &[Tensor::f32(&x.shape, want.as_f32().unwrap().to_vec())],
+        1e-6,
+    );
+}
+
+#[test]
+fn softmax_of_an_empty_tensor() {
+    let x = Tensor::f32(&[0, 5], vec![]);
+    let o = op("Softmax", 13, &[]);
+    assert_eq!(run_gpu(&*o, std::slice::from_ref(&x))[0].shape, vec![0, 5]);
+    assert_eq!(run_cpu(&*o, &[x])[0].shape, vec![0, 5]);
+}
+
+// ---------------------------------------------------------------- Reduce*
+
+fn naive_reduce(x: &Tensor, red: &[bool], keep: bool, f: fn(&[f64]) -> f64) -> Tensor {
+    let out_keep: Vec<usize> = x
+        .shape
+        .iter()
+        .zip(red)
+        .map(|(&d, &r)| if r { 1 } else { d })
+        .collect();
+    let st = tandem_ops::shape::strides(&x.shape);
+    let ost = tandem_ops::shape::strides(&out_keep);
+    let mut groups = vec![Vec::new(); out_keep.iter().product()];
+    for (i, v) in f64s(x).into_iter().enumerate() {
+        let o: usize = (0..x.shape.len())
+            .filter(|&d| !red[d])
+            .map(|d| i / st[d] % x.shape[d] * ost[d])
+            .sum();
+        groups[o].push(v);
+    }
+    let shape: Vec<usize> = if keep {
+        out_keep
+    } else {
+        x.shape
+            .iter()
+            .zip(red)
+            .filter(|(_, &r)| !r)
+            .map(|(&d, _)| d)
+            .collect()
+    };
+    tensor(&shape, groups.iter().map(|g| f(g)).collect())
+}
+
+type Fold = fn(&[f64]) -> f64;
+
+fn folds() -> Vec<(&'static str, Fold)> {
+    vec![
+        ("ReduceSum", |g| g.iter().sum()),
+        ("ReduceMean", |g| g.iter().sum::<f64>() / g.len() as f64),
+        ("ReduceMax", |g| {
+            g.iter().cloned().fold(f64::NEG_INFINITY, f64::max)
+        }),
+        ("ReduceMin", |g| {
+            g.iter().cloned().fold(f64::INFINITY, f64::min)
+        }),
+        ("ReduceProd", |g| g.iter().product()),
+        ("ReduceL1", |g| g.iter().map(|v| v.abs()).sum()),
+        ("ReduceL2", |g| g.iter().map(|v| v * v).sum::<f64>().sqrt()),
+        ("ReduceSumSquare", |g| g.iter().map(|v| v * v).sum()),
+        ("ReduceLogSumExp", |g| {
+            let m = g.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            m + g.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+        }),
+    ]
+}
+
+#[test]
+fn every_reduction_on_several_axis_sets() {
+    let x = fill(&[5, 7, 3, 11], 2);
+    // Small values for ReduceProd so the product stays finite and well conditioned.
+    let xp = Tensor::f32(
+        &x.shape,
+        x.as_f32().unwrap().iter().map(|v| 1.0 + v / 16.0).collect(),
+    );
+    let axis_sets: [&[i64]; 5] = [&[-1], &[1], &[0, 2], &[1, 2], &[]];
+    for (name, f) in folds() {
+        let x = if name == "ReduceProd" { &xp } else { &x };
+        for axes in axis_sets {
+            for keep in [1, 0] {
+                let red: Vec<bool> = if axes.is_empty() {
+                    vec![true; 4]
+                } else {
+                    (0..4)
+                        .map(|d| axes.contains(&d) || axes.contains(&(d - 4)))
+                        .collect()
+                };
+                let want = naive_reduce(x, &red, keep == 1, f);
+                let o = op(name, 18, &[("keepdims", int(keep))]);
+                let ins = [x.clone(), Tensor::i64(&[axes.len()], axes.to_vec())];
+                check(&*o, &ins, std::slice::from_ref(&want), 1e-4);
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_sum_old_opset_attribute_noop_and_empty() {
+    let x = fill(&[4, 67], 3);
+    let o = op("ReduceSum", 11, &[("axes", ints(&[0]))]);
+    let want = naive_reduce(&x, &[true, false], true, |g| g.iter().sum());
+    check(&*o, std::slice::from_ref(&x), &[want], 1e-5);
+    // Empty axes with noop_with_empty_axes: the input unchanged.
+    let o = op("ReduceMean", 18, &[("noop_with_empty_axes", int(1))]);
+    check(
+        &*o,
+        &[x.clone(), Tensor::i64(&[0], vec![])],
+        std::slice::from_ref(&x),
+        0.0,
+    );
+    // A reduction over an empty axis gives the identity.
+    let e = Tensor::f32(&[3, 0, 2], vec![]);
+    let o = op("ReduceSum", 13, &[]);
+    let want = Tensor::f32(&[3, 1, 2], vec![0.0; 6]);
+    check(&*o, &[e, Tensor::i64(&[1], vec![1])], &[want], 0.0);
+}
+
+fn naive_arg(x: &Tensor, a: usize, max: bool, last: bool) -> Vec<i64> {
+    let v = f64s(x);
+    let (outer, n, inner) = around(&x.shape, a);
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for j in 0..inner {
+            let vals: Vec<f64> = (0..n).map(|k| v[o * n * inner + k * inner + j]).collect();
+            let best = vals
+                .iter()
+                .cloned()
+                .fold(if max { f64::MIN } else { f64::MAX }, |b, v| {
+                    if max {
+                        b.max(v)
+                    } else {
+                        b.min(v)
+                    }
+                });
+            let hits: Vec<usize> = (0..n).filter(|&k| vals[k] == best).collect();
+            out.push(if last { hits[hits.len() - 1] } else { hits[0] } as i64);
+        }
+    }
+    out
+}
+
+#[test]
+fn argmax_argmin_with_ties() {
+    // Coarse values so ties happen.
+    let x = Tensor::f32(
+        &[6, 13, 9],
+        fill(&[6, 13, 9], 4)
+            .as_f32()
+            .unwrap()
+            .iter()
+            .map(|v| v.round())
+            .collect(),
+    );
+    for name in ["ArgMax", "ArgMin"] {
+        for axis in [0i64, 1, -1] {
+            for last in [0, 1] {
+                let a = axis.rem_euclid(3) as usize;
+                let o = op(
+                    name,
+                    13,
+                    &[
+                        ("axis", int(axis)),
+                        ("select_last_index", int(last)),
+                        ("keepdims", int(0)),
+                    ],
+                );
+                let want = naive_arg(&x, a, name == "ArgMax", last == 1);
+                let mut shape = x.shape.clone();
+                shape.remove(a);
+                let want = Tensor::i64(&shape, want);
+                check(&*o, std::slice::from_ref(&x), &[want], 0.0);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Pools
+
+/// Naive 2-D pooling over an explicitly padded plane (None marks padding). `mode`: 0 max,
+/// 1 average of the real elements, 2 average over the whole kernel.
+fn naive_pool(
+    x: &Tensor,
+    k: [usize; 2],
+    s: [usize; 2],
+    d: [usize; 2],
+    pads: [usize; 4],
+    mode: u8,
+) -> Tensor {
+    let (nc, h, w) = (x.shape[0] * x.shape[1], x.shape[2], x.shape[3]);
+    let oh = (h + pads[0] + pads[2] - (k[0] - 1) * d[0] - 1) / s[0] + 1;
+    let ow = (w + pads[1] + pads[3] - (k[1] - 1) * d[1] - 1) / s[1] + 1;
+    let (ph, pw) = (h + pads[0] + pads[2], w + pads[1] + pads[3]);
+    let v = f64s(x);
+    let mut y = Vec::new();
+    for c in 0..nc {
+        let mut p = vec![None; ph * pw];
+        for i in 0..h {
+            for j in 0..w {
+                p[(i + pads[0]) * pw + j + pads[1]] = Some(v[(c * h + i) * w + j]);
+            }
+        }
+        for oi in 0..oh {
+            for oj in 0..ow {
+                let mut win = Vec::new();
+                for a in 0..k[0] {
+                    for b in 0..k[1] {
+                        win.push(p[(oi * s[0] + a * d[0]) * pw + oj * s[1] + b * d[1]]);
+                    }
+                }
+                let real: Vec<f64> = win.iter().flatten().cloned().collect();
+                y.push(match mode {
+                    0 => real.iter().cloned().fold(f64::MIN, f64::max),
+                    1 => real.iter().sum::<f64>() / real.len() as f64,
+                    _ => real.iter().sum::<f64>() / win.len() as f64,
+                });
+            }
+        }
+    }
+    tensor(&[x.shape[0], x.shape[1], oh, ow], y)
+}
+
+#[test]
+fn max_and_average_pool_2d() {
+    let x = fill(&[2, 3, 19, 23], 5);
+    let cases: [([usize; 2], [usize; 2], [usize; 2], [usize; 4]); 4] = [
+        ([3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
+        ([2, 3], [1, 2], [2, 1], [0, 1, 2, 0]),
+        ([5, 5], [3, 3], [1, 1], [2, 2, 2, 2]),
+        ([1, 1], [1, 1], [1, 1], [0, 0, 0, 0]),
+    ];
+    for (k, s, d, pads) in cases {
+        let to = |v: &[usize]| ints(&v.iter().map(|&x| x as i64).collect::<Vec<_>>());
+        let attrs = |cip: i64| {
+            vec![
+                ("kernel_shape", to(&k)),
+                ("strides", to(&s)),
+                ("dilations", to(&d)),
+                ("pads", to(&pads)),
+                ("count_include_pad", int(cip)),
+            ]
+        };
+        let max = FirstOutputs(op("MaxPool", 12, &attrs(0)), 1);
+        check(
+            &max,
+            std::slice::from_ref(&x),
+            &[naive_pool(&x, k, s, d, pads, 0)],
+            1e-6,
+        );
+        let avg = op("AveragePool", 19, &attrs(0));
+        check(
+            &*avg,
+            std::slice::from_ref(&x),
+            &[naive_pool(&x, k, s, d, pads, 1)],
+            1e-5,
+        );
+        let avg = op("AveragePool", 19, &attrs(1));
+        check(
+            &*avg,
+            std::slice::from_ref(&x),
+            &[naive_pool(&x, k, s, d, pads, 2)],
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn pools_1d_3d_ceil_and_auto_pad() {
+    // 1-D, SAME_UPPER, stride 2: 67 -> 34 outputs.
+    let x = fill(&[2, 5, 67], 6);
+    let o = op(
+        "AveragePool",
+        11,
+        &[
+            ("kernel_shape", ints(&[4])),
+            ("strides", ints(&[2])),
+            ("auto_pad", AttrValue::String("SAME_UPPER".into())),
+        ],
+    );
+    let gpu = run_gpu(&*o, std::slice::from_ref(&x));
+    assert_eq!(gpu[0].shape, vec![2, 5, 34]);
+    assert_close(
+        &gpu[0],
+        &run_cpu(&*o, std::slice::from_ref(&x))[0],
+        1e-5,
+        1e-5,
+    );
+    // SAME_UPPER: total pad 33 * 2 + 4 - 67 = 3, split [1, 2] (the extra one at the end).
+    let as2d = Tensor::f32(&[2, 5, 1, 67], x.as_f32().unwrap().to_vec());
+    let want = naive_pool(&as2d, [1, 4], [1, 2], [1, 1], [0, 1, 0, 2], 1);
+    assert_close(
+        &gpu[0],
+        &Tensor::f32(&[2, 5, 34], want.as_f32().unwrap().to_vec()),
+        1e-5,
+        1e-5,
+    );
+    // Ceil mode: 4x4 of 1..16, kernel 3, stride 2 (the ONNX example).
+    let x = Tensor::f32(&[1, 1, 4, 4], (1..=16).map(|v| v as f32).collect());
+    let a = [
+        ("kernel_shape", ints(&[3, 3])),
+        ("strides", ints(&[2, 2])),
+        ("ceil_mode", int(1)),
+    ];
+    let want = Tensor::f32(&[1, 1, 2, 2], vec![11., 12., 15., 16.]);
+    check(
+        &FirstOutputs(op("MaxPool", 12, &a), 1),
+        std::slice::from_ref(&x),
+        &[want],
+        0.0,
+    );
+    let want = Tensor::f32(&[1, 1, 2, 2], vec![6., 7.5, 12., 13.5]);
+    check(
+        &*op("AveragePool", 19, &a),
+        std::slice::from_ref(&x),
+        &[want],
+        1e-6,
+    );
+    // 3-D: kernel 2x2x2 stride 2 over 3x4x5 (floor), against the CPU.
+    let x = fill(&[1, 2, 3, 4, 5], 7);
+    let o = FirstOutputs(
+        op(
+            "MaxPool",
+            12,
+            &[
+                ("kernel_shape", ints(&[2, 2, 2])),
+                ("strides", ints(&[2, 2, 2])),
+            ],
+        ),
+        1,
+    );
+    let cpu = run_cpu(&o, std::slice::from_ref(&x));
+    assert_eq!(cpu[0].shape, vec![1, 2, 1, 2, 2]);
+    let v = x.as_f32().unwrap();
+    let at = |c: usize, d: usize, h: usize, w: usize| v[((c * 3 + d) * 4 + h) * 5 + w];
+    let mut want = Vec::new();
+    for c in 0..2 {
+        for oh in 0..2 {
+            for ow in 0..2 {
+                let mut m = f32::MIN;
+                for (d, h, w) in (0..8).map(|i| (i / 4, oh * 2 + i / 2 % 2, ow * 2 + i % 2)) {
+                    m = m.max(at(c, d, h, w));
+                }
+                want.push(m);
+            }
+        }
+    }
+    check(
+        &o,
+        std::slice::from_ref(&x),
+        &[Tensor::f32(&[1, 2, 1, 2, 2], want)],
+        0.0,
+    );
+}
+
+#[test]
+fn max_pool_indices_are_cpu_only() {
+    let x = fill(&[1, 2, 5, 5], 8);
+    let o = op("MaxPool", 12, &[("kernel_shape", ints(&[2, 2]))]);
+    assert!(try_run_gpu_rows(&*o, std::slice::from_ref(&x), None).is_err());
+    let cpu = run_cpu(&*o, std::slice::from_ref(&x));
+    // Every index points at an input element equal to the output.
+    let v = x.as_f32().unwrap();
+    for (y, i) in cpu[0].as_f32().unwrap().iter().zip(cpu[1].to_i64_vec()) {
+        assert_eq!(*y, v[i as usize]);
+    }
+}
+
+#[test]
+fn global_pools() {
+    let x = fill(&[3, 7, 9, 11], 9);
+    let red = [false, false, true, true];
+    let want = naive_reduce(&x, &red, true, |g| g.iter().sum::<f64>() / g.len() as f64);
+    check(
+        &*op("GlobalAveragePool", 1, &[]),
+        std::slice::from_ref(&x),
+        &[want],
+        1e-5,
+    );
+    let want = naive_reduce(&x, &red, true, |g| {
+        g.iter().cloned().fold(f64::MIN, f64::max)
+    });
+    check(
+        &*op("GlobalMaxPool", 1, &[]),
+        std::slice::from_ref(&x),
+        &[want],
+        0.0,
+    );
+}
+
+// ---------------------------------------------------------------- Normalisations
+
+/// Naive normalisation of rows of `n` elements: (y, mean, inv_std), scale/bias by (row, j).
+fn naive_rows(
+    x: &Tensor,
+    n: usize,
+    eps: f64,
+    sb: &dyn Fn(usize, usize) -> (f64, f64),
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let v = f64s(x);
+    let (mut y, mut ms, mut is) = (Vec::new(), Vec::new(), Vec::new());
+    for (r, row) in v.chunks(n).enumerate() {
+        let m = row.iter().sum::<f64>() / n as f64;
+        let var = row.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n as f64;
+        let inv = 1.0 / (var + eps).sqrt();
+        for (j, x) in row.iter().enumerate() {
+            let (s, b) = sb(r, j);
+            y.push((x - m) * inv * s + b);
+        }
+        ms.push(m);
+        is.push(inv);
+    }
+    (y, ms, is)
+}
+
+#[test]
+fn layer_norm_with_stats_scalar_bias_and_offset_data() {
+    // A large offset checks the two-pass variance.
+    let x = Tensor::f32(
+        &[3, 5, 77],
+        fill(&[3, 5, 77], 10)
+            .as_f32()
+            .unwrap()
+            .iter()
+            .map(|v| v + 1000.0)
+            .collect(),
+    );
+    let s = fill(&[77], 11);
+    let b = fill(&[77], 12);
+    let (sv, bv) = (f64s(&s), f64s(&b));
+    let (y, m, inv) = naive_rows(&x, 77, 1e-5, &|_, j| (sv[j], bv[j]));
+    let o = op("LayerNormalization", 17, &[]);
+    let ins = [x.clone(), s.clone(), b.clone()];
+    let want = [
+        tensor(&x.shape, y),
+        tensor(&[3, 5, 1], m),
+        tensor(&[3, 5, 1], inv),
+    ];
+    check(&*o, &ins, &want, 2e-4);
+    check(
+        &FirstOutputs(op("LayerNormalization", 17, &[]), 1),
+        &ins,
+        &want[..1],
+        2e-4,
+    );
+    // axis 1, scalar scale, no bias.
+    let x = fill(&[4, 3, 25], 13);
+    let o = FirstOutputs(
+        op(
+            "LayerNormalization",
+            17,
+            &[("axis", int(1)), ("epsilon", AttrValue::Float(1e-2))],
+        ),
+        1,
+    );
+    let (y, _, _) = naive_rows(&x, 75, 1e-2, &|_, _| (1.5, 0.0));
+    check(
+        &o,
+        &[x.clone(), Tensor::f32(&[1], vec![1.5])],
+        &[tensor(&x.shape, y)],
+        1e-4,
+    );
+}
+
+#[test]
+fn instance_and_batch_norm() {
+    let x = fill(&[2, 5, 9, 7], 14);
+    let (s, b) = (fill(&[5], 15), fill(&[5], 16));
+    let (sv, bv) = (f64s(&s), f64s(&b));
+    let (y, _, _) = naive_rows(&x, 63, 1e-5, &|r, _| (sv[r % 5], bv[r % 5]));
+    let o = op("InstanceNormalization", 6, &[]);
+    check(
+        &*o,
+        &[x.clone(), s.clone(), b.clone()],
+        &[tensor(&x.shape, y)],
+        1e-4,
+    );
+
+    let (m, var) = (fill(&[5], 17), fill(&[5], 18));
+    let var = Tensor::f32(
+        &[5],
+        var.as_f32()
+            .unwrap()
+            .iter()
+            .map(|v| v.abs() + 0.1)
+            .collect(),
+    );
+    let (mv, vv) = (f64s(&m), f64s(&var));
+    let xv = f64s(&x);
+    let y: Vec<f64> = (0..xv.len())
+        .map(|i| {
+            let c = i / 63 % 5;
+            (xv[i] - mv[c]) / (vv[c] + 1e-3).sqrt() * sv[c] + bv[c]
+        })
+        .collect();
+    let o = op(
+        "BatchNormalization",
+        15,
+        &[("epsilon", AttrValue::Float(1e-3))],
+    );
+    check(
+        &*o,
+        &[x.clone(), s, b, m, var],
+        &[tensor(&x.shape, y)],
+        1e-5,
+    );
+}
+
+#[test]
+fn lrn_across_channels() {
+    let x = fill(&[2, 7, 5, 3], 19);
+    let xv = f64s(&x);
+    for size in [3i64, 4] {
+        let (alpha, beta, bias) = (1e-2f64, 0.75f64, 1.5f64);
+        let o = op(
+            "LRN",
+            13,
+            &[
+                ("size", int(size)),
+                ("alpha", AttrValue::Float(alpha as f32)),
+                ("beta", AttrValue::Float(beta as f32)),
+                ("bias", AttrValue::Float(bias as f32)),
+            ],
+        );
+        let y: Vec<f64> = (0..xv.len())
+            .map(|i| {
+                let (c, s, n) = (i / 15 % 7, i % 15, i / 105);
+                let lo = (c as i64 - (size - 1) / 2).max(0) as usize;
+                let hi = (c + (size as usize) / 2).min(6);
+                let sq: f64 = (lo..=hi).map(|cc| xv[(n * 7 + cc) * 15 + s].powi(2)).sum();
+                xv[i] / (bias + alpha / size as f64 * sq).powf(beta)
+            })
+            .collect();
+        check(&*o, std::slice::from_ref(&x), &[tensor(&x.shape, y)], 1e-5);
+    }
+}
+
+#[test]
+fn gpu_refuses_integer_reductions_with_a_reason() {
+    let x = Tensor::i64(&[2, 3], vec![1, 2, 3, 4, 5, 6]);
+    let o = op("ReduceSum", 13, &[]);
+    let err = try_run_gpu_rows(&*o, &[x.clone(), Tensor::i64(&[1], vec![1])], None).unwrap_err();
+    assert!(err.to_string().contains("f32"), "{err}");
+    assert_eq!(
+        run_cpu(&*o, &[x, Tensor::i64(&[1], vec![1])])[0].to_i64_vec(),
+        vec![6, 15]
+    );
+}
