@@ -133,6 +133,7 @@ fn main() {
 
     let (mut loaded, mut failed, mut panicked) = (0usize, 0usize, 0usize);
     let mut reasons: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let mut parse_time = std::time::Duration::ZERO;
     let mut categories: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut renamed_models = 0usize;
     let mut renames: BTreeMap<String, usize> = BTreeMap::new();
@@ -150,7 +151,9 @@ fn main() {
             .display()
             .to_string();
         let decl = declared(f);
+        let t0 = std::time::Instant::now();
         let res = catch_unwind(AssertUnwindSafe(|| OnnxGraphBuilder::new().parse_file(f)));
+        parse_time += t0.elapsed();
         let (key, msg) = match res {
             Ok(Ok(graph)) => {
                 loaded += 1;
@@ -228,6 +231,7 @@ fn main() {
     println!("loaded: {loaded}");
     println!("failed (Err): {failed}");
     println!("panicked: {panicked}");
+    println!("time in parse_file: {:.3} s", parse_time.as_secs_f64());
     println!("loaded but op types renamed (e.g. Conv -> Conv2d): {renamed_models}");
     println!("loaded with ops left as Custom (same-as-input fallback): {custom_models}");
     println!("loaded but a declared static output shape lost: {lost_shape_models}");
