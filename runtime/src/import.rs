@@ -72,14 +72,26 @@ pub fn import_file(path: &Path) -> Result<Graph> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    import_bytes(&bytes, Some(dir))
+    // Decoding from `Bytes` makes every `raw_data` a slice of this buffer: the weights are
+    // copied once, into their tensors.
+    import_model(
+        ModelProto::decode(prost::bytes::Bytes::from(bytes)),
+        Some(dir),
+    )
 }
 
 /// Imports a model from its serialized bytes. `base_dir` is the folder external data paths
 /// are relative to; with `None`, a model with external data is refused.
 pub fn import_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Graph> {
-    let model = ModelProto::decode(bytes)
-        .map_err(|e| Error::InvalidModel(format!("not an ONNX model (protobuf: {e})")))?;
+    import_model(ModelProto::decode(bytes), base_dir)
+}
+
+fn import_model(
+    decoded: Result<ModelProto, prost::DecodeError>,
+    base_dir: Option<&Path>,
+) -> Result<Graph> {
+    let model =
+        decoded.map_err(|e| Error::InvalidModel(format!("not an ONNX model (protobuf: {e})")))?;
     let graph = model
         .graph
         .as_ref()

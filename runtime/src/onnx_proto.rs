@@ -229,8 +229,9 @@ pub struct TensorProto {
     pub int64_data: Vec<i64>,
     #[prost(string, tag = "8")]
     pub name: String,
-    #[prost(bytes = "vec", optional, tag = "9")]
-    pub raw_data: Option<Vec<u8>>,
+    /// A slice of the model's buffer when decoded from `Bytes` (no copy of the weights).
+    #[prost(bytes = "bytes", optional, tag = "9")]
+    pub raw_data: Option<prost::bytes::Bytes>,
     #[prost(message, repeated, tag = "13")]
     pub external_data: Vec<StringStringEntryProto>,
     #[prost(int32, tag = "14")]

@@ -61,7 +61,12 @@ fn raw_f32(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
         name: name.into(),
         dims: dims.to_vec(),
         data_type: data_type::FLOAT,
-        raw_data: Some(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        raw_data: Some(
+            v.iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+        ),
         ..Default::default()
     }
 }
@@ -337,28 +342,28 @@ fn typed_data_fields_decode_per_dtype() {
         // raw_data is little endian: i64 258 = 02 01 00.., i32 -2 = fe ff ff ff.
         (
             TensorProto {
-                raw_data: Some(vec![2, 1, 0, 0, 0, 0, 0, 0]),
+                raw_data: Some(vec![2, 1, 0, 0, 0, 0, 0, 0].into()),
                 ..t(data_type::INT64, &[1])
             },
             Data::I64(vec![258]),
         ),
         (
             TensorProto {
-                raw_data: Some(vec![0xfe, 0xff, 0xff, 0xff]),
+                raw_data: Some(vec![0xfe, 0xff, 0xff, 0xff].into()),
                 ..t(data_type::INT32, &[1])
             },
             Data::I32(vec![-2]),
         ),
         (
             TensorProto {
-                raw_data: Some(vec![0x00, 0x3c]),
+                raw_data: Some(vec![0x00, 0x3c].into()),
                 ..t(data_type::FLOAT16, &[1])
             },
             Data::F16(vec![half::f16::from_f32(1.0)]),
         ),
         (
             TensorProto {
-                raw_data: Some(vec![0, 1, 2]),
+                raw_data: Some(vec![0, 1, 2].into()),
                 ..t(data_type::BOOL, &[3])
             },
             Data::Bool(vec![false, true, true]),
@@ -563,7 +568,7 @@ fn huge_or_negative_dims_are_refused_before_allocating() {
             name: "W".into(),
             dims,
             data_type: data_type::FLOAT,
-            raw_data: Some(vec![0; 4]),
+            raw_data: Some(vec![0; 4].into()),
             ..Default::default()
         };
         let m = invalid_msg(import(&model(g)));
@@ -785,7 +790,7 @@ fn every_onnx_node_test_imports_or_is_unsupported() {
         bad.len()
     );
     let mut reasons: Vec<_> = reasons.into_iter().collect();
-    reasons.sort_by(|a, b| b.1.cmp(&a.1));
+    reasons.sort_by_key(|x| std::cmp::Reverse(x.1));
     for (r, n) in reasons {
         println!("{n:5} unsupported: {r}");
     }

@@ -236,7 +236,7 @@ fn main() {
     println!("loaded with ops left as Custom (same-as-input fallback): {custom_models}");
     println!("loaded but a declared static output shape lost: {lost_shape_models}");
     let mut rn: Vec<_> = renames.into_iter().collect();
-    rn.sort_by(|a, b| b.1.cmp(&a.1));
+    rn.sort_by_key(|x| std::cmp::Reverse(x.1));
     let rn: Vec<String> = rn
         .iter()
         .take(12)
@@ -251,13 +251,13 @@ fn main() {
     );
     println!("renamed node types seen: {}", rn.join(", "));
     let mut cs: Vec<_> = categories.into_iter().collect();
-    cs.sort_by(|a, b| b.1.cmp(&a.1));
+    cs.sort_by_key(|x| std::cmp::Reverse(x.1));
     println!("failures by category:");
     for (c, n) in cs {
         println!("{n:5} | {c}");
     }
     let mut rs: Vec<_> = reasons.into_iter().collect();
-    rs.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    rs.sort_by_key(|x| std::cmp::Reverse(x.1 .0));
     println!("top failure reasons (count | reason | example):");
     for (k, (n, ex)) in &rs {
         println!(
