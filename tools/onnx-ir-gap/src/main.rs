@@ -133,6 +133,7 @@ fn main() {
 
     let (mut loaded, mut failed, mut panicked) = (0usize, 0usize, 0usize);
     let mut reasons: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let mut cos_nodes = 0usize;
     let mut parse_time = std::time::Duration::ZERO;
     let mut categories: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut renamed_models = 0usize;
@@ -164,6 +165,7 @@ fn main() {
                     let mut renamed_node = false;
                     for n in &graph.nodes {
                         let t = n.node_type().to_string();
+                        cos_nodes += (t == "ConstantOfShape") as usize;
                         if !d.node_names.is_empty() && !d.node_names.contains(n.name()) {
                             renamed_node = true;
                         }
@@ -249,6 +251,7 @@ fn main() {
     println!(
         "loaded models whose ONNX nodes have names: {named_models}, of which node names rewritten: {renamed_nodes_models}"
     );
+    println!("ConstantOfShape nodes left unfolded in loaded graphs: {cos_nodes}");
     println!("renamed node types seen: {}", rn.join(", "));
     let mut cs: Vec<_> = categories.into_iter().collect();
     cs.sort_by_key(|x| std::cmp::Reverse(x.1));
