@@ -3,6 +3,7 @@
 //!
 //! Sits between a user's shell and the `tandem` library; holds no runtime logic of its own.
 
+mod calibrate;
 mod demo;
 mod inputs;
 
@@ -32,6 +33,8 @@ enum Command {
     Run(RunArgs),
     /// The demo: classify a few embedded files' contents with the magika model.
     Demo(demo::DemoArgs),
+    /// Measure this machine's CPU and GPU, fit the cost model and save its profile.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 #[derive(clap::Args)]
@@ -50,8 +53,8 @@ struct RunArgs {
     /// in the name become `_`).
     #[arg(long, value_name = "DIR")]
     output: Option<PathBuf>,
-    /// Where nodes run: cpu or gpu.
-    #[arg(long, default_value = "cpu")]
+    /// Where nodes run: auto (the scheduler decides per node: CPU, GPU or split), cpu or gpu.
+    #[arg(long, default_value = "auto")]
     placement: String,
     /// Force nodes onto a device, by node name or op type: NAME=cpu|gpu (repeatable).
     #[arg(long = "force", value_name = "NODE_OR_OP=DEVICE")]
@@ -62,6 +65,13 @@ struct RunArgs {
     /// Print per node where it ran and its time.
     #[arg(long)]
     report: bool,
+    /// Print per node the predicted time on CPU, on GPU and split, the choice and why.
+    #[arg(long)]
+    explain: bool,
+    /// Write a Chrome trace of the last run (CPU, GPU and transfer lanes) to this file; open it
+    /// in Perfetto or chrome://tracing.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// Run this many times and print the median latency.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -80,6 +90,7 @@ fn main() {
             Ok(())
         }
         Some(Command::Run(a)) => run(&a),
+        Some(Command::Calibrate(a)) => calibrate::run(&a),
     };
     if let Err(e) = result {
         eprintln!("error: {}", error_chain(&e));
@@ -163,9 +174,15 @@ fn session_options(
 fn run(a: &RunArgs) -> Result<()> {
     let opts = session_options(&a.placement, &a.force, a.threads)?;
     let session = Session::new(a.model.as_path(), opts)?;
+    for w in session.warnings() {
+        eprintln!("note: {w}");
+    }
     let given = inputs::load(&session, &a.inputs, &a.dims)?;
     let named: Vec<(&str, tandem::Tensor)> =
         given.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    if a.explain {
+        explain(&session, &named)?;
+    }
     let mut times = Vec::new();
     let mut last = None;
     for _ in 0..a.runs.max(1) {
@@ -201,6 +218,11 @@ fn run(a: &RunArgs) -> Result<()> {
             );
         }
     }
+    if let Some(file) = &a.trace {
+        std::fs::write(file, tandem::trace::chrome_trace(&report))
+            .with_context(|| format!("writing {}", file.display()))?;
+        println!("trace written to {}", file.display());
+    }
     if let Some(dir) = &a.output {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for (name, t) in &outs {
@@ -208,6 +230,60 @@ fn run(a: &RunArgs) -> Result<()> {
             std::fs::write(&file, tandem::npy::to_npy(t))
                 .with_context(|| format!("writing {}", file.display()))?;
         }
+    }
+    Ok(())
+}
+
+/// Print the plan's per-node predictions and choices.
+fn explain(session: &Session, inputs: &[(&str, tandem::Tensor)]) -> Result<()> {
+    let plan = session.plan(inputs)?;
+    let ms = |s: f64| format!("{:.3}", s * 1e3);
+    println!(
+        "{:<40} {:<18} {:>10} {:>10} {:>16}  {:<12} why",
+        "node", "op", "cpu ms", "gpu ms", "split ms @cut", "choice"
+    );
+    for step in &plan.steps {
+        let node = &session.graph().nodes[step.node];
+        let choice = match &step.kind {
+            tandem::plan::StepKind::View => "view".to_string(),
+            tandem::plan::StepKind::Whole { device, .. } => device.to_string(),
+            tandem::plan::StepKind::Split { cut, .. } => format!("split {cut}/{}", step.rows.end),
+        };
+        let name: String = node.name.chars().take(40).collect();
+        match &step.explain {
+            Some(e) => println!(
+                "{:<40} {:<18} {:>10} {:>10} {:>16}  {:<12} {}",
+                name,
+                node.op_type,
+                ms(e.cpu),
+                e.gpu.map_or("-".into(), ms),
+                e.split
+                    .map_or("-".into(), |(t, c)| format!("{} @{c}", ms(t))),
+                choice,
+                e.why
+            ),
+            None => println!(
+                "{:<40} {:<18} {:>10} {:>10} {:>16}  {:<12} {}",
+                name,
+                node.op_type,
+                "-",
+                "-",
+                "-",
+                choice,
+                step.fallback.as_deref().unwrap_or(if choice == "view" {
+                    "shares its input's storage"
+                } else {
+                    "placement forced"
+                })
+            ),
+        }
+    }
+    if let Some(p) = plan.predicted {
+        println!(
+            "predicted run time: {:.3} ms ({} nodes folded at plan time)",
+            p * 1e3,
+            plan.folded.len()
+        );
     }
     Ok(())
 }

@@ -1,19 +1,23 @@
 //! The executor: runs a plan's steps, keeping each value where it was produced and moving it
 //! only when a step on the other device reads it.
 //!
-//! Sits between a [`Plan`] and the two devices: CPU kernels run on the session's rayon pool,
-//! consecutive GPU steps are recorded into one batch (one command encoder, one submit) that is
-//! submitted only when the host needs one of its results or at the end of the run.
+//! Sits between a [`Plan`] and the two devices. Consecutive GPU steps are recorded into one batch
+//! (one command encoder); the batch is submitted, without waiting, as soon as a CPU step comes,
+//! so the GPU works while the CPU kernels run on the session's rayon pool. The host waits for the
+//! GPU only when a CPU step reads a GPU result (a join), or at the end of the run. A split step
+//! submits its GPU rows first, computes its CPU rows meanwhile, and leaves its output in two
+//! parts that are joined where they are read.
 
-use crate::gpu::{Batch, Gpu, GpuTensor};
+use crate::gpu::{to_gpu_bytes, Batch, Gpu, GpuTensor, Submitted};
 use crate::graph::Graph;
 use crate::plan::{input_metas, node_error, Device, Plan, StepKind};
-use crate::report::{NodeReport, Ran, RunReport};
+use crate::report::{NodeReport, Ran, RunReport, Transfer};
+use crate::testing::copy_elements;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tandem_ops::{Tensor, TensorMeta};
+use tandem_ops::{GpuKernel, Tensor, TensorMeta};
 
 /// GPU copies of constant tensors, uploaded once per session (keyed by the tensor's address;
 /// the cache holds the tensor so the address stays valid).
@@ -41,10 +45,13 @@ impl GpuConstants {
     }
 }
 
+/// Where a value's elements are. A split value has elements `..split` on the host and
+/// `split..` on the GPU.
 #[derive(Default, Clone)]
 struct Slot {
     host: Option<Arc<Tensor>>,
     gpu: Option<GpuTensor>,
+    split: Option<usize>,
 }
 
 /// Everything a run reads besides its inputs.
@@ -56,13 +63,23 @@ pub struct Context<'a> {
     pub constants: &'a GpuConstants,
 }
 
+/// Where a GPU dispatch's measured time goes in the report.
+#[derive(Clone, Copy)]
+struct GpuLabel {
+    report: usize,
+    split: bool,
+}
+
 struct Run<'a> {
     cx: &'a Context<'a>,
+    started: Instant,
     slots: Vec<Slot>,
     batch: Option<Batch<'a>>,
-    /// Report indices of the GPU steps recorded in the open batch.
-    batch_steps: Vec<usize>,
+    labels: Vec<GpuLabel>,
+    inflight: Vec<Submitted<'a>>,
     report: RunReport,
+    /// Start of the last CPU kernel, from the start of the run.
+    cpu_started: Duration,
 }
 
 /// Run the plan on `inputs` (in `graph.inputs` order); outputs in `graph.outputs` order.
@@ -70,10 +87,13 @@ pub fn execute(cx: &Context<'_>, inputs: Vec<Tensor>) -> Result<(Vec<Tensor>, Ru
     let start = Instant::now();
     let mut run = Run {
         cx,
+        started: start,
         slots: vec![Slot::default(); cx.graph.values.len()],
         batch: None,
-        batch_steps: Vec::new(),
+        labels: Vec::new(),
+        inflight: Vec::new(),
         report: RunReport::default(),
+        cpu_started: Duration::ZERO,
     };
     for &n in &cx.plan.folded {
         let node = &cx.graph.nodes[n];
@@ -81,29 +101,30 @@ pub fn execute(cx: &Context<'_>, inputs: Vec<Tensor>) -> Result<(Vec<Tensor>, Ru
             name: node.name.clone(),
             op_type: node.op_type.clone(),
             ran: Ran::Folded,
+            start: Duration::ZERO,
             time: Duration::ZERO,
+            gpu_time: None,
             fallback: None,
         });
     }
     for (&v, t) in cx.graph.inputs.iter().zip(inputs) {
         run.slots[v].host = Some(Arc::new(t));
     }
-    for s in 0..cx.plan.steps.len() {
-        run.step(s)?;
-    }
-    run.flush()?;
+    let result = (0..cx.plan.steps.len()).try_for_each(|s| run.step(s));
+    // Whatever happened, let the GPU finish before buffers go back to the pool.
+    let drained = run.submit().and_then(|_| run.wait_all());
+    result?;
+    drained?;
     let outs = cx.graph.outputs.clone();
     let tensors = run.host_tensors(&outs)?;
-    let outputs = tensors
-        .into_iter()
-        .map(|t| Arc::unwrap_or_clone(t))
-        .collect();
+    run.wait_all()?;
+    let outputs = tensors.into_iter().map(Arc::unwrap_or_clone).collect();
     run.report.total = start.elapsed();
     Ok((outputs, run.report))
 }
 
 impl<'a> Run<'a> {
-    fn meta(&self, v: usize) -> &TensorMeta {
+    fn meta(&self, v: usize) -> &'a TensorMeta {
         self.cx.plan.metas[v]
             .as_ref()
             .expect("every value is planned")
@@ -117,39 +138,22 @@ impl<'a> Run<'a> {
             name: node.name.clone(),
             op_type: node.op_type.clone(),
             ran: Ran::View,
+            start: self.started.elapsed(),
             time: Duration::ZERO,
+            gpu_time: None,
             fallback: step.fallback.clone(),
         };
         match &step.kind {
-            StepKind::View => {
-                let src = node.inputs[0].expect("a view has an input");
-                let out = node.outputs[0];
-                let shape = self.meta(out).shape.clone();
-                let slot = self.slot(src);
-                self.slots[out] = match (slot.gpu, slot.host) {
-                    (Some(g), _) => Slot {
-                        host: None,
-                        gpu: Some(g),
-                    },
-                    (None, Some(h)) => Slot {
-                        host: Some(Arc::new(Tensor::new(shape, h.data.clone()))),
-                        gpu: None,
-                    },
-                    (None, None) => unreachable!("value {src} has no storage"),
-                };
-            }
+            StepKind::View => self.view(s),
             StepKind::Whole {
                 device: Device::Gpu,
                 kernels,
-            } => match self.gpu_step(s, kernels) {
-                Ok(()) => {
-                    entry.ran = Ran::On(Device::Gpu);
-                    self.batch_steps.push(self.report.nodes.len());
-                }
+            } => match self.gpu_step(s, kernels, false) {
+                Ok(()) => entry.ran = Ran::On(Device::Gpu),
                 Err(Error::Gpu(reason)) if !reason.contains("lost") => {
                     entry.fallback = Some(reason);
                     entry.ran = Ran::On(Device::Cpu);
-                    entry.time = self.cpu_step(s)?;
+                    entry.time = self.cpu_step(s, None)?;
                 }
                 Err(e) => return Err(e),
             },
@@ -158,8 +162,47 @@ impl<'a> Run<'a> {
                 ..
             } => {
                 entry.ran = Ran::On(Device::Cpu);
-                entry.time = self.cpu_step(s)?;
+                entry.time = self.cpu_step(s, None)?;
             }
+            StepKind::Split {
+                cut,
+                row_len,
+                kernels,
+            } => {
+                // Inputs on both sides first, so neither half waits on the other.
+                self.host_inputs(s)?;
+                match self.gpu_step(s, kernels, true) {
+                    Ok(()) => {
+                        self.submit()?;
+                        entry.ran = Ran::Split {
+                            cut: *cut,
+                            rows: step.rows.end,
+                        };
+                        entry.time = self.cpu_step(s, Some(0..*cut))?;
+                        for &v in &node.outputs[..1] {
+                            self.slots[v].split = Some(cut * row_len);
+                        }
+                    }
+                    Err(Error::Gpu(reason)) if !reason.contains("lost") => {
+                        entry.fallback = Some(reason);
+                        entry.ran = Ran::On(Device::Cpu);
+                        entry.time = self.cpu_step(s, None)?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if matches!(entry.ran, Ran::On(Device::Cpu) | Ran::Split { .. }) {
+            entry.start = self.cpu_started;
+        }
+        let gpu_recorded = matches!(entry.ran, Ran::On(Device::Gpu) | Ran::Split { .. });
+        if gpu_recorded {
+            let split = matches!(entry.ran, Ran::Split { .. });
+            let label = GpuLabel {
+                report: self.report.nodes.len(),
+                split,
+            };
+            self.labels.push(label);
         }
         self.report.nodes.push(entry);
         for v in node.inputs.iter().flatten() {
@@ -168,6 +211,25 @@ impl<'a> Run<'a> {
             }
         }
         Ok(())
+    }
+
+    fn view(&mut self, s: usize) {
+        let node = &self.cx.graph.nodes[self.cx.plan.steps[s].node];
+        let src = node.inputs[0].expect("a view has an input");
+        let out = node.outputs[0];
+        let shape = self.meta(out).shape.clone();
+        let slot = self.slot(src);
+        self.slots[out] = Slot {
+            host: slot
+                .host
+                .map(|h| Arc::new(Tensor::new(shape, h.data.clone()))),
+            gpu: slot.gpu,
+            split: slot.split,
+        };
+        // A host copy is only needed when no GPU copy exists.
+        if self.slots[out].gpu.is_some() && self.slots[out].split.is_none() {
+            self.slots[out].host = None;
+        }
     }
 
     /// The storage of value `v`: computed, an input, or a constant.
@@ -179,32 +241,35 @@ impl<'a> Run<'a> {
         Slot {
             host: self.meta(v).value.clone(),
             gpu: None,
+            split: None,
         }
     }
 
-    fn cpu_step(&mut self, s: usize) -> Result<Duration> {
+    /// Host copies of step `s`'s inputs (omitted optional inputs as empty constants).
+    fn host_inputs(&mut self, s: usize) -> Result<Vec<Arc<Tensor>>> {
         let cx = self.cx;
-        let step = &cx.plan.steps[s];
-        let node = &cx.graph.nodes[step.node];
-        let given: Vec<usize> = input_metas(node, &cx.plan.metas)
-            .iter()
-            .enumerate()
-            .filter_map(|(i, _)| node.inputs[i])
-            .collect();
-        let hosts = self.host_tensors(&given)?;
+        let node = &cx.graph.nodes[cx.plan.steps[s].node];
         let metas = input_metas(node, &cx.plan.metas);
-        let mut k = 0;
-        let ins: Vec<Arc<Tensor>> = metas
+        let given: Vec<usize> = (0..metas.len()).filter_map(|i| node.inputs[i]).collect();
+        let mut hosts = self.host_tensors(&given)?.into_iter();
+        Ok(metas
             .iter()
             .enumerate()
             .map(|(i, m)| match node.inputs[i] {
-                Some(_) => {
-                    k += 1;
-                    hosts[k - 1].clone()
-                }
+                Some(_) => hosts.next().expect("one host tensor per given input"),
                 None => m.value.clone().expect("omitted inputs are empty constants"),
             })
-            .collect();
+            .collect())
+    }
+
+    /// Run step `s` on the CPU: all its rows, or `rows` of them (the CPU half of a split).
+    fn cpu_step(&mut self, s: usize, rows: Option<std::ops::Range<usize>>) -> Result<Duration> {
+        let cx = self.cx;
+        let step = &cx.plan.steps[s];
+        let node = &cx.graph.nodes[step.node];
+        // GPU work recorded so far starts now and overlaps this kernel.
+        self.submit()?;
+        let ins = self.host_inputs(s)?;
         let refs: Vec<&Tensor> = ins.iter().map(|t| t.as_ref()).collect();
         let mut outs: Vec<Tensor> = node
             .outputs
@@ -215,8 +280,10 @@ impl<'a> Run<'a> {
             })
             .collect();
         let start = Instant::now();
+        self.cpu_started = start - self.started;
+        let rows = rows.unwrap_or_else(|| step.rows.clone());
         cx.pool
-            .install(|| node.op.cpu(&refs, &mut outs, step.rows.clone()))
+            .install(|| node.op.cpu(&refs, &mut outs, rows))
             .map_err(|e| node_error(node, e))?;
         let took = start.elapsed();
         for (&v, t) in node.outputs.iter().zip(outs) {
@@ -225,7 +292,8 @@ impl<'a> Run<'a> {
         Ok(took)
     }
 
-    fn gpu_step(&mut self, s: usize, kernels: &[tandem_ops::GpuKernel]) -> Result<()> {
+    /// Record step `s`'s GPU kernels into the open batch.
+    fn gpu_step(&mut self, s: usize, kernels: &[GpuKernel], split: bool) -> Result<()> {
         let cx = self.cx;
         let gpu = cx.gpu.ok_or_else(|| Error::Gpu("no GPU adapter".into()))?;
         let step = &cx.plan.steps[s];
@@ -247,6 +315,7 @@ impl<'a> Run<'a> {
                 gpu.alloc(m.dtype, m.numel())
             })
             .collect::<Result<_>>()?;
+        let label = self.labels.len();
         let batch = self.batch.get_or_insert_with(|| gpu.batch());
         for o in &outputs {
             batch.clear(o);
@@ -254,67 +323,111 @@ impl<'a> Run<'a> {
         for k in kernels {
             let i: Vec<&GpuTensor> = k.inputs.iter().map(|&i| &inputs[i]).collect();
             let o: Vec<&GpuTensor> = k.outputs.iter().map(|&o| &outputs[o]).collect();
-            batch.dispatch(k, &i, &o, self.report.nodes.len())?;
+            batch.dispatch(k, &i, &o, label)?;
         }
         for (&v, g) in node.outputs.iter().zip(outputs) {
+            if !split {
+                self.slots[v].host = None;
+            }
             self.slots[v].gpu = Some(g);
         }
         Ok(())
     }
 
-    /// Value `v` on the GPU, uploading it (once per session for constants) if needed.
+    /// Value `v` whole on the GPU: uploaded (once per session for constants), or its host half
+    /// written into its GPU buffer when it is split.
     fn gpu_tensor(&mut self, gpu: &Gpu, v: usize) -> Result<GpuTensor> {
-        if let Some(g) = &self.slots[v].gpu {
-            return Ok(g.clone());
+        let slot = self.slot(v);
+        match (slot.gpu, slot.split) {
+            (Some(g), None) => return Ok(g),
+            (Some(g), Some(at)) => {
+                let host = slot.host.expect("a split value has a host half");
+                let mut part = Tensor::zeros(host.dtype(), &[at]);
+                copy_range(&host, &mut part, at);
+                let bytes = to_gpu_bytes(&part).map_err(Error::Gpu)?;
+                gpu.write(&g, 0, &bytes);
+                self.report.uploads += 1;
+                self.report.upload_bytes += bytes.len() as u64;
+                self.slots[v] = Slot {
+                    host: None,
+                    gpu: Some(g.clone()),
+                    split: None,
+                };
+                return Ok(g);
+            }
+            (None, _) => {}
         }
-        if let (None, Some(c)) = (&self.slots[v].host, &self.meta(v).value) {
-            let c = c.clone();
-            return self.cx.constants.get(gpu, &c, &mut self.report);
+        if self.slots[v].host.is_none() {
+            if let Some(c) = &self.meta(v).value {
+                return self.cx.constants.get(gpu, c, &mut self.report);
+            }
         }
-        let host = self.slots[v]
-            .host
-            .clone()
-            .expect("value computed before use");
+        let host = slot.host.expect("value computed before use");
+        let began = Instant::now();
         let g = gpu.upload(&host)?;
         self.report.uploads += 1;
         self.report.upload_bytes += host.numel() as u64 * 4;
+        self.report.transfers.push(Transfer {
+            to: Device::Gpu,
+            bytes: host.numel() as u64 * 4,
+            start: began - self.started,
+            time: began.elapsed(),
+        });
         self.slots[v].gpu = Some(g.clone());
         Ok(g)
     }
 
-    /// Submit the open batch and record its GPU times in the report.
-    fn flush(&mut self) -> Result<()> {
-        let Some(batch) = self.batch.take() else {
-            return Ok(());
-        };
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let timing = batch.submit()?;
-        self.report.gpu_submits += 1;
-        let steps = std::mem::take(&mut self.batch_steps);
-        if timing.per_label.is_empty() {
-            let share = timing.wall / steps.len().max(1) as u32;
-            for r in steps {
-                self.report.nodes[r].time = share;
-            }
-        } else {
-            for (label, t) in timing.per_label {
-                self.report.nodes[label].time += t;
+    /// Submit the open batch without waiting for it.
+    fn submit(&mut self) -> Result<()> {
+        if let Some(batch) = self.batch.take() {
+            if !batch.is_empty() {
+                self.inflight.push(batch.submit()?);
+                self.report.gpu_submits += 1;
             }
         }
         Ok(())
     }
 
-    /// Values `vs` on the host, downloading (in one submit) those that are only on the GPU.
+    /// Wait for every submitted batch and put its GPU times in the report.
+    fn wait_all(&mut self) -> Result<()> {
+        for sub in std::mem::take(&mut self.inflight) {
+            let timing = sub.wait()?;
+            let labelled: Vec<usize> = timing.per_label.iter().map(|(l, _)| *l).collect();
+            if labelled.is_empty() {
+                continue;
+            }
+            let base = timing.submitted.map_or(Duration::ZERO, |t| {
+                t.saturating_duration_since(self.started)
+            });
+            for ((l, t), off) in timing.per_label.into_iter().zip(timing.starts) {
+                let GpuLabel { report, split } = self.labels[l];
+                let node = &mut self.report.nodes[report];
+                if !split {
+                    node.start = base + off;
+                }
+                if split {
+                    *node.gpu_time.get_or_insert(Duration::ZERO) += t;
+                } else {
+                    node.time += t;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Values `vs` whole on the host: downloading (in one submit) what is only on the GPU and
+    /// joining split values.
     fn host_tensors(&mut self, vs: &[usize]) -> Result<Vec<Arc<Tensor>>> {
         let missing: Vec<usize> = vs
             .iter()
             .copied()
-            .filter(|&v| self.slot(v).host.is_none())
+            .filter(|&v| {
+                let s = self.slot(v);
+                s.host.is_none() || s.split.is_some()
+            })
             .collect();
         if !missing.is_empty() {
-            self.flush()?;
+            self.submit()?;
             let gpu = self
                 .cx
                 .gpu
@@ -337,11 +450,26 @@ impl<'a> Run<'a> {
                 .zip(&shapes)
                 .map(|(g, s)| (g, s.as_slice()))
                 .collect();
+            let began = Instant::now();
             let got = gpu.download(&req)?;
-            for (&v, t) in missing.iter().zip(got) {
+            let took = began.elapsed();
+            self.wait_all()?;
+            for (&v, mut t) in missing.iter().zip(got) {
                 self.report.downloads += 1;
                 self.report.download_bytes += t.numel() as u64 * 4;
-                self.slots[v].host = Some(Arc::new(t));
+                self.report.transfers.push(Transfer {
+                    to: Device::Cpu,
+                    bytes: t.numel() as u64 * 4,
+                    start: began - self.started,
+                    time: took,
+                });
+                let slot = &mut self.slots[v];
+                if let (Some(at), Some(host)) = (slot.split, &slot.host) {
+                    copy_range(host, &mut t, at);
+                    slot.split = None;
+                    slot.gpu = None;
+                }
+                slot.host = Some(Arc::new(t));
             }
         }
         Ok(vs
@@ -349,4 +477,9 @@ impl<'a> Run<'a> {
             .map(|&v| self.slot(v).host.expect("downloaded above"))
             .collect())
     }
+}
+
+/// Copy the first `n` elements of `src` into `dst` (same dtype).
+fn copy_range(src: &Tensor, dst: &mut Tensor, n: usize) {
+    copy_elements(src, dst, 0..n);
 }

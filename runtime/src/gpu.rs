@@ -218,6 +218,13 @@ impl Gpu {
         })
     }
 
+    /// Write `bytes` into `t` at byte `offset` (ordered before the next submit).
+    pub fn write(&self, t: &GpuTensor, offset: u64, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            self.queue.write_buffer(&t.buffer.buffer, offset, bytes);
+        }
+    }
+
     /// Upload a host tensor (converted to 4-byte elements).
     pub fn upload(&self, t: &Tensor) -> Result<GpuTensor> {
         let bytes = to_gpu_bytes(t).map_err(Error::Gpu)?;
@@ -463,9 +470,13 @@ pub struct Batch<'g> {
 pub struct BatchTiming {
     pub wall: Duration,
     pub per_label: Vec<(usize, Duration)>,
+    /// For each entry of `per_label`, when it began after the batch's first dispatch began.
+    pub starts: Vec<Duration>,
+    /// When the batch was submitted (host clock).
+    pub submitted: Option<Instant>,
 }
 
-impl Batch<'_> {
+impl<'g> Batch<'g> {
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
@@ -510,12 +521,18 @@ impl Batch<'_> {
         });
     }
 
-    /// Encode every dispatch into one command encoder, submit, and wait for completion.
-    pub fn submit(self) -> Result<BatchTiming> {
+    /// Encode every dispatch into one command encoder and submit it, without waiting.
+    pub fn submit(mut self) -> Result<Submitted<'g>> {
         let gpu = self.gpu;
         gpu.check_alive()?;
         if self.pending.is_empty() {
-            return Ok(BatchTiming::default());
+            self.pending.push(Pending {
+                pipeline: None,
+                buffers: Vec::new(),
+                params: Vec::new(),
+                workgroups: [0; 3],
+                label: usize::MAX,
+            });
         }
         let align = gpu.limits.min_uniform_buffer_offset_alignment as u64;
         let mut arena = Vec::new();
@@ -547,8 +564,9 @@ impl Batch<'_> {
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         for (i, (p, off)) in self.pending.iter().zip(&offsets).enumerate() {
             let Some(pipeline) = &p.pipeline else {
-                let t = &p.buffers[0];
-                encoder.clear_buffer(&t.buffer.buffer, 0, Some(t.binding_size()));
+                if let Some(t) = p.buffers.first() {
+                    encoder.clear_buffer(&t.buffer.buffer, 0, Some(t.binding_size()));
+                }
                 continue;
             };
             let layout = pipeline.get_bind_group_layout(0);
@@ -615,21 +633,67 @@ impl Batch<'_> {
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("recording dispatches: {e}")));
         }
-        let mut timing = BatchTiming::default();
-        match &resolved {
+        let labels = self
+            .pending
+            .iter()
+            .filter(|p| p.pipeline.is_some())
+            .map(|p| p.label)
+            .collect();
+        Ok(Submitted {
+            gpu,
+            start,
+            labels,
+            stamps: resolved,
+            _keep: (self.pending, uniforms),
+        })
+    }
+}
+
+/// A batch the GPU is working on. The host is free meanwhile; [`Submitted::wait`] blocks until
+/// it is done and returns its timing.
+pub struct Submitted<'g> {
+    gpu: &'g Gpu,
+    start: Instant,
+    labels: Vec<usize>,
+    stamps: Option<(PooledBuffer, u64)>,
+    /// Buffers and uniforms stay out of the pool until the GPU is done with them.
+    _keep: (Vec<Pending>, PooledBuffer),
+}
+
+impl Submitted<'_> {
+    pub fn wait(self) -> Result<BatchTiming> {
+        let gpu = self.gpu;
+        let mut timing = BatchTiming {
+            submitted: Some(self.start),
+            ..BatchTiming::default()
+        };
+        match &self.stamps {
             Some((read, bytes)) => {
                 let stamps = gpu.map_all(vec![(&read.buffer, *bytes)])?.remove(0);
-                timing.wall = start.elapsed();
+                timing.wall = self.start.elapsed();
                 let period = gpu.queue.get_timestamp_period() as f64;
                 let ts: &[u64] = bytemuck::cast_slice(&stamps);
-                for (i, p) in self.pending.iter().enumerate() {
+                let first = self
+                    ._keep
+                    .0
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.pipeline.is_some())
+                    .map(|(i, _)| ts[2 * i])
+                    .min()
+                    .unwrap_or(0);
+                let mut k = 0;
+                for (i, p) in self._keep.0.iter().enumerate() {
                     if p.pipeline.is_none() {
                         continue;
                     }
                     let ns = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * period;
                     timing
                         .per_label
-                        .push((p.label, Duration::from_nanos(ns as u64)));
+                        .push((self.labels[k], Duration::from_nanos(ns as u64)));
+                    let from_first = ts[2 * i].saturating_sub(first) as f64 * period;
+                    timing.starts.push(Duration::from_nanos(from_first as u64));
+                    k += 1;
                 }
             }
             None => {
@@ -637,7 +701,7 @@ impl Batch<'_> {
                     .poll(wgpu::PollType::wait_indefinitely())
                     .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
                 gpu.check_alive()?;
-                timing.wall = start.elapsed();
+                timing.wall = self.start.elapsed();
             }
         }
         Ok(timing)

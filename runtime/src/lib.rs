@@ -1,5 +1,7 @@
 //! tandem: run ONNX models on the CPU and the GPU together.
 
+pub mod cost;
+pub mod costs;
 pub mod cpu_info;
 pub mod error;
 pub mod exec;
@@ -10,14 +12,16 @@ pub mod import;
 mod onnx_proto;
 pub mod plan;
 pub mod report;
+pub mod schedule;
 pub mod session;
 pub mod testing;
+pub mod trace;
 
 pub use error::{Error, Result};
 pub use tandem_ops::{DType, Data, Tensor, TensorMeta};
-pub use plan::{Device, Selector};
+pub use plan::{Device, Placement, Selector};
 pub use report::RunReport;
-pub use session::{Placement, Session, SessionOptions};
+pub use session::{Session, SessionOptions};
 
 /// The ONNX op types (default domain) tandem implements, sorted.
 pub fn supported_ops() -> Vec<&'static str> {

@@ -5,13 +5,15 @@
 //! from [`Placer`] (forced placement here; the cost-model scheduler plugs in the same way); every
 //! refusal of the GPU is recorded with its reason so that no fallback is silent.
 
+use crate::costs::{Costs, NodeCostQuery};
 use crate::gpu::{to_gpu_bytes, Gpu};
 use crate::graph::{Graph, Node};
+use crate::schedule::{self, Choice, Explain, Policy, Task};
 use crate::{Error, Result};
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
-use tandem_ops::shape::row_count;
+use tandem_ops::shape::{row_count, row_len};
 use tandem_ops::{DType, GpuKernel, OpError, Tensor, TensorMeta};
 
 /// Where a step runs.
@@ -40,6 +42,13 @@ pub enum StepKind {
         device: Device,
         kernels: Vec<GpuKernel>,
     },
+    /// Rows `0..cut` on the CPU and `cut..` on the GPU at the same time (`kernels` compute the
+    /// GPU's rows); `row_len` elements per row of output 0.
+    Split {
+        cut: usize,
+        row_len: usize,
+        kernels: Vec<GpuKernel>,
+    },
 }
 
 /// One node to execute.
@@ -50,6 +59,8 @@ pub struct Step {
     pub rows: Range<usize>,
     /// Why the node is not where the policy asked (e.g. the GPU refused it).
     pub fallback: Option<String>,
+    /// The scheduler's predictions and reason (placement `auto` only).
+    pub explain: Option<Explain>,
 }
 
 impl Step {
@@ -57,6 +68,7 @@ impl Step {
         match &self.kind {
             StepKind::View => None,
             StepKind::Whole { device, .. } => Some(*device),
+            StepKind::Split { .. } => None,
         }
     }
 }
@@ -71,12 +83,61 @@ pub struct Plan {
     pub last_use: Vec<Option<usize>>,
     /// Nodes evaluated at plan time because all their inputs were constants.
     pub folded: Vec<usize>,
+    /// Predicted run time (placement `auto` only), seconds.
+    pub predicted: Option<f64>,
 }
 
-/// Decides the device of each node of a plan.
-pub trait Placer {
-    /// The device wanted for `node` (before GPU feasibility checks).
-    fn place(&self, node: &Node) -> Device;
+/// Where nodes run when no override names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Every node on the CPU.
+    Cpu,
+    /// Every node the GPU can run on the GPU; the others on the CPU, each with its reason in the
+    /// run report.
+    Gpu,
+    /// The scheduler decides per node (CPU, GPU or split) from the cost model.
+    Auto,
+}
+
+impl std::str::FromStr for Placement {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Placement> {
+        match s {
+            "cpu" => Ok(Placement::Cpu),
+            "gpu" => Ok(Placement::Gpu),
+            "auto" => Ok(Placement::Auto),
+            other => Err(Error::Usage(format!(
+                "unknown placement `{other}` (expected cpu, gpu or auto)"
+            ))),
+        }
+    }
+}
+
+/// What the planner is asked for.
+pub struct Request<'a> {
+    pub placement: Placement,
+    /// Per-node overrides; later entries win.
+    pub overrides: &'a [(Selector, Device)],
+    /// Predictions for `Placement::Auto` (required there).
+    pub costs: Option<&'a dyn Costs>,
+    /// The scheduling policy for `Placement::Auto`.
+    pub policy: Policy,
+}
+
+impl Request<'_> {
+    fn forced(&self, node: &Node) -> Option<Device> {
+        let over = self
+            .overrides
+            .iter()
+            .rev()
+            .find(|(s, _)| s.matches(node))
+            .map(|(_, d)| *d);
+        match self.placement {
+            Placement::Cpu => over.or(Some(Device::Cpu)),
+            Placement::Gpu => over.or(Some(Device::Gpu)),
+            Placement::Auto => over,
+        }
+    }
 }
 
 /// Metas of a node's inputs, with an empty constant for omitted optional inputs and trailing
@@ -111,11 +172,21 @@ pub(crate) fn node_error(node: &Node, source: OpError) -> Error {
 /// only guards against a hostile model making plan time explode.
 const MAX_FOLD_ELEMENTS: usize = 64 << 20;
 
+/// A node left to execute after folding, with its metas.
+struct Pending {
+    node: usize,
+    ins: Vec<TensorMeta>,
+    outs: Vec<TensorMeta>,
+    rows: usize,
+    row_len: usize,
+    view: bool,
+}
+
 /// Build the plan for `graph` given the metas of its inputs (in `graph.inputs` order).
 pub fn build(
     graph: &Graph,
     input_metas_given: &[TensorMeta],
-    placer: &dyn Placer,
+    request: &Request<'_>,
     gpu: Option<&Gpu>,
     pool: &rayon::ThreadPool,
 ) -> Result<Plan> {
@@ -132,7 +203,7 @@ pub fn build(
     for (&v, m) in graph.inputs.iter().zip(input_metas_given) {
         metas[v] = Some(m.clone());
     }
-    let mut steps = Vec::new();
+    let mut pending = Vec::new();
     let mut folded = Vec::new();
     for (n, node) in graph.nodes.iter().enumerate() {
         let ins = input_metas(node, &metas);
@@ -156,6 +227,7 @@ pub fn build(
             folded.push(n);
             continue;
         }
+        let axis = node.op.split_axis(&refs, &outs);
         let all_const = ins.iter().all(|m| m.value.is_some());
         let small = outs.iter().map(|o| o.numel()).sum::<usize>() <= MAX_FOLD_ELEMENTS;
         if all_const && small {
@@ -164,7 +236,7 @@ pub fn build(
                 .iter()
                 .map(|m| Tensor::zeros(m.dtype, &m.shape))
                 .collect();
-            let rows = row_count(&outs[0].shape, node.op.split_axis(&refs, &outs));
+            let rows = row_count(&outs[0].shape, axis);
             pool.install(|| node.op.cpu(&tensors, &mut out, 0..rows))
                 .map_err(|e| node_error(node, e))?;
             for (&v, t) in node.outputs.iter().zip(out) {
@@ -173,34 +245,20 @@ pub fn build(
             folded.push(n);
             continue;
         }
-        let rows = 0..row_count(&outs[0].shape, node.op.split_axis(&refs, &outs));
-        let (kind, fallback) = if node.op.is_view() {
-            (StepKind::View, None)
-        } else {
-            match placer.place(node) {
-                Device::Cpu => (cpu_kind(), None),
-                Device::Gpu => match gpu_kernels(node, &ins, &outs, rows.clone(), gpu) {
-                    Ok(kernels) => (
-                        StepKind::Whole {
-                            device: Device::Gpu,
-                            kernels,
-                        },
-                        None,
-                    ),
-                    Err(reason) => (cpu_kind(), Some(reason)),
-                },
-            }
-        };
-        steps.push(Step {
+        pending.push(Pending {
             node: n,
-            kind,
-            rows,
-            fallback,
+            rows: row_count(&outs[0].shape, axis),
+            row_len: row_len(&outs[0].shape, axis),
+            view: node.op.is_view(),
+            ins,
+            outs: outs.clone(),
         });
         for (&v, m) in node.outputs.iter().zip(outs) {
             metas[v] = Some(m);
         }
     }
+    let (mut steps, predicted) = place(graph, &pending, &metas, request, gpu)?;
+    order_views(graph, &pending, &mut steps);
     let mut last_use = vec![None; graph.values.len()];
     for (s, step) in steps.iter().enumerate() {
         for v in graph.nodes[step.node].inputs.iter().flatten() {
@@ -212,7 +270,211 @@ pub fn build(
         steps,
         last_use,
         folded,
+        predicted,
     })
+}
+
+/// Steps for the non-view nodes, in execution order, plus the predicted run time for `auto`.
+fn place(
+    graph: &Graph,
+    pending: &[Pending],
+    metas: &[Option<TensorMeta>],
+    request: &Request<'_>,
+    gpu: Option<&Gpu>,
+) -> Result<(Vec<Step>, Option<f64>)> {
+    let work: Vec<&Pending> = pending.iter().filter(|p| !p.view).collect();
+    let kernels: Vec<std::result::Result<Vec<GpuKernel>, String>> = work
+        .iter()
+        .map(|p| {
+            let node = &graph.nodes[p.node];
+            match request.forced(node) {
+                Some(Device::Cpu) => Err("placed on the CPU".into()),
+                _ => gpu_kernels(node, &p.ins, &p.outs, 0..p.rows, gpu),
+            }
+        })
+        .collect();
+    let whole = |p: &Pending, k: &std::result::Result<Vec<GpuKernel>, String>, d: Device| {
+        let node = &graph.nodes[p.node];
+        match (d, k) {
+            (Device::Gpu, Ok(k)) => (
+                StepKind::Whole {
+                    device: Device::Gpu,
+                    kernels: k.clone(),
+                },
+                None,
+            ),
+            (Device::Gpu, Err(reason)) => (cpu_kind(), Some(reason.clone())),
+            (Device::Cpu, _) => {
+                let asked_gpu = request.forced(node) == Some(Device::Gpu);
+                (
+                    cpu_kind(),
+                    if asked_gpu {
+                        k.as_ref().err().cloned()
+                    } else {
+                        None
+                    },
+                )
+            }
+        }
+    };
+    let step =
+        |p: &Pending, kind: StepKind, fallback: Option<String>, explain: Option<Explain>| Step {
+            node: p.node,
+            kind,
+            rows: 0..p.rows,
+            fallback,
+            explain,
+        };
+    if request.placement != Placement::Auto {
+        let steps = work
+            .iter()
+            .zip(&kernels)
+            .map(|(p, k)| {
+                let d = request.forced(&graph.nodes[p.node]).unwrap_or(Device::Cpu);
+                let (kind, fallback) = whole(p, k, d);
+                step(p, kind, fallback, None)
+            })
+            .collect();
+        return Ok((steps, None));
+    }
+    let costs = request
+        .costs
+        .ok_or_else(|| Error::Usage("placement auto needs a cost model".into()))?;
+    let alias = view_aliases(graph, pending);
+    let key = |v: usize| *alias.get(&v).unwrap_or(&v);
+    let is_const = |v: usize| metas[v].as_ref().is_some_and(|m| m.value.is_some());
+    let tasks: Vec<Task> = work
+        .iter()
+        .zip(&kernels)
+        .map(|(p, k)| {
+            let node = &graph.nodes[p.node];
+            let refs: Vec<&TensorMeta> = p.ins.iter().collect();
+            Task {
+                query: NodeCostQuery {
+                    op_type: &node.op_type,
+                    dtype: p.outs[0].dtype,
+                    work: node.op.work(&refs, &p.outs),
+                    dispatches: k.as_ref().map_or(1, |k| k.len()),
+                },
+                inputs: node
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .filter(|&&v| !is_const(v))
+                    .map(|&v| {
+                        (
+                            key(v),
+                            metas[v].as_ref().map_or(0, |m| m.numel() as u64 * 4),
+                        )
+                    })
+                    .collect(),
+                outputs: node
+                    .outputs
+                    .iter()
+                    .zip(&p.outs)
+                    .map(|(&v, m)| (key(v), m.numel() as u64 * 4))
+                    .collect(),
+                rows: if node.outputs.len() == 1 { p.rows } else { 1 },
+                gpu_refusal: k.as_ref().err().cloned(),
+                forced: request.forced(node),
+            }
+        })
+        .collect();
+    let sched = schedule::schedule(&tasks, costs, request.policy);
+    let mut steps = Vec::with_capacity(work.len());
+    for &i in &sched.order {
+        let p = work[i];
+        let node = &graph.nodes[p.node];
+        let explain = Some(sched.explain[i].clone());
+        let (kind, fallback) = match sched.choices[i] {
+            Choice::On(d) => whole(p, &kernels[i], d),
+            Choice::Split { cut } => {
+                let refs: Vec<&TensorMeta> = p.ins.iter().collect();
+                match node.op.gpu(&refs, &p.outs, cut..p.rows) {
+                    Ok(k) => (
+                        StepKind::Split {
+                            cut,
+                            row_len: p.row_len,
+                            kernels: k,
+                        },
+                        None,
+                    ),
+                    Err(e) => (
+                        cpu_kind(),
+                        Some(format!("split refused by the GPU kernel: {e}")),
+                    ),
+                }
+            }
+        };
+        steps.push(step(p, kind, fallback, explain));
+    }
+    Ok((steps, Some(sched.makespan)))
+}
+
+/// For each view's output, the value it aliases (following chains of views).
+fn view_aliases(graph: &Graph, pending: &[Pending]) -> HashMap<usize, usize> {
+    let mut alias = HashMap::new();
+    for p in pending.iter().filter(|p| p.view) {
+        let node = &graph.nodes[p.node];
+        if let Some(src) = node.inputs[0] {
+            let root = *alias.get(&src).unwrap_or(&src);
+            alias.insert(node.outputs[0], root);
+        }
+    }
+    alias
+}
+
+/// Insert each view step right after the step producing its input (or first, for inputs and
+/// constants), keeping views in topological order.
+fn order_views(graph: &Graph, pending: &[Pending], steps: &mut Vec<Step>) {
+    let views: Vec<&Pending> = pending.iter().filter(|p| p.view).collect();
+    if views.is_empty() {
+        return;
+    }
+    let mut placed = vec![false; views.len()];
+    let mut out: Vec<Step> = Vec::with_capacity(steps.len() + views.len());
+    let mut available: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    let mut produced_by_steps: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    for s in steps.iter() {
+        produced_by_steps.extend(graph.nodes[s.node].outputs.iter().copied());
+    }
+    let view_outputs: std::collections::HashSet<usize> = views
+        .iter()
+        .map(|p| graph.nodes[p.node].outputs[0])
+        .collect();
+    let ready = |v: usize, available: &std::collections::HashSet<usize>| {
+        available.contains(&v) || (!produced_by_steps.contains(&v) && !view_outputs.contains(&v))
+    };
+    let drain = |out: &mut Vec<Step>,
+                 available: &mut std::collections::HashSet<usize>,
+                 placed: &mut Vec<bool>| loop {
+        let mut progress = false;
+        for (i, p) in views.iter().enumerate() {
+            let node = &graph.nodes[p.node];
+            if !placed[i] && node.inputs[0].is_none_or(|v| ready(v, available)) {
+                placed[i] = true;
+                progress = true;
+                available.insert(node.outputs[0]);
+                out.push(Step {
+                    node: p.node,
+                    kind: StepKind::View,
+                    rows: 0..p.rows,
+                    fallback: None,
+                    explain: None,
+                });
+            }
+        }
+        if !progress {
+            break;
+        }
+    };
+    drain(&mut out, &mut available, &mut placed);
+    for s in steps.drain(..) {
+        available.extend(graph.nodes[s.node].outputs.iter().copied());
+        out.push(s);
+        drain(&mut out, &mut available, &mut placed);
+    }
+    *steps = out;
 }
 
 fn cpu_kind() -> StepKind {
@@ -256,13 +518,6 @@ pub fn gpu_kernels(
     Ok(kernels)
 }
 
-/// A placer that puts every node on one device, except nodes matched by an override.
-#[derive(Debug, Clone)]
-pub struct ForcedPlacer {
-    pub default: Device,
-    pub overrides: Arc<Vec<(Selector, Device)>>,
-}
-
 /// Selects nodes for a placement override.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selector {
@@ -276,15 +531,5 @@ impl Selector {
             Selector::NodeName(n) => *n == node.name,
             Selector::OpType(t) => *t == node.op_type,
         }
-    }
-}
-
-impl Placer for ForcedPlacer {
-    fn place(&self, node: &Node) -> Device {
-        self.overrides
-            .iter()
-            .rev()
-            .find(|(s, _)| s.matches(node))
-            .map_or(self.default, |(_, d)| *d)
     }
 }

@@ -16,6 +16,11 @@ pub enum Ran {
     View,
     /// Evaluated once at plan time from constants.
     Folded,
+    /// Rows `0..cut` on the CPU and `cut..rows` on the GPU, at the same time.
+    Split {
+        cut: usize,
+        rows: usize,
+    },
 }
 
 impl fmt::Display for Ran {
@@ -24,6 +29,7 @@ impl fmt::Display for Ran {
             Ran::On(d) => write!(f, "{d}"),
             Ran::View => f.write_str("view"),
             Ran::Folded => f.write_str("folded"),
+            Ran::Split { cut, rows } => write!(f, "split {cut}/{rows}"),
         }
     }
 }
@@ -31,18 +37,34 @@ impl fmt::Display for Ran {
 #[derive(Debug, Clone)]
 pub struct NodeReport {
     pub name: String,
+    /// When it started, from the start of the run (GPU nodes: placed on the host clock from
+    /// their batch's submit time and timestamp offsets).
+    pub start: Duration,
     pub op_type: String,
     pub ran: Ran,
     /// Measured time: CPU wall time, or GPU time (timestamp queries where the adapter has them,
     /// else the batch's wall time shared by the batch's dispatches).
     pub time: Duration,
+    /// GPU time of the GPU rows of a split node (its `time` is the CPU rows' time).
+    pub gpu_time: Option<Duration>,
     /// Why the node is not on the device the policy asked for.
     pub fallback: Option<String>,
+}
+
+/// A copy between host and GPU memory.
+#[derive(Debug, Clone)]
+pub struct Transfer {
+    /// Where the data went.
+    pub to: Device,
+    pub bytes: u64,
+    pub start: Duration,
+    pub time: Duration,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
     pub nodes: Vec<NodeReport>,
+    pub transfers: Vec<Transfer>,
     pub total: Duration,
     pub uploads: usize,
     pub upload_bytes: u64,
@@ -81,12 +103,15 @@ impl fmt::Display for RunReport {
             let name: String = n.name.chars().take(48).collect();
             write!(
                 f,
-                "{:<w$}  {:<22} {:<6} {:>10}",
+                "{:<w$}  {:<22} {:<12} {:>10}",
                 name,
                 n.op_type,
                 n.ran.to_string(),
                 format!("{:.3} ms", n.time.as_secs_f64() * 1e3)
             )?;
+            if let Some(g) = n.gpu_time {
+                write!(f, "  (gpu rows {:.3} ms)", g.as_secs_f64() * 1e3)?;
+            }
             if let Some(r) = &n.fallback {
                 write!(f, "  (not on gpu: {r})")?;
             }
@@ -94,10 +119,11 @@ impl fmt::Display for RunReport {
         }
         write!(
             f,
-            "total {:.3} ms: {} nodes on cpu, {} on gpu, {} views, {} folded; {} uploads ({} B), {} downloads ({} B), {} GPU submits",
+            "total {:.3} ms: {} nodes on cpu, {} on gpu, {} split, {} views, {} folded; {} uploads ({} B), {} downloads ({} B), {} GPU submits",
             self.total.as_secs_f64() * 1e3,
             self.count(Device::Cpu),
             self.count(Device::Gpu),
+            self.nodes.iter().filter(|n| matches!(n.ran, Ran::Split { .. })).count(),
             self.nodes.iter().filter(|n| n.ran == Ran::View).count(),
             self.nodes.iter().filter(|n| n.ran == Ran::Folded).count(),
             self.uploads,

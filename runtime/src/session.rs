@@ -4,39 +4,18 @@
 //! planner and executor. A `Session` is `Send + Sync`: plans are cached per input-shape
 //! signature behind a lock, runs share the GPU and the constant uploads.
 
+use crate::cost::CostModel;
 use crate::exec::{self, GpuConstants};
 use crate::gpu::Gpu;
 use crate::graph::{Dim, Graph};
-use crate::plan::{self, Device, ForcedPlacer, Plan, Selector};
+use crate::plan::{self, Device, Placement, Plan, Request, Selector};
 use crate::report::RunReport;
+use crate::schedule::Policy;
 use crate::{import, Error, Result};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tandem_ops::{Tensor, TensorMeta};
-
-/// Where nodes run when no override names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    /// Every node on the CPU.
-    Cpu,
-    /// Every node the GPU can run on the GPU; the others on the CPU, each with its reason in the
-    /// run report.
-    Gpu,
-}
-
-impl std::str::FromStr for Placement {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Placement> {
-        match s {
-            "cpu" => Ok(Placement::Cpu),
-            "gpu" => Ok(Placement::Gpu),
-            other => Err(Error::Usage(format!(
-                "unknown placement `{other}` (expected cpu or gpu)"
-            ))),
-        }
-    }
-}
 
 /// How a session is set up.
 #[derive(Debug, Clone)]
@@ -46,17 +25,28 @@ pub struct SessionOptions {
     pub overrides: Vec<(Selector, Device)>,
     /// CPU threads for kernels (default: all cores).
     pub cpu_threads: Option<usize>,
-    /// A GPU to share between sessions; when `None`, one is opened if the placement needs it.
+    /// A GPU to share between sessions; when `None`, one is opened if the placement needs it
+    /// (`auto` opens one if the machine has any, and runs on the CPU alone otherwise).
     pub gpu: Option<Arc<Gpu>>,
+    /// The cost model `auto` plans with; when `None`, the profile saved for this adapter and CPU
+    /// is loaded (see `cost::CostModel::for_session`).
+    pub cost_model: Option<Arc<CostModel>>,
+    /// The scheduling policy of `auto` (default HEFT with row splits).
+    pub policy: Policy,
+    /// Time `auto` may spend calibrating when no saved profile fits this adapter and CPU.
+    pub calibration_budget: std::time::Duration,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
         SessionOptions {
-            placement: Placement::Cpu,
+            placement: Placement::Auto,
             overrides: Vec::new(),
             cpu_threads: None,
             gpu: None,
+            cost_model: None,
+            policy: Policy::HeftSplit,
+            calibration_budget: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -80,6 +70,16 @@ impl SessionOptions {
 
     pub fn gpu(mut self, gpu: Arc<Gpu>) -> Self {
         self.gpu = Some(gpu);
+        self
+    }
+
+    pub fn cost_model(mut self, model: Arc<CostModel>) -> Self {
+        self.cost_model = Some(model);
+        self
+    }
+
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
         self
     }
 }
@@ -106,11 +106,30 @@ impl<'a> From<&'a [u8]> for ModelSource<'a> {
 pub struct Session {
     graph: Graph,
     gpu: Option<Arc<Gpu>>,
+    /// Why `auto` runs without a GPU, when it does.
+    gpu_missing: Option<String>,
     pool: rayon::ThreadPool,
-    placer: ForcedPlacer,
-    plans: Mutex<HashMap<Vec<Vec<usize>>, Arc<Plan>>>,
+    placement: Placement,
+    overrides: Vec<(Selector, Device)>,
+    policy: Policy,
+    costs: Option<Arc<CostModel>>,
+    warnings: Vec<String>,
+    plans: Mutex<HashMap<Vec<Vec<usize>>, CachedPlan>>,
     constants: GpuConstants,
 }
+
+/// A plan and how well its prediction held.
+struct CachedPlan {
+    plan: Arc<Plan>,
+    /// Consecutive runs whose time missed the prediction by more than [`REPLAN_MARGIN`].
+    misses: usize,
+}
+
+/// A run whose measured time differs from the plan's prediction by more than this fraction
+/// counts as a miss.
+pub const REPLAN_MARGIN: f64 = 0.5;
+/// After this many consecutive misses the plan is rebuilt from the (meanwhile refined) model.
+pub const REPLAN_AFTER: usize = 3;
 
 /// A model input or output as declared.
 #[derive(Debug, Clone)]
@@ -130,10 +149,18 @@ impl Session {
         };
         let wants_gpu = options.placement == Placement::Gpu
             || options.overrides.iter().any(|(_, d)| *d == Device::Gpu);
-        let gpu = match (options.gpu, wants_gpu) {
-            (Some(g), _) => Some(g),
-            (None, true) => Some(Arc::new(Gpu::new()?)),
-            (None, false) => None,
+        let mut gpu_missing = None;
+        let gpu = match (options.gpu, wants_gpu, options.placement) {
+            (Some(g), _, _) => Some(g),
+            (None, true, _) => Some(Arc::new(Gpu::new()?)),
+            (None, false, Placement::Auto) => match Gpu::new() {
+                Ok(g) => Some(Arc::new(g)),
+                Err(e) => {
+                    gpu_missing = Some(e.to_string());
+                    None
+                }
+            },
+            (None, false, _) => None,
         };
         let threads = options.cpu_threads.unwrap_or(0);
         let pool = rayon::ThreadPoolBuilder::new()
@@ -141,18 +168,36 @@ impl Session {
             .thread_name(|i| format!("tandem-cpu-{i}"))
             .build()
             .map_err(|e| Error::Usage(format!("cannot start {threads} CPU threads: {e}")))?;
-        let default = match options.placement {
-            Placement::Cpu => Device::Cpu,
-            Placement::Gpu => Device::Gpu,
+        let mut warnings = Vec::new();
+        let costs = match (options.placement, options.cost_model) {
+            (_, Some(c)) => Some(c),
+            (Placement::Auto, None) => {
+                let (model, warning) = CostModel::load_or_calibrate(
+                    gpu.as_deref(),
+                    pool.current_num_threads(),
+                    None,
+                    options.calibration_budget,
+                );
+                warnings.extend(warning.map(|w| format!("cost profile: {w}")));
+                Some(Arc::new(model))
+            }
+            _ => None,
         };
+        warnings.extend(
+            gpu_missing
+                .iter()
+                .map(|w| format!("placement auto runs on the CPU only: {w}")),
+        );
         Ok(Session {
             graph,
             gpu,
+            gpu_missing,
             pool,
-            placer: ForcedPlacer {
-                default,
-                overrides: Arc::new(options.overrides),
-            },
+            placement: options.placement,
+            overrides: options.overrides,
+            policy: options.policy,
+            costs,
+            warnings,
             plans: Mutex::new(HashMap::new()),
             constants: GpuConstants::default(),
         })
@@ -164,6 +209,22 @@ impl Session {
 
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
         self.gpu.as_ref()
+    }
+
+    /// What a user should know about how this session was set up (a recalibrated cost profile,
+    /// no GPU for `auto`).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Why placement `auto` runs on the CPU alone, if it does.
+    pub fn gpu_missing(&self) -> Option<&str> {
+        self.gpu_missing.as_deref()
+    }
+
+    /// The cost model `auto` plans with.
+    pub fn cost_model(&self) -> Option<&Arc<CostModel>> {
+        self.costs.as_ref()
     }
 
     /// CPU threads used by kernels.
@@ -217,7 +278,8 @@ impl Session {
             pool: &self.pool,
             constants: &self.constants,
         };
-        let (outs, report) = exec::execute(&cx, ordered)?;
+        let (outs, report) = exec::execute(&cx, ordered.clone())?;
+        self.learn(&ordered, &plan, &report);
         let names = self
             .graph
             .outputs
@@ -226,22 +288,63 @@ impl Session {
         Ok((names.zip(outs).collect(), report))
     }
 
+    /// Feed the run's measured times to the cost model; drop the plan after
+    /// [`REPLAN_AFTER`] consecutive runs that missed its prediction by more than
+    /// [`REPLAN_MARGIN`], so the next run plans again with what was learnt.
+    fn learn(&self, ordered: &[Tensor], plan: &Plan, report: &RunReport) {
+        let (Some(costs), Some(predicted)) = (&self.costs, plan.predicted) else {
+            return;
+        };
+        costs.observe_report(&self.graph, plan, report);
+        let measured = report.total.as_secs_f64();
+        let missed = (measured - predicted).abs() > REPLAN_MARGIN * predicted.max(1e-6);
+        let key = Self::signature(ordered);
+        let mut plans = self.plans.lock().unwrap();
+        if let Some(c) = plans.get_mut(&key) {
+            c.misses = if missed { c.misses + 1 } else { 0 };
+            if c.misses >= REPLAN_AFTER {
+                plans.remove(&key);
+            }
+        }
+    }
+
+    fn signature(ordered: &[Tensor]) -> Vec<Vec<usize>> {
+        ordered.iter().map(|t| t.shape.clone()).collect()
+    }
+
     /// The plan for these inputs' shapes (built once per shape signature).
     pub fn plan_for(&self, ordered: &[Tensor]) -> Result<Arc<Plan>> {
-        let key: Vec<Vec<usize>> = ordered.iter().map(|t| t.shape.clone()).collect();
-        if let Some(p) = self.plans.lock().unwrap().get(&key) {
-            return Ok(p.clone());
+        let key = Self::signature(ordered);
+        if let Some(c) = self.plans.lock().unwrap().get(&key) {
+            return Ok(c.plan.clone());
         }
         let metas: Vec<TensorMeta> = ordered.iter().map(|t| t.meta()).collect();
+        let request = Request {
+            placement: self.placement,
+            overrides: &self.overrides,
+            costs: self.costs.as_deref().map(|c| c as &dyn crate::costs::Costs),
+            policy: self.policy,
+        };
         let plan = Arc::new(plan::build(
             &self.graph,
             &metas,
-            &self.placer,
+            &request,
             self.gpu.as_deref(),
             &self.pool,
         )?);
-        self.plans.lock().unwrap().insert(key, plan.clone());
+        self.plans.lock().unwrap().insert(
+            key,
+            CachedPlan {
+                plan: plan.clone(),
+                misses: 0,
+            },
+        );
         Ok(plan)
+    }
+
+    /// The plan for named inputs (for `--explain` and tools).
+    pub fn plan(&self, inputs: &[(&str, Tensor)]) -> Result<Arc<Plan>> {
+        self.plan_for(&self.order_inputs(inputs)?)
     }
 
     /// Check the given inputs against the model and put them in the model's order.

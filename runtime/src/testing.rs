@@ -82,7 +82,7 @@ pub fn try_run_gpu_rows(
         let o: Vec<&GpuTensor> = k.outputs.iter().map(|&o| &outputs[o]).collect();
         batch.dispatch(k, &i, &o, 0)?;
     }
-    batch.submit()?;
+    batch.submit()?.wait()?;
     let want: Vec<(&GpuTensor, &[usize])> = outputs
         .iter()
         .zip(&outs)

@@ -93,7 +93,7 @@ fn batches_time_each_dispatch_and_buffers_are_reused() {
     let mut batch = g.batch();
     batch.dispatch(&k, &[&a], &[&b], 7).unwrap();
     batch.dispatch(&k, &[&b], &[&a], 8).unwrap();
-    let timing = batch.submit().unwrap();
+    let timing = batch.submit().unwrap().wait().unwrap();
     assert!(timing.wall.as_nanos() > 0);
     if g.has_timestamps() {
         let labels: Vec<usize> = timing.per_label.iter().map(|(l, _)| *l).collect();

@@ -1,0 +1,595 @@
+//! The hybrid scheduler: decides for every node of a plan whether it runs on the CPU, on the GPU,
+//! or split by output rows across both, from predicted times.
+//!
+//! Sits between the planner (`plan.rs`, which describes nodes as [`Task`]s) and the cost model
+//! (through the [`Costs`] trait). Algorithm: HEFT list scheduling (upward rank; earliest finish
+//! time with insertion into idle gaps; transfer and sync costs on every edge that crosses
+//! devices), a row split where splitting beats both devices by a margin (the cut equalises the
+//! two parts' predicted finish times), then smoothing so isolated nodes do not bounce between
+//! devices. The final timeline is re-simulated; a policy never predicts worse than the best
+//! single device, because both are candidates.
+
+use crate::costs::{Costs, NodeCostQuery};
+use crate::plan::Device;
+use std::collections::HashMap;
+
+/// A value id as the scheduler sees it (views resolved to the value they alias).
+pub type ValueKey = usize;
+
+/// One node to place.
+#[derive(Debug, Clone)]
+pub struct Task<'a> {
+    pub query: NodeCostQuery<'a>,
+    /// Values read (non-constant), with their bytes.
+    pub inputs: Vec<(ValueKey, u64)>,
+    /// Values written, with their bytes.
+    pub outputs: Vec<(ValueKey, u64)>,
+    /// Rows of output 0 (1 when the op cannot be split).
+    pub rows: usize,
+    /// Why the GPU cannot run it, if it cannot.
+    pub gpu_refusal: Option<String>,
+    /// A device the user forced.
+    pub forced: Option<Device>,
+}
+
+impl Task<'_> {
+    fn can(&self, d: Device) -> bool {
+        match (self.forced, d) {
+            (Some(f), _) => f == d && (d == Device::Cpu || self.gpu_refusal.is_none()),
+            (None, Device::Gpu) => self.gpu_refusal.is_none(),
+            (None, Device::Cpu) => true,
+        }
+    }
+
+    fn can_split(&self) -> bool {
+        self.forced.is_none() && self.gpu_refusal.is_none() && self.rows >= 2
+    }
+}
+
+/// Where a node runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Choice {
+    On(Device),
+    /// Rows `0..cut` on the CPU, `cut..rows` on the GPU.
+    Split {
+        cut: usize,
+    },
+}
+
+/// The policies `tandem simulate` compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    CpuOnly,
+    GpuOnly,
+    /// Each node on the device with the lower predicted time, transfers ignored.
+    GreedyPerOp,
+    Heft,
+    HeftSplit,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 5] = [
+        Policy::CpuOnly,
+        Policy::GpuOnly,
+        Policy::GreedyPerOp,
+        Policy::Heft,
+        Policy::HeftSplit,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::CpuOnly => "cpu-only",
+            Policy::GpuOnly => "gpu-only",
+            Policy::GreedyPerOp => "greedy per-op",
+            Policy::Heft => "HEFT",
+            Policy::HeftSplit => "HEFT+split",
+        }
+    }
+}
+
+/// Predictions that explain one node's choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explain {
+    pub cpu: f64,
+    pub gpu: Option<f64>,
+    /// Best split: predicted finish-to-finish time of the node and its cut.
+    pub split: Option<(f64, usize)>,
+    pub why: String,
+}
+
+/// The scheduler's answer: a choice per task, an execution order, and the predicted timeline.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub choices: Vec<Choice>,
+    pub explain: Vec<Explain>,
+    /// Task indices in the order to issue them (by predicted start time).
+    pub order: Vec<usize>,
+    /// Predicted (start, finish) per task, seconds from the run's start.
+    pub times: Vec<(f64, f64)>,
+    pub makespan: f64,
+}
+
+/// Gain a split must show over the best single device before it is chosen.
+pub const SPLIT_MARGIN: f64 = 0.05;
+
+/// Busy intervals of one device, sorted.
+#[derive(Default, Clone)]
+struct Timeline {
+    busy: Vec<(f64, f64)>,
+}
+
+impl Timeline {
+    /// Earliest start >= `ready` of a `len`-long idle gap (insertion policy).
+    fn earliest(&self, ready: f64, len: f64) -> f64 {
+        let mut t = ready;
+        for &(s, e) in &self.busy {
+            if t + len <= s {
+                return t;
+            }
+            t = t.max(e);
+        }
+        t
+    }
+
+    fn occupy(&mut self, s: f64, e: f64) {
+        let at = self.busy.partition_point(|b| b.0 < s);
+        self.busy.insert(at, (s, e));
+    }
+}
+
+fn idx(d: Device) -> usize {
+    match d {
+        Device::Cpu => 0,
+        Device::Gpu => 1,
+    }
+}
+
+fn other(d: Device) -> Device {
+    match d {
+        Device::Cpu => Device::Gpu,
+        Device::Gpu => Device::Cpu,
+    }
+}
+
+/// Replays choices on two device timelines, tracking where each value is and when.
+struct Sim<'c> {
+    costs: &'c dyn Costs,
+    lines: [Timeline; 2],
+    /// Per value: time it is available on [cpu, gpu].
+    avail: HashMap<ValueKey, [Option<f64>; 2]>,
+}
+
+impl<'c> Sim<'c> {
+    fn new(costs: &'c dyn Costs) -> Self {
+        Sim {
+            costs,
+            lines: [Timeline::default(), Timeline::default()],
+            avail: HashMap::new(),
+        }
+    }
+
+    fn transfer(&self, bytes: u64, to: Device) -> f64 {
+        let sync = if to == Device::Cpu {
+            self.costs.sync_time()
+        } else {
+            0.0
+        };
+        self.costs.transfer_time(bytes, to) + sync
+    }
+
+    /// When value `v` can be read on `d`, counting a transfer if it lives elsewhere. Values
+    /// never produced by a task (graph inputs) start on the CPU at time 0.
+    fn ready_on(&self, v: ValueKey, bytes: u64, d: Device) -> f64 {
+        let a = self.avail.get(&v).copied().unwrap_or([Some(0.0), None]);
+        match (a[idx(d)], a[idx(other(d))]) {
+            (Some(t), _) => t,
+            (None, Some(t)) => t + self.transfer(bytes, d),
+            (None, None) => 0.0,
+        }
+    }
+
+    fn ready(&self, t: &Task, d: Device) -> f64 {
+        t.inputs
+            .iter()
+            .map(|&(v, b)| self.ready_on(v, b, d))
+            .fold(0.0, f64::max)
+    }
+
+    fn whole(&self, t: &Task, d: Device) -> (f64, f64) {
+        let len = self.costs.node_time(&t.query, d, 1.0);
+        let s = self.lines[idx(d)].earliest(self.ready(t, d), len);
+        (s, s + len)
+    }
+
+    /// Best split of `t`: (start, finish, cut), finish including the join on the host.
+    fn best_split(&self, t: &Task) -> Option<(f64, f64, usize)> {
+        if !t.can_split() {
+            return None;
+        }
+        let rc = self.ready(t, Device::Cpu);
+        let rg = self.ready(t, Device::Gpu);
+        let out_bytes: u64 = t.outputs.iter().map(|o| o.1).sum();
+        let eval = |f: f64| -> (f64, f64) {
+            let tc = self.costs.node_time(&t.query, Device::Cpu, 1.0 - f);
+            let tg = self.costs.node_time(&t.query, Device::Gpu, f);
+            let cs = self.lines[0].earliest(rc, tc);
+            let gs = self.lines[1].earliest(rg, tg);
+            let join = self.transfer((out_bytes as f64 * f) as u64, Device::Cpu);
+            (cs.min(gs), (cs + tc).max(gs + tg + join))
+        };
+        let consider = |best: &mut Option<(f64, f64, usize)>, cut: usize| {
+            if cut == 0 || cut >= t.rows {
+                return;
+            }
+            let (s, f) = eval((t.rows - cut) as f64 / t.rows as f64);
+            if best.is_none_or(|b| f < b.1) {
+                *best = Some((s, f, cut));
+            }
+        };
+        let mut best = None;
+        for i in 1..20 {
+            consider(
+                &mut best,
+                (t.rows as f64 * i as f64 / 20.0).round() as usize,
+            );
+        }
+        if let Some((_, _, c)) = best {
+            let step = (t.rows / 20).max(1);
+            let lo = c.saturating_sub(step);
+            let stride = (2 * step / 16).max(1);
+            for cut in (lo..=(c + step).min(t.rows)).step_by(stride) {
+                consider(&mut best, cut);
+            }
+        }
+        best
+    }
+
+    fn commit(&mut self, t: &Task, choice: Choice) -> (f64, f64) {
+        match choice {
+            Choice::On(d) => {
+                for &(v, b) in &t.inputs {
+                    let r = self.ready_on(v, b, d);
+                    self.avail.entry(v).or_insert([Some(0.0), None])[idx(d)] = Some(r);
+                }
+                let (s, f) = self.whole(t, d);
+                self.lines[idx(d)].occupy(s, f);
+                for &(v, _) in &t.outputs {
+                    let mut a = [None, None];
+                    a[idx(d)] = Some(f);
+                    self.avail.insert(v, a);
+                }
+                (s, f)
+            }
+            Choice::Split { cut } => {
+                let f = (t.rows - cut) as f64 / t.rows as f64;
+                let tc = self.costs.node_time(&t.query, Device::Cpu, 1.0 - f);
+                let tg = self.costs.node_time(&t.query, Device::Gpu, f);
+                let cs = self.lines[0].earliest(self.ready(t, Device::Cpu), tc);
+                let gs = self.lines[1].earliest(self.ready(t, Device::Gpu), tg);
+                self.lines[0].occupy(cs, cs + tc);
+                self.lines[1].occupy(gs, gs + tg);
+                let out_bytes: u64 = t.outputs.iter().map(|o| o.1).sum();
+                let join = self.transfer((out_bytes as f64 * f) as u64, Device::Cpu);
+                let fin = (cs + tc).max(gs + tg + join);
+                for &(v, _) in &t.outputs {
+                    self.avail.insert(v, [Some(fin), None]);
+                }
+                (cs.min(gs), fin)
+            }
+        }
+    }
+}
+
+/// Upward ranks: a task's mean time plus the longest path (with mean transfers) to an exit.
+fn upward_ranks(tasks: &[Task], costs: &dyn Costs) -> Vec<f64> {
+    let mut consumers: HashMap<ValueKey, Vec<usize>> = HashMap::new();
+    for (i, t) in tasks.iter().enumerate() {
+        for &(v, _) in &t.inputs {
+            consumers.entry(v).or_default().push(i);
+        }
+    }
+    let mut rank = vec![0.0; tasks.len()];
+    for i in (0..tasks.len()).rev() {
+        let t = &tasks[i];
+        let mean = match t.gpu_refusal {
+            None => {
+                (costs.node_time(&t.query, Device::Cpu, 1.0)
+                    + costs.node_time(&t.query, Device::Gpu, 1.0))
+                    / 2.0
+            }
+            Some(_) => costs.node_time(&t.query, Device::Cpu, 1.0),
+        };
+        let mut tail: f64 = 0.0;
+        for &(v, b) in &t.outputs {
+            let comm =
+                (costs.transfer_time(b, Device::Cpu) + costs.transfer_time(b, Device::Gpu)) / 4.0;
+            for &c in consumers.get(&v).into_iter().flatten() {
+                if c > i {
+                    tail = tail.max(comm + rank[c]);
+                }
+            }
+        }
+        rank[i] = mean + tail;
+    }
+    rank
+}
+
+/// A topological order of tasks by decreasing upward rank (tasks are given topologically).
+fn rank_order(tasks: &[Task], rank: &[f64]) -> Vec<usize> {
+    let producer: HashMap<ValueKey, usize> = tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
+        .collect();
+    let mut waiting: Vec<usize> = tasks
+        .iter()
+        .map(|t| {
+            t.inputs
+                .iter()
+                .filter(|(v, _)| producer.contains_key(v))
+                .count()
+        })
+        .collect();
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
+    for (i, t) in tasks.iter().enumerate() {
+        for (v, _) in &t.inputs {
+            if let Some(&p) = producer.get(v) {
+                consumers[p].push(i);
+            }
+        }
+    }
+    let mut ready: Vec<usize> = (0..tasks.len()).filter(|&i| waiting[i] == 0).collect();
+    let mut order = Vec::with_capacity(tasks.len());
+    while !ready.is_empty() {
+        let (pos, _) = ready
+            .iter()
+            .enumerate()
+            .max_by(|a, b| rank[*a.1].total_cmp(&rank[*b.1]).then(b.1.cmp(a.1)))
+            .expect("ready is not empty");
+        let i = ready.swap_remove(pos);
+        order.push(i);
+        for &c in &consumers[i] {
+            waiting[c] -= 1;
+            if waiting[c] == 0 {
+                ready.push(c);
+            }
+        }
+    }
+    assert_eq!(
+        order.len(),
+        tasks.len(),
+        "tasks must form a DAG in topological order"
+    );
+    order
+}
+
+/// Replay fixed choices in `order`; returns per-task (start, finish) and the makespan.
+pub fn simulate(
+    tasks: &[Task],
+    costs: &dyn Costs,
+    choices: &[Choice],
+    order: &[usize],
+) -> (Vec<(f64, f64)>, f64) {
+    let mut sim = Sim::new(costs);
+    let mut times = vec![(0.0, 0.0); tasks.len()];
+    for &i in order {
+        times[i] = sim.commit(&tasks[i], choices[i]);
+    }
+    let makespan = times.iter().map(|t| t.1).fold(0.0, f64::max);
+    (times, makespan)
+}
+
+fn single(t: &Task, d: Device) -> Choice {
+    if t.can(d) {
+        Choice::On(d)
+    } else {
+        Choice::On(other(d))
+    }
+}
+
+/// Schedule `tasks` (in topological order) under `policy`.
+pub fn schedule(tasks: &[Task], costs: &dyn Costs, policy: Policy) -> Schedule {
+    let rank = upward_ranks(tasks, costs);
+    let order = rank_order(tasks, &rank);
+    let mut explain: Vec<Explain> = tasks
+        .iter()
+        .map(|t| Explain {
+            cpu: costs.node_time(&t.query, Device::Cpu, 1.0),
+            gpu: t
+                .gpu_refusal
+                .is_none()
+                .then(|| costs.node_time(&t.query, Device::Gpu, 1.0)),
+            split: None,
+            why: String::new(),
+        })
+        .collect();
+    let choices: Vec<Choice> = match policy {
+        Policy::CpuOnly => tasks.iter().map(|t| single(t, Device::Cpu)).collect(),
+        Policy::GpuOnly => tasks.iter().map(|t| single(t, Device::Gpu)).collect(),
+        Policy::GreedyPerOp => tasks
+            .iter()
+            .zip(&explain)
+            .map(|(t, e)| match (t.forced, e.gpu) {
+                (Some(d), _) => single(t, d),
+                (None, Some(g)) if g < e.cpu => Choice::On(Device::Gpu),
+                _ => Choice::On(Device::Cpu),
+            })
+            .collect(),
+        Policy::Heft | Policy::HeftSplit => heft(
+            tasks,
+            costs,
+            &order,
+            policy == Policy::HeftSplit,
+            &mut explain,
+        ),
+    };
+    let (times, makespan) = simulate(tasks, costs, &choices, &order);
+    let mut best = (choices, times, makespan, order);
+    if matches!(policy, Policy::Heft | Policy::HeftSplit) {
+        // Never predict worse than the best single device: both are candidates.
+        for d in [Device::Cpu, Device::Gpu] {
+            let c: Vec<Choice> = tasks.iter().map(|t| single(t, d)).collect();
+            let (t, m) = simulate(tasks, costs, &c, &best.3);
+            if m < best.2 {
+                for (e, task) in explain.iter_mut().zip(tasks) {
+                    e.why = if task.forced.is_some() || !task.can(d) {
+                        e.why.clone()
+                    } else {
+                        format!("whole model on {d} is predicted faster than any mix")
+                    };
+                }
+                best = (c, t, m, best.3.clone());
+            }
+        }
+    }
+    let (choices, times, makespan, mut order) = best;
+    order.sort_by(|&a, &b| times[a].0.total_cmp(&times[b].0).then(a.cmp(&b)));
+    // Keep the order topological: a task never precedes its producers.
+    let order = topological_by_start(tasks, &order);
+    Schedule {
+        choices,
+        explain,
+        order,
+        times,
+        makespan,
+    }
+}
+
+/// `preferred` reordered minimally so that producers precede consumers.
+fn topological_by_start(tasks: &[Task], preferred: &[usize]) -> Vec<usize> {
+    let producer: HashMap<ValueKey, usize> = tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
+        .collect();
+    let mut done = vec![false; tasks.len()];
+    let mut out = Vec::with_capacity(tasks.len());
+    fn visit(
+        i: usize,
+        tasks: &[Task],
+        producer: &HashMap<ValueKey, usize>,
+        done: &mut [bool],
+        out: &mut Vec<usize>,
+    ) {
+        if done[i] {
+            return;
+        }
+        done[i] = true;
+        for (v, _) in &tasks[i].inputs {
+            if let Some(&p) = producer.get(v) {
+                visit(p, tasks, producer, done, out);
+            }
+        }
+        out.push(i);
+    }
+    for &i in preferred {
+        visit(i, tasks, &producer, &mut done, &mut out);
+    }
+    out
+}
+
+fn heft(
+    tasks: &[Task],
+    costs: &dyn Costs,
+    order: &[usize],
+    split: bool,
+    explain: &mut [Explain],
+) -> Vec<Choice> {
+    let mut sim = Sim::new(costs);
+    let mut choices = vec![Choice::On(Device::Cpu); tasks.len()];
+    for &i in order {
+        let t = &tasks[i];
+        let mut options: Vec<(Choice, f64)> = Vec::new();
+        for d in [Device::Cpu, Device::Gpu] {
+            if t.can(d) {
+                options.push((Choice::On(d), sim.whole(t, d).1));
+            }
+        }
+        let best_single = options.iter().map(|o| o.1).fold(f64::INFINITY, f64::min);
+        let e = &mut explain[i];
+        if split {
+            if let Some((_, fin, cut)) = sim.best_split(t) {
+                e.split = Some((fin, cut));
+                if fin < best_single * (1.0 - SPLIT_MARGIN) {
+                    options.push((Choice::Split { cut }, fin));
+                }
+            }
+        }
+        let (choice, fin) = options
+            .iter()
+            .copied()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("the CPU is always an option");
+        e.why = match (choice, t.forced, &t.gpu_refusal) {
+            (_, Some(d), _) => format!("forced to {d}"),
+            (Choice::On(Device::Cpu), None, Some(r)) => format!("the GPU cannot run it: {r}"),
+            (Choice::Split { cut }, ..) => format!(
+                "split at row {cut}/{}: finishes at {:.3} ms vs {:.3} ms on one device",
+                t.rows,
+                fin * 1e3,
+                best_single * 1e3
+            ),
+            (Choice::On(d), ..) => format!(
+                "earliest finish on {d} ({:.3} ms, transfers counted)",
+                fin * 1e3
+            ),
+        };
+        choices[i] = choice;
+        sim.commit(t, choice);
+    }
+    smooth(tasks, costs, &mut choices, explain);
+    choices
+}
+
+/// Move a whole-device node whose neighbours all run on the other device there, when the
+/// transfers it causes cost more than the time it saves.
+fn smooth(tasks: &[Task], costs: &dyn Costs, choices: &mut [Choice], explain: &mut [Explain]) {
+    let producer: HashMap<ValueKey, usize> = tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
+        .collect();
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
+    for (i, t) in tasks.iter().enumerate() {
+        for (v, _) in &t.inputs {
+            if let Some(&p) = producer.get(v) {
+                consumers[p].push(i);
+            }
+        }
+    }
+    for i in 0..tasks.len() {
+        let t = &tasks[i];
+        let Choice::On(d) = choices[i] else { continue };
+        if t.forced.is_some() || !t.can(other(d)) {
+            continue;
+        }
+        let o = other(d);
+        let preds: Vec<usize> = t
+            .inputs
+            .iter()
+            .filter_map(|(v, _)| producer.get(v).copied())
+            .collect();
+        let neighbours: Vec<usize> = preds
+            .iter()
+            .copied()
+            .chain(consumers[i].iter().copied())
+            .collect();
+        if neighbours.is_empty() || !neighbours.iter().all(|&n| choices[n] == Choice::On(o)) {
+            continue;
+        }
+        let here = costs.node_time(&t.query, d, 1.0);
+        let there = costs.node_time(&t.query, o, 1.0);
+        let in_bytes: u64 = t.inputs.iter().map(|x| x.1).sum();
+        let out_bytes: u64 = t.outputs.iter().map(|x| x.1).sum();
+        let sync = costs.sync_time();
+        let moves = costs.transfer_time(in_bytes, d) + costs.transfer_time(out_bytes, o) + sync;
+        if there <= here + moves {
+            choices[i] = Choice::On(o);
+            explain[i].why = format!(
+                "smoothed onto {o}: its neighbours run there and moving data costs {:.3} ms > the {:.3} ms it saves",
+                moves * 1e3,
+                (there - here).max(0.0) * 1e3
+            );
+        }
+    }
+}
