@@ -395,3 +395,31 @@ fn gpu_descriptions() {
         .gpu(&[&u, &u], &[u.clone()], 0..3)
         .is_err());
 }
+
+/// Throughput probe (run with `--ignored --nocapture`): prints GB/s of the f32 fast paths.
+#[test]
+#[ignore]
+fn throughput_probe() {
+    let n = 1 << 24;
+    let a = Tensor::f32(&[n / 1024, 1024], values(n, 1));
+    let b = Tensor::f32(&[n / 1024, 1024], values(n, 2));
+    let bias = Tensor::f32(&[1024], values(1024, 3));
+    for (name, ins) in [
+        ("Add same", vec![a.clone(), b.clone()]),
+        ("Add bias", vec![a.clone(), bias]),
+    ] {
+        let op = add(&Attrs::new(14)).unwrap();
+        let _ = run_rows(op.as_ref(), &ins, None);
+        let t = std::time::Instant::now();
+        for _ in 0..10 {
+            let _ = run_rows(op.as_ref(), &ins, None);
+        }
+        let s = t.elapsed().as_secs_f64() / 10.0;
+        let bytes = (ins.iter().map(|t| t.numel()).sum::<usize>() + n) * 4;
+        println!(
+            "{name}: {:.2} ms, {:.1} GB/s (incl. output alloc)",
+            s * 1e3,
+            bytes as f64 / s / 1e9
+        );
+    }
+}

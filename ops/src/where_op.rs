@@ -44,8 +44,8 @@ fn select_broadcast<T: Elem>(
         let n = o.len();
         if (sc, sx, sy) == (1, 1, 1) {
             let (c, x, y) = (&c[ic..ic + n], &x[ix..ix + n], &y[iy..iy + n]);
-            for (j, o) in o.iter_mut().enumerate() {
-                *o = if c[j] { x[j] } else { y[j] };
+            for (((o, &c), &x), &y) in o.iter_mut().zip(c).zip(x).zip(y) {
+                *o = if c { x } else { y };
             }
         } else {
             for (j, o) in o.iter_mut().enumerate() {
