@@ -171,7 +171,8 @@ impl View {
                     Some(a) => Some(a.clone()),
                     None if self.opset >= 13 => self.input_ints(ins, 1, "axes")?,
                     None => None,
-                };
+                }
+                .filter(|a| !a.is_empty());
                 match axes {
                     None => Ok(dims.iter().copied().filter(|&d| d != 1).collect()),
                     Some(axes) => {
