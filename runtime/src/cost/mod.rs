@@ -1,0 +1,631 @@
+//! The learned cost model of one (GPU adapter, CPU, shader set): per (op kind, dtype, device)
+//! `time = a*flops + b*bytes + c` fitted by non-negative least squares, a roofline prior per
+//! device for op kinds never measured, link costs (upload, download, sync) measured on the
+//! adapter, and online refinement from run reports.
+//!
+//! Sits between calibration (`calibrate.rs`, which measures), persistence (`persist.rs`, one
+//! JSON profile per adapter) and the scheduler, which only asks through [`crate::costs::Costs`].
+
+pub mod calibrate;
+pub mod frozen;
+pub mod keys;
+pub mod nnls;
+pub mod persist;
+
+pub use calibrate::{CalibrationOptions, CalibrationReport, HeldOut, Progress};
+pub use frozen::FrozenCosts;
+pub use keys::{AdapterKey, CpuKey};
+pub use persist::ProfileError;
+
+use crate::costs::{Costs, NodeCostQuery};
+use crate::graph::Graph;
+use crate::plan::{input_metas, Device, Plan, StepKind};
+use crate::report::{Ran, RunReport};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::RwLock;
+use tandem_ops::shape::row_count;
+use tandem_ops::{DType, TensorMeta};
+
+/// Peak rates of one device: answers op kinds with no fitted entry as
+/// `launch * dispatches + max(flops / peak_flops, bytes / bandwidth)`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Roofline {
+    /// Flop/s.
+    pub peak_flops: f64,
+    /// Bytes/s.
+    pub bandwidth: f64,
+    /// Seconds of fixed cost per kernel (dispatch or CPU task start).
+    pub launch: f64,
+}
+
+impl Roofline {
+    pub fn time(&self, flops: f64, bytes: f64, dispatches: usize) -> f64 {
+        self.launch * dispatches.max(1) as f64
+            + (flops / self.peak_flops.max(1.0)).max(bytes / self.bandwidth.max(1.0))
+    }
+
+    /// A guess for a CPU with `threads` kernel threads, used until calibration measures it.
+    pub fn default_cpu(threads: usize) -> Roofline {
+        Roofline {
+            peak_flops: 8e9 * threads.max(1) as f64,
+            bandwidth: 5e9,
+            launch: 5e-6,
+        }
+    }
+
+    /// A deliberately modest guess for an unmeasured GPU.
+    pub fn default_gpu() -> Roofline {
+        Roofline {
+            peak_flops: 2e10,
+            bandwidth: 1e10,
+            launch: 5e-5,
+        }
+    }
+}
+
+/// A transfer as `latency + bytes * seconds_per_byte`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    pub latency: f64,
+    pub seconds_per_byte: f64,
+}
+
+impl Line {
+    pub fn time(&self, bytes: u64) -> f64 {
+        self.latency + bytes as f64 * self.seconds_per_byte
+    }
+}
+
+/// CPU-GPU link costs. `upload` and `download` exclude the synchronisation, which is
+/// [`Links::sync`] (submit + map + wait of an empty-ish batch), paid once per sync point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Links {
+    pub upload: Line,
+    pub download: Line,
+    pub sync: f64,
+}
+
+impl Default for Links {
+    fn default() -> Links {
+        Links {
+            upload: Line {
+                latency: 2e-5,
+                seconds_per_byte: 1.0 / 5e9,
+            },
+            download: Line {
+                latency: 2e-5,
+                seconds_per_byte: 1.0 / 5e9,
+            },
+            sync: 1e-4,
+        }
+    }
+}
+
+/// One measured time with its work features (of the part that ran).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub flops: f64,
+    pub bytes: f64,
+    pub seconds: f64,
+}
+
+/// Fitted coefficients: seconds per flop, per byte, and fixed seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Coeffs {
+    pub per_flop: f64,
+    pub per_byte: f64,
+    pub fixed: f64,
+}
+
+impl Coeffs {
+    pub fn time(&self, flops: f64, bytes: f64) -> f64 {
+        self.per_flop * flops + self.per_byte * bytes + self.fixed
+    }
+}
+
+/// Fit `seconds ~ a*flops + b*bytes + c` with `a, b, c >= 0`, minimising squared *relative*
+/// error (each row weighted by 1/seconds), so that 10 us ops matter as much as 100 ms ones.
+/// `None` without samples.
+pub fn fit(samples: &[Sample]) -> Option<Coeffs> {
+    let good: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.seconds > 0.0 && s.seconds.is_finite())
+        .collect();
+    if good.is_empty() {
+        return None;
+    }
+    let mut a = Vec::with_capacity(good.len() * 3);
+    for s in &good {
+        let w = 1.0 / s.seconds;
+        a.extend_from_slice(&[s.flops * w, s.bytes * w, w]);
+    }
+    // Column scales so the normal equations are well conditioned.
+    let mut scale = [0.0f64; 3];
+    for row in a.chunks_exact(3) {
+        for (m, v) in scale.iter_mut().zip(row) {
+            *m = m.max(v.abs());
+        }
+    }
+    let scale = scale.map(|m| if m > 0.0 { m } else { 1.0 });
+    for row in a.chunks_exact_mut(3) {
+        for (v, m) in row.iter_mut().zip(&scale) {
+            *v /= m;
+        }
+    }
+    let b = vec![1.0; good.len()];
+    let x = nnls::nnls(&a, &b, 3);
+    Some(Coeffs {
+        per_flop: x[0] / scale[0],
+        per_byte: x[1] / scale[1],
+        fixed: x[2] / scale[2],
+    })
+}
+
+/// The median of a non-empty list.
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Samples kept per key from calibration and, separately, from runs (oldest dropped first).
+pub const MAX_CALIBRATION_SAMPLES: usize = 64;
+pub const MAX_OBSERVED_SAMPLES: usize = 64;
+/// Observations of one feature point kept (repeated runs of the same shape must not push out
+/// every other shape).
+const MAX_SAME_POINT: usize = 4;
+
+/// Which fitted entry answers a query.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EntryKey {
+    pub op: String,
+    pub dtype: DType,
+    pub device: Device,
+}
+
+/// Devices in a fixed order (CPU first), for sorted maps.
+pub(crate) fn device_rank(d: Device) -> u8 {
+    match d {
+        Device::Cpu => 0,
+        Device::Gpu => 1,
+    }
+}
+
+pub(crate) fn rank_device(r: u8) -> Device {
+    if r == 0 {
+        Device::Cpu
+    } else {
+        Device::Gpu
+    }
+}
+
+impl Ord for EntryKey {
+    fn cmp(&self, o: &EntryKey) -> std::cmp::Ordering {
+        (&self.op, self.dtype, device_rank(self.device)).cmp(&(
+            &o.op,
+            o.dtype,
+            device_rank(o.device),
+        ))
+    }
+}
+
+impl PartialOrd for EntryKey {
+    fn partial_cmp(&self, o: &EntryKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) coeffs: Option<Coeffs>,
+    /// Median measured/fitted ratio over the run observations (1 without any): runs happen in
+    /// a context calibration does not see (the other device busy, caches), so the recent
+    /// evidence corrects the whole curve, not only the shapes it was measured at.
+    pub(crate) scale: f64,
+    pub(crate) calibration: Vec<Sample>,
+    pub(crate) observed: VecDeque<Sample>,
+    pub(crate) dirty: bool,
+}
+
+impl Default for Entry {
+    fn default() -> Entry {
+        Entry {
+            coeffs: None,
+            scale: 1.0,
+            calibration: Vec::new(),
+            observed: VecDeque::new(),
+            dirty: true,
+        }
+    }
+}
+
+impl Entry {
+    fn samples(&self) -> Vec<Sample> {
+        self.calibration
+            .iter()
+            .chain(self.observed.iter())
+            .copied()
+            .collect()
+    }
+
+    /// Distinct (flops, bytes) points: fewer than 3 cannot pin three coefficients.
+    fn distinct_points(&self) -> usize {
+        let mut pts: Vec<(u64, u64)> = self
+            .calibration
+            .iter()
+            .chain(self.observed.iter())
+            .map(|s| (s.flops.to_bits(), s.bytes.to_bits()))
+            .collect();
+        pts.sort_unstable();
+        pts.dedup();
+        pts.len()
+    }
+
+    fn refit(&mut self) {
+        self.coeffs = fit(&self.samples());
+        self.scale = 1.0;
+        if let (Some(c), false) = (self.coeffs, self.observed.is_empty()) {
+            let ratios: Vec<f64> = self
+                .observed
+                .iter()
+                .map(|s| s.seconds / c.time(s.flops, s.bytes))
+                .filter(|r| r.is_finite() && *r > 0.0)
+                .collect();
+            if !ratios.is_empty() {
+                self.scale = median(ratios);
+            }
+        }
+        self.dirty = false;
+    }
+}
+
+/// The cost model. Cheap to query from many threads; `observe` marks entries for a lazy refit.
+#[derive(Debug)]
+pub struct CostModel {
+    pub adapter: Option<AdapterKey>,
+    pub cpu: CpuKey,
+    /// [`keys::shader_hash`] of the shaders the GPU entries were measured with.
+    pub shaders: String,
+    pub cpu_prior: Roofline,
+    pub gpu_prior: Roofline,
+    pub links: Links,
+    /// True when GPU node times in run reports come from timestamp queries (else they are a
+    /// batch's wall time shared out, too coarse to learn from).
+    pub gpu_timestamps: bool,
+    entries: RwLock<BTreeMap<EntryKey, Entry>>,
+    families: RwLock<HashMap<(&'static str, Device), Coeffs>>,
+}
+
+impl Clone for CostModel {
+    fn clone(&self) -> CostModel {
+        CostModel {
+            adapter: self.adapter.clone(),
+            cpu: self.cpu.clone(),
+            shaders: self.shaders.clone(),
+            cpu_prior: self.cpu_prior,
+            gpu_prior: self.gpu_prior,
+            links: self.links,
+            gpu_timestamps: self.gpu_timestamps,
+            entries: RwLock::new(self.entries.read().unwrap().clone()),
+            families: RwLock::new(self.families.read().unwrap().clone()),
+        }
+    }
+}
+
+/// The op family whose pooled fit answers op kinds of it that were never measured.
+pub fn family(op: &str) -> &'static str {
+    match op {
+        "MatMul" | "Gemm" => "matmul",
+        "Conv" | "ConvTranspose" => "conv",
+        "Softmax" | "LogSoftmax" => "softmax",
+        "LayerNormalization" | "InstanceNormalization" | "BatchNormalization" | "LRN" => "norm",
+        "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool" => "pool",
+        "ArgMax" | "ArgMin" => "reduce",
+        o if o.starts_with("Reduce") => "reduce",
+        "Transpose" | "Concat" | "Split" | "Slice" | "Gather" | "GatherElements" | "Expand"
+        | "Tile" | "Pad" | "Resize" | "Upsample" | "Trilu" | "EyeLike" | "Range"
+        | "ConstantOfShape" => "movement",
+        _ => "elementwise",
+    }
+}
+
+impl CostModel {
+    /// A model with no measurements: every answer comes from the default priors.
+    pub fn unmeasured(adapter: Option<AdapterKey>, cpu: CpuKey) -> CostModel {
+        let threads = cpu.threads;
+        CostModel {
+            adapter,
+            cpu,
+            shaders: keys::shader_hash(),
+            cpu_prior: Roofline::default_cpu(threads),
+            gpu_prior: Roofline::default_gpu(),
+            links: Links::default(),
+            gpu_timestamps: false,
+            entries: RwLock::new(BTreeMap::new()),
+            families: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn prior(&self, device: Device) -> &Roofline {
+        match device {
+            Device::Cpu => &self.cpu_prior,
+            Device::Gpu => &self.gpu_prior,
+        }
+    }
+
+    /// Add calibration samples for a key (kept apart from run observations) and refit it.
+    pub fn add_calibration(&self, key: EntryKey, samples: &[Sample]) {
+        let mut entries = self.entries.write().unwrap();
+        let e = entries.entry(key).or_default();
+        e.calibration.extend_from_slice(samples);
+        let excess = e.calibration.len().saturating_sub(MAX_CALIBRATION_SAMPLES);
+        e.calibration.drain(..excess);
+        e.refit();
+        drop(entries);
+        self.refit();
+    }
+
+    /// Record a measured time of `fraction` of a node's rows on `device`. The entry is refitted
+    /// lazily, on its next query.
+    pub fn observe_fraction(
+        &self,
+        q: &NodeCostQuery<'_>,
+        device: Device,
+        fraction: f64,
+        seconds: f64,
+    ) {
+        if !(seconds > 0.0 && seconds.is_finite() && fraction > 0.0) {
+            return;
+        }
+        let f = fraction.min(1.0);
+        let s = Sample {
+            flops: q.work.flops as f64 * f,
+            bytes: (q.work.bytes_read + q.work.bytes_written) as f64 * f,
+            seconds,
+        };
+        let key = EntryKey {
+            op: q.op_type.to_string(),
+            dtype: q.dtype,
+            device,
+        };
+        let mut entries = self.entries.write().unwrap();
+        let e = entries.entry(key).or_default();
+        let same: Vec<usize> = e
+            .observed
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.flops == s.flops && o.bytes == s.bytes)
+            .map(|(i, _)| i)
+            .collect();
+        if same.len() >= MAX_SAME_POINT {
+            e.observed.remove(same[0]);
+        } else if e.observed.len() >= MAX_OBSERVED_SAMPLES {
+            e.observed.pop_front();
+        }
+        e.observed.push_back(s);
+        e.dirty = true;
+    }
+
+    /// Record a measured time of a whole node on `device`.
+    pub fn observe(&self, q: &NodeCostQuery<'_>, device: Device, seconds: f64) {
+        self.observe_fraction(q, device, 1.0, seconds);
+    }
+
+    /// Learn from one run: every node that ran on a device (not views or folded nodes) with its
+    /// measured time. GPU times are used only when they came from timestamp queries. Returns the
+    /// number of observations taken. Cheap: refits happen lazily on the next query.
+    pub fn observe_report(&self, graph: &Graph, plan: &Plan, report: &RunReport) -> usize {
+        let offset = plan.folded.len();
+        if report.nodes.len() != offset + plan.steps.len() {
+            return 0;
+        }
+        let mut taken = 0;
+        for (s, step) in plan.steps.iter().enumerate() {
+            let r = &report.nodes[offset + s];
+            let node = &graph.nodes[step.node];
+            // Split steps are skipped: their time covers two devices working at once.
+            let StepKind::Whole { .. } = step.kind else {
+                continue;
+            };
+            if r.op_type != node.op_type {
+                continue;
+            }
+            let Ran::On(device) = r.ran else { continue };
+            if device == Device::Gpu && !self.gpu_timestamps {
+                continue;
+            }
+            let ins = input_metas(node, &plan.metas);
+            let outs: Vec<TensorMeta> = node
+                .outputs
+                .iter()
+                .filter_map(|&v| plan.metas[v].clone())
+                .collect();
+            if outs.len() != node.outputs.len() || outs.is_empty() {
+                continue;
+            }
+            let refs: Vec<&TensorMeta> = ins.iter().collect();
+            let total = row_count(&outs[0].shape, node.op.split_axis(&refs, &outs)).max(1);
+            let fraction = step.rows.len() as f64 / total as f64;
+            let q = NodeCostQuery {
+                op_type: &node.op_type,
+                dtype: outs[0].dtype,
+                work: node.op.work(&refs, &outs),
+                dispatches: 1,
+            };
+            self.observe_fraction(&q, device, fraction, r.time.as_secs_f64());
+            taken += 1;
+        }
+        taken
+    }
+
+    /// Refit every entry changed since its last fit and the family fits (an explicit, eager
+    /// version of what queries do lazily; call before saving).
+    pub fn refit(&self) {
+        let mut entries = self.entries.write().unwrap();
+        for e in entries.values_mut().filter(|e| e.dirty) {
+            e.refit();
+        }
+        let mut pooled: HashMap<(&'static str, Device), Vec<Sample>> = HashMap::new();
+        for (k, e) in entries.iter() {
+            pooled
+                .entry((family(&k.op), k.device))
+                .or_default()
+                .extend(e.calibration.iter().copied());
+        }
+        let mut families = self.families.write().unwrap();
+        families.clear();
+        for (k, samples) in pooled {
+            if let Some(c) = fit(&samples) {
+                families.insert(k, c);
+            }
+        }
+    }
+
+    /// The answer without the measured entry of `op` itself: its family's pooled fit, else the
+    /// device's roofline prior.
+    fn fallback(&self, op: &str, device: Device, flops: f64, bytes: f64, dispatches: usize) -> f64 {
+        match self.families.read().unwrap().get(&(family(op), device)) {
+            Some(c) => c.time(flops, bytes),
+            None => self.prior(device).time(flops, bytes, dispatches),
+        }
+    }
+
+    /// Predicted seconds for `flops` and `bytes` of op kind `op` on `device`. Lookup order: the
+    /// (op, dtype, device) entry, the (op, f32, device) entry, the family's pooled fit, the
+    /// roofline prior. An entry with fewer than 3 distinct measured shapes only rescales the
+    /// fallback by its median measured/fallback ratio.
+    pub fn predict(
+        &self,
+        op: &str,
+        dtype: DType,
+        device: Device,
+        flops: f64,
+        bytes: f64,
+        dispatches: usize,
+    ) -> f64 {
+        let keys = [dtype, DType::F32].map(|d| EntryKey {
+            op: op.to_string(),
+            dtype: d,
+            device,
+        });
+        for key in &keys {
+            let needs_refit = match self.entries.read().unwrap().get(key) {
+                None => continue,
+                Some(e) => e.dirty,
+            };
+            if needs_refit {
+                if let Some(e) = self.entries.write().unwrap().get_mut(key) {
+                    if e.dirty {
+                        e.refit();
+                    }
+                }
+            }
+            let entries = self.entries.read().unwrap();
+            let Some(e) = entries.get(key) else { continue };
+            let Some(c) = e.coeffs else { continue };
+            if e.distinct_points() >= 3 {
+                return e.scale * c.time(flops, bytes).max(0.0);
+            }
+            let ratios: Vec<f64> = e
+                .samples()
+                .iter()
+                .map(|s| s.seconds / self.fallback(op, device, s.flops, s.bytes, dispatches))
+                .filter(|r| r.is_finite() && *r > 0.0)
+                .collect();
+            if ratios.is_empty() {
+                continue;
+            }
+            return median(ratios) * self.fallback(op, device, flops, bytes, dispatches);
+        }
+        self.fallback(op, device, flops, bytes, dispatches)
+    }
+
+    /// The fitted coefficients of a key, if it has any (refitting it if stale), before the
+    /// correction by run observations.
+    pub fn coeffs(&self, key: &EntryKey) -> Option<Coeffs> {
+        let mut entries = self.entries.write().unwrap();
+        let e = entries.get_mut(key)?;
+        if e.dirty {
+            e.refit();
+        }
+        e.coeffs
+    }
+
+    /// Keys with fitted entries, sorted.
+    pub fn keys(&self) -> Vec<EntryKey> {
+        self.entries.read().unwrap().keys().cloned().collect()
+    }
+
+    pub(crate) fn entries_snapshot(&self) -> BTreeMap<EntryKey, Entry> {
+        self.entries.read().unwrap().clone()
+    }
+
+    pub(crate) fn set_entries(&self, entries: BTreeMap<EntryKey, Entry>) {
+        *self.entries.write().unwrap() = entries;
+        self.refit();
+    }
+}
+
+impl Costs for CostModel {
+    fn node_time(&self, q: &NodeCostQuery<'_>, device: Device, fraction: f64) -> f64 {
+        if fraction <= 0.0 {
+            return 0.0;
+        }
+        let f = fraction.min(1.0);
+        let flops = q.work.flops as f64 * f;
+        let bytes = (q.work.bytes_read + q.work.bytes_written) as f64 * f;
+        self.predict(q.op_type, q.dtype, device, flops, bytes, q.dispatches)
+    }
+
+    fn transfer_time(&self, bytes: u64, to: Device) -> f64 {
+        match to {
+            Device::Gpu => self.links.upload.time(bytes),
+            Device::Cpu => self.links.download.time(bytes),
+        }
+    }
+
+    fn sync_time(&self) -> f64 {
+        self.links.sync
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_recovers_known_coefficients() {
+        let truth = Coeffs {
+            per_flop: 2e-11,
+            per_byte: 3e-10,
+            fixed: 4e-5,
+        };
+        let samples: Vec<Sample> = (0..12)
+            .map(|i| {
+                let flops = 1e5 * 3f64.powi(i % 7) + 1e4 * i as f64;
+                let bytes = 1e4 * 2f64.powi(i % 5);
+                Sample {
+                    flops,
+                    bytes,
+                    seconds: truth.time(flops, bytes),
+                }
+            })
+            .collect();
+        let c = fit(&samples).unwrap();
+        for (got, want) in [
+            (c.per_flop, truth.per_flop),
+            (c.per_byte, truth.per_byte),
+            (c.fixed, truth.fixed),
+        ] {
+            assert!((got - want).abs() <= 1e-6 * want, "{c:?} vs {truth:?}");
+        }
+    }
+
+    #[test]
+    fn family_names() {
+        assert_eq!(family("Gemm"), "matmul");
+        assert_eq!(family("ReduceL2"), "reduce");
+        assert_eq!(family("Sin"), "elementwise");
+        assert_eq!(family("Gather"), "movement");
+    }
+}

@@ -1,0 +1,302 @@
+//! Cost profiles on disk: one versioned JSON file per (adapter, CPU, shader set), in the
+//! platform cache directory or at a path given by `TANDEM_PROFILE` or the caller; loading checks
+//! version and keys, and anything wrong means a warning and recalibration, never a panic.
+//!
+//! Sits between the cost model (`cost/mod.rs`) and the file system; `load_or_calibrate` is the
+//! entry point sessions and the CLI use.
+
+use super::calibrate::{calibrate_on_threads, CalibrationOptions};
+use super::keys::{profile_stem, shader_hash, AdapterKey, CpuKey};
+use super::{CostModel, Entry, EntryKey, Links, Roofline, Sample};
+use crate::gpu::Gpu;
+use crate::plan::Device;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tandem_ops::DType;
+
+/// Version of the profile format; a file of another version is recalibrated.
+pub const PROFILE_VERSION: u32 = 1;
+
+/// Environment variable naming a profile file (overridden by an explicit path).
+pub const PROFILE_ENV: &str = "TANDEM_PROFILE";
+
+/// Why a saved profile cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("no profile at {0}")]
+    Missing(PathBuf),
+    #[error("cannot read or write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("profile {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("profile {path} has format version {found}, this build writes {want}")]
+    Version {
+        path: PathBuf,
+        found: u64,
+        want: u32,
+    },
+    #[error("profile {path} was measured for {what}")]
+    Mismatch { path: PathBuf, what: String },
+}
+
+#[derive(Serialize, Deserialize)]
+struct EntryFile {
+    op: String,
+    dtype: String,
+    device: String,
+    calibration: Vec<Sample>,
+    observed: Vec<Sample>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProfileFile {
+    version: u32,
+    adapter: Option<AdapterKey>,
+    cpu: CpuKey,
+    shader_hash: String,
+    cpu_prior: Roofline,
+    gpu_prior: Roofline,
+    links: Links,
+    gpu_timestamps: bool,
+    entries: Vec<EntryFile>,
+}
+
+fn parse_dtype(s: &str) -> Option<DType> {
+    Some(match s {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "f64" => DType::F64,
+        "i64" => DType::I64,
+        "i32" => DType::I32,
+        "i8" => DType::I8,
+        "u8" => DType::U8,
+        "bool" => DType::Bool,
+        _ => return None,
+    })
+}
+
+fn parse_device(s: &str) -> Option<Device> {
+    match s {
+        "cpu" => Some(Device::Cpu),
+        "gpu" => Some(Device::Gpu),
+        _ => None,
+    }
+}
+
+/// The platform cache directory: `$XDG_CACHE_HOME` or `~/.cache` on Linux and other Unix,
+/// `~/Library/Caches` on macOS, `%LOCALAPPDATA%` on Windows.
+pub fn cache_dir() -> Option<PathBuf> {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if cfg!(windows) {
+        return env("LOCALAPPDATA");
+    }
+    if cfg!(target_os = "macos") {
+        return env("HOME").map(|h| h.join("Library/Caches"));
+    }
+    env("XDG_CACHE_HOME").or_else(|| env("HOME").map(|h| h.join(".cache")))
+}
+
+/// Where the profile of these keys lives: `explicit`, else `$TANDEM_PROFILE`, else
+/// `<cache dir>/tandem/profiles/<hash of the keys>.json`. `None` when no cache dir is known.
+pub fn profile_path(
+    explicit: Option<&Path>,
+    adapter: Option<&AdapterKey>,
+    cpu: &CpuKey,
+) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os(PROFILE_ENV).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let stem = profile_stem(adapter, cpu, &shader_hash());
+    cache_dir().map(|d| {
+        d.join("tandem")
+            .join("profiles")
+            .join(format!("{stem}.json"))
+    })
+}
+
+impl CostModel {
+    /// Write the profile (refitting stale entries first), creating directories; atomic (a
+    /// temporary file renamed over the old one).
+    pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
+        let io = |source| ProfileError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        self.refit();
+        let entries = self
+            .entries_snapshot()
+            .into_iter()
+            .map(|(k, e)| EntryFile {
+                op: k.op,
+                dtype: k.dtype.to_string(),
+                device: k.device.to_string(),
+                calibration: e.calibration,
+                observed: e.observed.into_iter().collect(),
+            })
+            .collect();
+        let file = ProfileFile {
+            version: PROFILE_VERSION,
+            adapter: self.adapter.clone(),
+            cpu: self.cpu.clone(),
+            shader_hash: self.shaders.clone(),
+            cpu_prior: self.cpu_prior,
+            gpu_prior: self.gpu_prior,
+            links: self.links,
+            gpu_timestamps: self.gpu_timestamps,
+            entries,
+        };
+        let text = serde_json::to_string_pretty(&file).expect("a profile serialises");
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Read a profile and check it was measured for `adapter` (with the current shaders) and
+    /// `cpu`. Every problem is an `Err`, never a panic.
+    pub fn load(
+        path: &Path,
+        adapter: Option<&AdapterKey>,
+        cpu: &CpuKey,
+    ) -> Result<CostModel, ProfileError> {
+        let p = || path.to_path_buf();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ProfileError::Missing(p()))
+            }
+            Err(source) => return Err(ProfileError::Io { path: p(), source }),
+        };
+        let corrupt = |reason: String| ProfileError::Corrupt { path: p(), reason };
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        let found = value.get("version").and_then(|v| v.as_u64()).unwrap_or(0);
+        if found != PROFILE_VERSION as u64 {
+            return Err(ProfileError::Version {
+                path: p(),
+                found,
+                want: PROFILE_VERSION,
+            });
+        }
+        let file: ProfileFile =
+            serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+        let mismatch = |what: String| ProfileError::Mismatch { path: p(), what };
+        if &file.cpu != cpu {
+            return Err(mismatch(format!("CPU {:?}, not {:?}", file.cpu, cpu)));
+        }
+        if file.adapter.as_ref() != adapter {
+            let name = |a: Option<&AdapterKey>| a.map_or("no GPU".to_string(), |a| a.name.clone());
+            return Err(mismatch(format!(
+                "adapter {}, not {}",
+                name(file.adapter.as_ref()),
+                name(adapter)
+            )));
+        }
+        if adapter.is_some() && file.shader_hash != shader_hash() {
+            return Err(mismatch(format!(
+                "shaders {}, not the current {}",
+                file.shader_hash,
+                shader_hash()
+            )));
+        }
+        let mut entries = BTreeMap::new();
+        for e in file.entries {
+            let (Some(dtype), Some(device)) = (parse_dtype(&e.dtype), parse_device(&e.device))
+            else {
+                return Err(corrupt(format!("entry {} {} {}", e.op, e.dtype, e.device)));
+            };
+            let bad = |s: &Sample| {
+                !(s.seconds > 0.0 && s.seconds.is_finite())
+                    || !(s.flops >= 0.0
+                        && s.bytes >= 0.0
+                        && s.flops.is_finite()
+                        && s.bytes.is_finite())
+            };
+            if e.calibration.iter().chain(&e.observed).any(bad) {
+                return Err(corrupt(format!(
+                    "entry {}: a sample is not a positive time",
+                    e.op
+                )));
+            }
+            let entry = Entry {
+                calibration: e.calibration,
+                observed: VecDeque::from(e.observed),
+                ..Entry::default()
+            };
+            entries.insert(
+                EntryKey {
+                    op: e.op,
+                    dtype,
+                    device,
+                },
+                entry,
+            );
+        }
+        let model = CostModel {
+            cpu_prior: file.cpu_prior,
+            gpu_prior: file.gpu_prior,
+            links: file.links,
+            gpu_timestamps: file.gpu_timestamps,
+            shaders: file.shader_hash,
+            ..CostModel::unmeasured(file.adapter, file.cpu)
+        };
+        model.set_entries(entries);
+        Ok(model)
+    }
+
+    /// The cost model for `gpu` (None: CPU only) and `cpu_threads` kernel threads: the saved
+    /// profile when it is valid, else a fresh calibration within `budget` (saved for next time).
+    /// The second value is a warning to show (why the profile was not used, a failed save, GPU
+    /// measurement errors); never panics.
+    pub fn load_or_calibrate(
+        gpu: Option<&Gpu>,
+        cpu_threads: usize,
+        path: Option<&Path>,
+        budget: Duration,
+    ) -> (CostModel, Option<String>) {
+        let threads = if cpu_threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            cpu_threads
+        };
+        let adapter = gpu.map(|g| AdapterKey::from_desc(g.adapter()));
+        let cpu = CpuKey::detect(threads);
+        let file = profile_path(path, adapter.as_ref(), &cpu);
+        let why = match &file {
+            None => "no cache directory for the cost profile".to_string(),
+            Some(f) => match CostModel::load(f, adapter.as_ref(), &cpu) {
+                Ok(m) => return (m, None),
+                Err(e) => e.to_string(),
+            },
+        };
+        let opts = CalibrationOptions {
+            budget,
+            ..Default::default()
+        };
+        let (model, report) = calibrate_on_threads(gpu, threads, &opts, &mut |_| {});
+        let mut warning = format!("{why}: calibrated in {:.1} s", report.elapsed.as_secs_f64());
+        if let Some(e) = &report.gpu_error {
+            warning.push_str(&format!(" (GPU measurements failed: {e})"));
+        }
+        match file.map(|f| model.save(&f).map(|()| f)) {
+            Some(Ok(f)) => warning.push_str(&format!(", saved to {}", f.display())),
+            Some(Err(e)) => warning.push_str(&format!(", not saved: {e}")),
+            None => {}
+        }
+        (model, Some(warning))
+    }
+}
