@@ -8,6 +8,8 @@
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
+use tandem::plan::StepKind;
+use tandem::report::Ran;
 use tandem::{Placement, Session, SessionOptions, Tensor};
 
 #[derive(clap::Args, Default)]
@@ -30,10 +32,7 @@ const SAMPLES: &[(&str, &[u8])] = &[
         "scripts/fetch_models.py",
         include_bytes!("../../scripts/fetch_models.py"),
     ),
-    (
-        "shaders/wgsl/copy.wgsl",
-        include_bytes!("../../shaders/wgsl/copy.wgsl"),
-    ),
+    ("README.md", include_bytes!("../../README.md")),
     ("docs/models.md", include_bytes!("../../docs/models.md")),
 ];
 
@@ -99,21 +98,24 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         SAMPLES.len()
     );
     let mut results = Vec::new();
-    for placement in [Placement::Cpu, Placement::Gpu] {
+    for placement in [Placement::Cpu, Placement::Gpu, Placement::Auto] {
         let session = Session::new(
             model.as_path(),
             SessionOptions::default().placement(placement),
         )
         .with_context(|| format!("loading {}", model.display()))?;
+        for w in session.warnings() {
+            println!("note: {w}");
+        }
         session.run(&[("bytes", input.clone())])?; // warm-up: plans and compiles pipelines
         let (outs, report) = session.run_with_report(&[("bytes", input.clone())])?;
-        let probs = &outs[0].1;
         println!(
-            "\nplacement {placement:?}: {:.2} ms; {} nodes on cpu, {} on gpu, {} folded at plan time",
+            "\nplacement {placement:?}: {:.2} ms; {} nodes on cpu, {} on gpu, {} split, {} folded at plan time",
             report.total.as_secs_f64() * 1e3,
             report.count(tandem::Device::Cpu),
             report.count(tandem::Device::Gpu),
-            report.nodes.iter().filter(|n| n.ran == tandem::report::Ran::Folded).count()
+            report.nodes.iter().filter(|n| matches!(n.ran, Ran::Split { .. })).count(),
+            report.nodes.iter().filter(|n| n.ran == Ran::Folded).count()
         );
         for n in report.fallbacks() {
             println!(
@@ -123,28 +125,17 @@ pub fn run(args: &DemoArgs) -> Result<()> {
                 n.fallback.as_deref().unwrap_or("")
             );
         }
-        if args.report || placement == Placement::Gpu {
-            let mut by_time = report.nodes.clone();
-            by_time.sort_by(|a, b| b.time.cmp(&a.time));
-            println!("  slowest nodes:");
-            for n in by_time
-                .iter()
-                .take(if args.report { usize::MAX } else { 5 })
-            {
-                println!(
-                    "    {:<40} {:<14} {:<6} {:.3} ms",
-                    n.name,
-                    n.op_type,
-                    n.ran.to_string(),
-                    n.time.as_secs_f64() * 1e3
-                );
-            }
+        if placement == Placement::Auto {
+            print_auto_choices(&session, &input)?;
         }
-        results.push(probs.clone());
+        if args.report {
+            println!("{report}");
+        }
+        results.push(outs[0].1.clone());
     }
     println!(
-        "\n{:<26} {:<12} {:>8}   {:<12} {:>8}",
-        "file", "cpu says", "p", "gpu says", "p"
+        "\n{:<26} {:<12} {:>8}   {:<12} {:>8}   {:<12} {:>8}",
+        "file", "cpu says", "p", "gpu says", "p", "auto says", "p"
     );
     let classes = labels.len();
     for (i, (name, _)) in SAMPLES.iter().enumerate() {
@@ -161,8 +152,59 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         }
         println!("{row}");
     }
-    let diff = tandem::testing::max_abs_diff(&results[0], &results[1]);
-    println!("\nmax |cpu - gpu| over all probabilities: {diff:.2e}");
+    println!(
+        "\nmax |cpu - gpu| over all probabilities: {:.2e}; max |cpu - auto|: {:.2e}",
+        tandem::testing::max_abs_diff(&results[0], &results[1]),
+        tandem::testing::max_abs_diff(&results[0], &results[2])
+    );
+    Ok(())
+}
+
+/// What the scheduler decided, per op type, and why for the costliest and the hybrid nodes.
+fn print_auto_choices(session: &Session, input: &Tensor) -> Result<()> {
+    let plan = session.plan(&[("bytes", input.clone())])?;
+    let mut by_op: std::collections::BTreeMap<&str, std::collections::BTreeMap<String, usize>> =
+        Default::default();
+    let mut notable = Vec::new();
+    for step in &plan.steps {
+        let Some(e) = &step.explain else { continue };
+        let node = &session.graph().nodes[step.node];
+        let choice = match &step.kind {
+            StepKind::Whole { device, .. } => device.to_string(),
+            StepKind::Split { .. } => "split".to_string(),
+            StepKind::View => continue,
+        };
+        *by_op
+            .entry(&node.op_type)
+            .or_default()
+            .entry(choice.clone())
+            .or_default() += 1;
+        notable.push((choice, e.cpu.min(e.gpu.unwrap_or(f64::MAX)), node, e));
+    }
+    let summary: Vec<String> = by_op
+        .iter()
+        .map(|(op, c)| {
+            let parts: Vec<String> = c.iter().map(|(d, n)| format!("{n} {d}")).collect();
+            format!("{op} {}", parts.join("+"))
+        })
+        .collect();
+    println!("  scheduler (auto), per op type: {}", summary.join(", "));
+    notable.sort_by(|a, b| {
+        (a.0 == "cpu")
+            .cmp(&(b.0 == "cpu"))
+            .then(b.1.total_cmp(&a.1))
+    });
+    println!("  hybrid and costliest nodes (predicted by this machine's measured cost profile):");
+    for (choice, _, node, e) in notable.iter().take(5) {
+        println!(
+            "    {:<12} {:<10} cpu {:>8.3} ms, gpu {:>9} ms: {}",
+            node.op_type,
+            choice,
+            e.cpu * 1e3,
+            e.gpu.map_or("-".to_string(), |g| format!("{:.3}", g * 1e3)),
+            e.why
+        );
+    }
     Ok(())
 }
 
