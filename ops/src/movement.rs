@@ -337,7 +337,13 @@ impl IndexMap {
     pub fn cpu<T: Elem>(&self, src: &[T], out: &mut [T], start: usize) {
         let m = self.coalesced();
         let inner = m.dims.last().copied().unwrap_or(1).max(1);
-        let chunk = inner * (8192 / inner).max(1);
+        // Chunks hold whole inner runs when they are short; long runs are cut (fill() handles
+        // any alignment) so a single contiguous copy still spreads over the pool.
+        let chunk = if inner <= 8192 {
+            inner * (8192 / inner)
+        } else {
+            1 << 14
+        };
         out.par_chunks_mut(chunk)
             .enumerate()
             .for_each(|(i, block)| m.fill(src, block, start + i * chunk));
@@ -531,6 +537,20 @@ mod tests {
                 m.cpu(&src, &mut out, start);
                 assert_eq!(out, want[start..], "{m:?} from {start}");
             }
+        }
+    }
+
+    #[test]
+    fn long_contiguous_runs_are_cut_into_parallel_chunks() {
+        let src: Vec<i32> = (0..3 * 20000).collect();
+        // x[:, 7:19007]: inner runs of 19000 elements, longer than one chunk
+        let mut m = IndexMap::new(&[3, 19000], vec![20000, 1]);
+        m.offset = vec![0, 7];
+        let want = naive(&m, &src);
+        for start in [0, 5, 19001] {
+            let mut out = vec![-1; want.len() - start];
+            m.cpu(&src, &mut out, start);
+            assert_eq!(out, want[start..]);
         }
     }
 
