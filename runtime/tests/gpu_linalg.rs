@@ -39,7 +39,7 @@ fn check_all(op: &dyn Op, ins: &[Tensor], want: &Tensor, tol: f32) {
     let refs: Vec<_> = metas.iter().collect();
     let outs = op.infer(&refs).unwrap();
     let rows = tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs));
-    for cut in [1, rows / 2 | 1, rows.saturating_sub(1)] {
+    for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
         let s = run_split(op, ins, cut);
         assert_close(&s[0], want, tol, tol);
     }
@@ -233,6 +233,7 @@ fn ints(v: &[i64]) -> AttrValue {
 }
 
 #[test]
+#[allow(clippy::type_complexity)]
 fn conv_gpu_matches_reference() {
     // (x shape, M, kernel, group, strides, dilations, pads [t, l, b, r], bias)
     let cases: &[(
@@ -436,6 +437,7 @@ fn naive_conv_transpose(
 }
 
 #[test]
+#[allow(clippy::type_complexity)]
 fn conv_transpose_gpu_matches_reference() {
     // (x shape, M/group, kernel, group, strides, dilations, pads, output_padding, bias)
     let cases: &[(
@@ -543,19 +545,16 @@ fn conv_transpose_gpu_matches_reference() {
     check_all(ct.as_ref(), &[x, w], &want, 1e-4);
 }
 
-/// GPU matmul throughput at 512^3 on the adapter in use (run with `--ignored --nocapture`).
-#[test]
-#[ignore]
-fn matmul_gpu_gflops_512() {
-    let mm = op("MatMul", &[]);
-    let ins = [fill(&[512, 512], 1), fill(&[512, 512], 2)];
+/// Best-of-4 GPU time of all dispatches of `op` over all rows (inputs already resident).
+fn time_gpu(op: &dyn Op, ins: &[Tensor]) -> f64 {
     let metas: Vec<_> = ins.iter().map(|t| t.meta()).collect();
     let refs: Vec<_> = metas.iter().collect();
-    let outs = mm.infer(&refs).unwrap();
-    let kernels = mm.gpu(&refs, &outs, 0..512).unwrap();
+    let outs = op.infer(&refs).unwrap();
+    let rows = tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs));
+    let kernels = op.gpu(&refs, &outs, 0..rows).unwrap();
     let g = gpu();
     let inputs: Vec<_> = ins.iter().map(|t| g.upload(t).unwrap()).collect();
-    let out = g.alloc(tandem_ops::DType::F32, 512 * 512).unwrap();
+    let out = g.alloc(outs[0].dtype, outs[0].numel()).unwrap();
     let mut best = f64::MAX;
     for _ in 0..4 {
         let mut batch = g.batch();
@@ -567,10 +566,45 @@ fn matmul_gpu_gflops_512() {
         batch.submit().unwrap();
         best = best.min(t.elapsed().as_secs_f64());
     }
-    println!(
-        "matmul 512^3 on {:?}: {:.2} GFLOP/s ({:.1} ms)",
-        g.adapter(),
-        2.0 * 512f64.powi(3) / best / 1e9,
-        best * 1e3
-    );
+    best
+}
+
+/// GPU throughput of the family's kernels on the adapter in use (run with
+/// `cargo test --release -p tandem --test gpu_linalg -- --ignored --nocapture`).
+#[test]
+#[ignore]
+#[allow(clippy::type_complexity)]
+fn linalg_gpu_gflops() {
+    println!("adapter: {:?}", gpu().adapter());
+    let pads = ("pads", ints(&[1, 1, 1, 1]));
+    let cases: Vec<(&str, Box<dyn Op>, Vec<Tensor>, f64)> = vec![
+        (
+            "matmul 512^3",
+            op("MatMul", &[]),
+            vec![fill(&[512, 512], 1), fill(&[512, 512], 2)],
+            2.0 * 512f64.powi(3),
+        ),
+        (
+            "matmul 128x384x1536",
+            op("MatMul", &[]),
+            vec![fill(&[128, 384], 1), fill(&[384, 1536], 2)],
+            2.0 * 128.0 * 384.0 * 1536.0,
+        ),
+        (
+            "conv3x3 16->16 320x320",
+            op("Conv", std::slice::from_ref(&pads)),
+            vec![fill(&[1, 16, 320, 320], 1), fill(&[16, 16, 3, 3], 2)],
+            2.0 * 16.0 * 16.0 * 9.0 * 320.0 * 320.0,
+        ),
+        (
+            "depthwise3x3 64 160x160",
+            op("Conv", &[pads.clone(), ("group", AttrValue::Int(64))]),
+            vec![fill(&[1, 64, 160, 160], 1), fill(&[64, 1, 3, 3], 2)],
+            2.0 * 64.0 * 9.0 * 160.0 * 160.0,
+        ),
+    ];
+    for (name, o, ins, flops) in &cases {
+        let t = time_gpu(o.as_ref(), ins);
+        println!("{name}: {:.2} GFLOP/s ({:.1} ms)", flops / t / 1e9, t * 1e3);
+    }
 }
