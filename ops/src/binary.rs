@@ -79,9 +79,10 @@ struct BinaryParams {
     op: u32,
     /// 0: f32 operands, 1: i32 operands, 2: bool (u32) operands.
     mode: u32,
-    /// bit 0: read `a` from the output itself (variadic fold), bit 1: `b` holds i32 (Pow with
-    /// an integer exponent), bit 2: divide the result by `divisor` (Mean), bit 3: no
-    /// broadcasting (both operands indexed like the output).
+    /// bit 0: read `a` from the output itself (variadic fold), bit 1: `b` is of the other
+    /// numeric kind (Pow with mixed types), bit 2: divide the result by `divisor` (Mean), bit 3:
+    /// no broadcasting (both operands indexed like the output), bits 4/5: wrap integer results
+    /// to i8/u8.
     flags: u32,
     divisor: f32,
     _pad: u32,
@@ -91,9 +92,13 @@ struct BinaryParams {
 }
 
 const FLAG_ACCUMULATE: u32 = 1;
-const FLAG_B_INT: u32 = 2;
+/// `b` is of the other numeric kind than `a` (Pow: f32 base with i32 exponent or the reverse).
+const FLAG_B_OTHER: u32 = 2;
 const FLAG_DIVIDE: u32 = 4;
 const FLAG_CONTIGUOUS: u32 = 8;
+/// Integer results wrap to i8 / u8 (those are held as i32 on the GPU).
+const FLAG_WRAP_I8: u32 = 16;
+const FLAG_WRAP_U8: u32 = 32;
 
 /// `out[r] = f(a, b)` with `a`, `b` broadcast by `bc` to the output; `out` is the output
 /// block of range `r`. Inner loops are plain slice loops, specialised per broadcast pattern.
@@ -420,18 +425,120 @@ impl Binary {
         Ok(())
     }
 
-    /// GPU element mode of an operand type: 0 float, 1 integer, 2 bool.
-    fn gpu_mode(&self, dt: DType) -> Result<u32> {
-        match dt {
-            d if d.is_float() => Ok(0),
-            DType::I64 | DType::I32 => Ok(1),
-            DType::Bool if self.kind.is_logic() || self.kind == BinaryKind::Equal => Ok(2),
-            _ => Err(OpError::Unsupported(format!(
-                "{} on GPU: {dt} elements",
-                self.name
-            ))),
+    /// GPU element mode of an operand type (see [`gpu_mode`]), or `Unsupported`.
+    fn gpu_mode(&self, dt: DType) -> Result<(u32, u32)> {
+        let bool_ok = self.kind.is_logic() || self.kind == BinaryKind::Equal;
+        gpu_mode(dt, bool_ok)
+            .ok_or_else(|| OpError::Unsupported(format!("{} on GPU: {dt} elements", self.name)))
+    }
+}
+
+/// GPU element mode of an operand type and the flags that wrap integer results to it:
+/// (0, 0) float, (1, wrap) integer, (2, 0) bool (when `bool_ok`).
+fn gpu_mode(dt: DType, bool_ok: bool) -> Option<(u32, u32)> {
+    match dt {
+        d if d.is_float() => Some((0, 0)),
+        DType::I64 | DType::I32 => Some((1, 0)),
+        DType::I8 => Some((1, FLAG_WRAP_I8)),
+        DType::U8 => Some((1, FLAG_WRAP_U8)),
+        DType::Bool if bool_ok => Some((2, 0)),
+        _ => None,
+    }
+}
+
+/// One dispatch of `binary.wgsl` over output elements `start..start + count`.
+struct Step {
+    op: BinaryKind,
+    /// Op input bound as `a` (ignored by the shader when `accumulate`).
+    a: usize,
+    /// Op input bound as `b`.
+    b: usize,
+    /// Read `a` from the output (a fold over earlier dispatches).
+    accumulate: bool,
+}
+
+/// The kernels of `steps` for an output `out`, with the common `mode` and `flags`; the last
+/// step divides by `divide_by` when given (Mean).
+fn gpu_steps(
+    name: &str,
+    steps: &[Step],
+    ins: &[&TensorMeta],
+    out: &TensorMeta,
+    rows: &Range<usize>,
+    (mode, flags): (u32, u32),
+    divide_by: Option<usize>,
+) -> Result<Vec<GpuKernel>> {
+    let (start, count) = gpu_range(rows, out.numel(), name)?;
+    let wg = shape::grid_1d(count as u64, 64);
+    let mut kernels = Vec::with_capacity(steps.len());
+    for (s, st) in steps.iter().enumerate() {
+        let (a_shape, b_shape) = (&ins[st.a].shape, &ins[st.b].shape);
+        let (rank, dims, [a_strides, b_strides]) =
+            gpu_broadcast([a_shape, b_shape], &out.shape, name)?;
+        let mut f = flags;
+        if st.accumulate {
+            f |= FLAG_ACCUMULATE;
+        }
+        if (st.accumulate || *a_shape == out.shape) && *b_shape == out.shape {
+            f |= FLAG_CONTIGUOUS;
+        }
+        if divide_by.is_some() && s + 1 == steps.len() {
+            f |= FLAG_DIVIDE;
+        }
+        let p = BinaryParams {
+            start,
+            count,
+            rank,
+            op: st.op as u32,
+            mode,
+            flags: f,
+            divisor: divide_by.unwrap_or(1) as f32,
+            _pad: 0,
+            dims,
+            a_strides,
+            b_strides,
+        };
+        kernels.push(
+            GpuKernel::new(tandem_shaders::BINARY, vec![st.a, st.b], vec![0], &p, wg)
+                .with_override("WG", 64.0),
+        );
+    }
+    Ok(kernels)
+}
+
+/// GPU kernels of `Clip(x, min, max)` whose bounds are run-time tensors: `Max` with the lower
+/// bound, then `Min` with the upper one folded into the output (empty bounds are skipped).
+/// NaN stays NaN and `min > max` gives `max`, as in ONNX.
+pub(crate) fn clip_gpu(
+    ins: &[&TensorMeta],
+    out: &TensorMeta,
+    rows: Range<usize>,
+) -> Result<Vec<GpuKernel>> {
+    let dt = ins[0].dtype;
+    let mode = gpu_mode(dt, false)
+        .ok_or_else(|| OpError::Unsupported(format!("Clip on GPU: {dt} elements")))?;
+    let mut steps = Vec::new();
+    for (i, op) in [(1, BinaryKind::Max), (2, BinaryKind::Min)] {
+        if ins.len() > i && ins[i].numel() > 0 {
+            let accumulate = !steps.is_empty();
+            let a = if accumulate { i } else { 0 };
+            steps.push(Step {
+                op,
+                a,
+                b: i,
+                accumulate,
+            });
         }
     }
+    if steps.is_empty() {
+        steps.push(Step {
+            op: BinaryKind::First,
+            a: 0,
+            b: 0,
+            accumulate: false,
+        });
+    }
+    gpu_steps("Clip", &steps, ins, out, &rows, mode, None)
 }
 
 impl Op for Binary {
@@ -508,69 +615,51 @@ impl Op for Binary {
         rows: Range<usize>,
     ) -> Result<Vec<GpuKernel>> {
         let a_dt = ins[0].dtype;
-        let mode = self.gpu_mode(a_dt)?;
-        let mut flags = 0;
+        let (mode, mut flags) = self.gpu_mode(a_dt)?;
         if ins.len() > 1 && ins[1].dtype != a_dt {
-            // Only Pow mixes types: a float base with an integer exponent.
-            match (mode, self.gpu_mode(ins[1].dtype)?) {
-                (0, 1) => flags |= FLAG_B_INT,
-                _ => {
-                    return Err(OpError::Unsupported(format!(
-                        "{} on GPU: {a_dt} base with {} exponent",
-                        self.name, ins[1].dtype
-                    )))
-                }
+            // Only Pow mixes types: float base with integer exponent or the reverse.
+            let (b_mode, _) = self.gpu_mode(ins[1].dtype)?;
+            if b_mode == 2 || mode == 2 || b_mode == mode {
+                return Err(OpError::Unsupported(format!(
+                    "{} on GPU: {a_dt} base with {} exponent",
+                    self.name, ins[1].dtype
+                )));
             }
+            flags |= FLAG_B_OTHER;
         }
-        let out = &outs[0];
-        let (start, count) = gpu_range(&rows, out.numel(), self.name)?;
-        let wg = shape::grid_1d(count as u64, 64);
         let n = ins.len();
-        let mut kernels = Vec::new();
-        // Steps: (op, a input, b input, accumulate); a single input copies itself.
-        let mut steps: Vec<(BinaryKind, usize, usize, bool)> = Vec::new();
-        if n == 1 {
-            steps.push((BinaryKind::First, 0, 0, false));
+        let steps: Vec<Step> = if n == 1 {
+            vec![Step {
+                op: BinaryKind::First,
+                a: 0,
+                b: 0,
+                accumulate: false,
+            }]
         } else {
-            steps.push((self.kind, 0, 1, false));
-            for k in 2..n {
-                steps.push((self.kind, k, k, true));
-            }
-        }
-        let last = steps.len() - 1;
-        for (s, &(op, ai, bi, acc)) in steps.iter().enumerate() {
-            let (rank, dims, [a_st, b_st]) =
-                gpu_broadcast([&ins[ai].shape, &ins[bi].shape], &out.shape, self.name)?;
-            let a_same = acc || ins[ai].shape == out.shape;
-            let mut f = flags;
-            if acc {
-                f |= FLAG_ACCUMULATE;
-            }
-            if a_same && ins[bi].shape == out.shape {
-                f |= FLAG_CONTIGUOUS;
-            }
-            if self.mean && s == last && n > 1 {
-                f |= FLAG_DIVIDE;
-            }
-            let p = BinaryParams {
-                start,
-                count,
-                rank,
-                op: op as u32,
-                mode,
-                flags: f,
-                divisor: n as f32,
-                _pad: 0,
-                dims,
-                a_strides: a_st,
-                b_strides: b_st,
-            };
-            kernels.push(
-                GpuKernel::new(tandem_shaders::BINARY, vec![ai, bi], vec![0], &p, wg)
-                    .with_override("WG", 64.0),
-            );
-        }
-        Ok(kernels)
+            std::iter::once(Step {
+                op: self.kind,
+                a: 0,
+                b: 1,
+                accumulate: false,
+            })
+            .chain((2..n).map(|k| Step {
+                op: self.kind,
+                a: k,
+                b: k,
+                accumulate: true,
+            }))
+            .collect()
+        };
+        let divide_by = (self.mean && n > 1).then_some(n);
+        gpu_steps(
+            self.name,
+            &steps,
+            ins,
+            &outs[0],
+            &rows,
+            (mode, flags),
+            divide_by,
+        )
     }
 }
 

@@ -384,16 +384,32 @@ fn gpu_descriptions() {
         .gpu(&[&b, &i], &[b.clone()], 0..3)
         .unwrap();
     let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
-    assert_eq!((p.mode, p.flags & FLAG_B_INT), (0, FLAG_B_INT));
-    assert!(pow(&Attrs::new(15))
+    assert_eq!((p.mode, p.flags & FLAG_B_OTHER), (0, FLAG_B_OTHER));
+    let k = pow(&Attrs::new(15))
         .unwrap()
         .gpu(&[&i, &b], &[i.clone()], 0..3)
+        .unwrap();
+    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
+    assert_eq!((p.mode, p.flags & FLAG_B_OTHER), (1, FLAG_B_OTHER));
+    let bo = TensorMeta::new(DType::Bool, vec![3]);
+    assert!(pow(&Attrs::new(15))
+        .unwrap()
+        .gpu(&[&b, &bo], &[b.clone()], 0..3)
         .is_err());
     let u = TensorMeta::new(DType::U8, vec![3]);
-    assert!(add(&Attrs::new(14))
+    let k = add(&Attrs::new(14))
         .unwrap()
         .gpu(&[&u, &u], &[u.clone()], 0..3)
-        .is_err());
+        .unwrap();
+    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
+    assert_eq!((p.mode, p.flags & FLAG_WRAP_U8), (1, FLAG_WRAP_U8));
+    let i8m = TensorMeta::new(DType::I8, vec![3]);
+    let k = less(&Attrs::new(13))
+        .unwrap()
+        .gpu(&[&i8m, &i8m], &[bo.clone()], 0..3)
+        .unwrap();
+    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
+    assert_eq!((p.mode, p.flags & FLAG_WRAP_I8), (1, FLAG_WRAP_I8));
 }
 
 /// Throughput probe (run with `--ignored --nocapture`): prints GB/s of the f32 fast paths.

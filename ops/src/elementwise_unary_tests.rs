@@ -400,13 +400,18 @@ fn gpu_descriptions() {
         (p.start, p.count, p.op, p.mode),
         (3, 27, UnaryKind::Gelu as u32, 0)
     );
-    // Clip bounds must be constants on the GPU.
+    // Run-time Clip bounds become Max/Min dispatches of binary.wgsl.
     let clip = build(clip_op, Attrs::new(13));
     let lo = TensorMeta::new(DType::F32, vec![]);
-    assert!(matches!(
-        clip.gpu(&[&m, &lo], &out, 0..35),
-        Err(OpError::Unsupported(_))
-    ));
+    let k = clip.gpu(&[&m, &lo, &lo], &out, 0..35).unwrap();
+    assert_eq!(k.len(), 2);
+    assert_eq!(
+        (k[0].shader.name, k[0].inputs.clone()),
+        ("binary", vec![0, 1])
+    );
+    assert_eq!(k[1].inputs, vec![2, 2]);
+    let empty = TensorMeta::constant(Tensor::f32(&[0], vec![]));
+    assert_eq!(clip.gpu(&[&m, &empty, &lo], &out, 0..35).unwrap().len(), 1);
     let lo = TensorMeta::constant(Tensor::f32(&[], vec![-1.0]));
     let k = clip.gpu(&[&m, &lo], &out, 0..35).unwrap();
     let p: &UnaryParams = bytemuck::from_bytes(&k[0].params);

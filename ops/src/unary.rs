@@ -84,13 +84,16 @@ struct UnaryParams {
     alpha: f32,
     beta: f32,
     gamma: f32,
-    /// bit 0: IsInf detect_negative, bit 1: detect_positive.
+    /// bit 0: IsInf detect_negative, bit 1: detect_positive, bit 2: wrap integer results to i8.
     flags: u32,
     imin: i32,
     imax: i32,
     _pad0: u32,
     _pad1: u32,
 }
+
+/// `UnaryParams::flags` bit: integer results wrap to i8 (held as i32 on the GPU).
+const FLAG_WRAP_I8: u32 = 4;
 
 /// A float element computed through f32 (f16 and f64 round-trip through f32).
 trait FloatElem: Elem {
@@ -567,11 +570,12 @@ impl Op for Unary {
         rows: Range<usize>,
     ) -> Result<Vec<GpuKernel>> {
         let dt = ins[0].dtype;
-        let mode = match (self.kind, dt) {
-            (UnaryKind::Not, DType::Bool) => 2,
+        let (mode, wrap) = match (self.kind, dt) {
+            (UnaryKind::Not, DType::Bool) => (2, 0),
             (UnaryKind::Not, _) => return Err(self.unsupported_dtype(dt)),
-            (_, d) if d.is_float() => 0,
-            (k, DType::I64 | DType::I32) if k.takes_ints() => 1,
+            (_, d) if d.is_float() => (0, 0),
+            (k, DType::I64 | DType::I32) if k.takes_ints() => (1, 0),
+            (k, DType::I8) if k.takes_ints() => (1, FLAG_WRAP_I8),
             _ => {
                 return Err(OpError::Unsupported(format!(
                     "{} on GPU: {dt} elements",
@@ -579,19 +583,16 @@ impl Op for Unary {
                 )))
             }
         };
-        let (lo, hi) = self
-            .clip_bounds(ins.len(), |i| {
-                ins[i]
-                    .value
-                    .as_ref()
-                    .map(|t| (t.numel() > 0).then(|| t.data.get_f64(0)))
-            })
-            .ok_or_else(|| {
-                OpError::Unsupported(format!(
-                    "{} on GPU: min/max inputs must be plan-time constants",
-                    self.name
-                ))
-            })?;
+        let bounds = self.clip_bounds(ins.len(), |i| {
+            ins[i]
+                .value
+                .as_ref()
+                .map(|t| (t.numel() > 0).then(|| t.data.get_f64(0)))
+        });
+        let Some((lo, hi)) = bounds else {
+            // Run-time bounds: Max then Min dispatches of binary.wgsl.
+            return crate::binary::clip_gpu(ins, &outs[0], rows);
+        };
         let numel = outs[0].numel();
         let (start, count) = gpu_range(&rows, numel, self.name)?;
         let sat = |v: f64| v.clamp(i32::MIN as f64, i32::MAX as f64) as i32;
@@ -611,7 +612,7 @@ impl Op for Unary {
                 self.beta
             },
             gamma: self.gamma,
-            flags: self.detect.0 as u32 | (self.detect.1 as u32) << 1,
+            flags: self.detect.0 as u32 | (self.detect.1 as u32) << 1 | wrap,
             imin: sat(lo),
             imax: sat(hi),
             _pad0: 0,

@@ -6,8 +6,11 @@
 //! in CI) and split across both at row 1, an odd row near the middle and the last row. Sizes
 //! are deliberately not multiples of the workgroup size; empty and rank-0 tensors are included.
 
-use tandem::testing::{assert_close, run_cpu, run_gpu, run_split, try_run_gpu_rows};
-use tandem_ops::{registry, shape, AttrValue, Attrs, DType, Data, Op, Tensor, TensorMeta};
+use std::ops::Range;
+use tandem::testing::{assert_close, run_cpu, run_gpu, run_split};
+use tandem_ops::{
+    registry, shape, AttrValue, Attrs, DType, Data, GpuKernel, Op, Tensor, TensorMeta,
+};
 
 fn fill(shape: &[usize], seed: u32) -> Tensor {
     let n: usize = shape.iter().product();
@@ -575,16 +578,26 @@ fn binary_empty_and_rank0() {
         &s(-6.0),
         0.0,
     );
-    // Unsupported on the GPU: an int base with a float exponent is reported, not computed.
-    let r = try_run_gpu_rows(
-        op("Pow", 15, &[]).as_ref(),
-        &[
-            Tensor::i64(&[2], vec![2, 3]),
-            Tensor::f32(&[2], vec![2.0, 0.5]),
-        ],
-        None,
+    // f16 operands are f32 on the GPU.
+    let h = |v: Vec<f32>| {
+        Tensor::new(
+            vec![v.len()],
+            Data::F16(v.into_iter().map(half::f16::from_f32).collect()),
+        )
+    };
+    let want = Tensor::new(vec![3], Data::Bool(vec![true, false, false]));
+    check(
+        op("Less", 13, &[]).as_ref(),
+        &[h(vec![1.0, 2.0, 3.0]), h(vec![1.5, 2.0, -1.0])],
+        &want,
+        0.0,
     );
-    assert!(r.is_err());
+    check(
+        op("Mul", 14, &[]).as_ref(),
+        &[h(vec![1.5, 2.0, 3.0]), h(vec![2.0, -0.5, 0.25])],
+        &h(vec![3.0, -1.0, 0.75]),
+        0.0,
+    );
 }
 
 // ---------------------------------------------------------------- Where and Cast
@@ -706,4 +719,131 @@ fn cast_between_gpu_types() {
         &map_to(&x, DType::I64, f64::trunc),
         0.0,
     );
+}
+
+/// An op whose inputs the GPU side sees as run-time values (no plan-time contents), to test
+/// the kernels used when e.g. Clip bounds are graph inputs.
+#[derive(Debug)]
+struct RuntimeInputs(Box<dyn Op>);
+
+fn strip(ins: &[&TensorMeta]) -> Vec<TensorMeta> {
+    ins.iter()
+        .map(|m| TensorMeta::new(m.dtype, m.shape.clone()))
+        .collect()
+}
+
+impl Op for RuntimeInputs {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn infer(&self, ins: &[&TensorMeta]) -> tandem_ops::Result<Vec<TensorMeta>> {
+        self.0.infer(ins)
+    }
+    fn split_axis(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
+        self.0.split_axis(ins, outs)
+    }
+    fn cpu(
+        &self,
+        ins: &[&Tensor],
+        outs: &mut [Tensor],
+        rows: Range<usize>,
+    ) -> tandem_ops::Result<()> {
+        self.0.cpu(ins, outs, rows)
+    }
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> tandem_ops::Result<Vec<GpuKernel>> {
+        let metas = strip(ins);
+        let refs: Vec<&TensorMeta> = metas.iter().collect();
+        self.0.gpu(&refs, outs, rows)
+    }
+}
+
+#[test]
+fn clip_with_runtime_bounds() {
+    let x = fill(&[4, 33], 15);
+    let clip = RuntimeInputs(op("Clip", 13, &[]));
+    let s = |v: f32| Tensor::f32(&[], vec![v]);
+    let want = map_to(&x, DType::F32, |v| v.clamp(-1.5, 0.5));
+    check(&clip, &[x.clone(), s(-1.5), s(0.5)], &want, 0.0);
+    // min > max gives max everywhere.
+    let want = map_to(&x, DType::F32, |_| 0.25);
+    check(&clip, &[x.clone(), s(1.0), s(0.25)], &want, 0.0);
+    let want = map_to(&x, DType::F32, |v| v.max(-0.75));
+    check(&clip, &[x.clone(), s(-0.75)], &want, 0.0);
+    let want = map_to(&x, DType::F32, |v| v.min(0.1));
+    check(
+        &clip,
+        &[x.clone(), Tensor::f32(&[0], vec![]), s(0.1)],
+        &want,
+        0.0,
+    );
+    let xi = map_to(&x, DType::I32, |v| (v * 10.0).round());
+    let want = map_to(&xi, DType::I32, |v| v.clamp(-9.0, 17.0));
+    let b = |v: i32| Tensor::new(vec![], Data::I32(vec![v]));
+    check(&clip, &[xi, b(-9), b(17)], &want, 0.0);
+}
+
+#[test]
+fn small_integer_types_wrap_like_the_host() {
+    let i8s = |v: Vec<i8>| Tensor::new(vec![v.len()], Data::I8(v));
+    let u8s = |v: Vec<u8>| Tensor::new(vec![v.len()], Data::U8(v));
+    let a = i8s(vec![100, -128, 7, -7, 127, 0]);
+    let b = i8s(vec![100, -1, 2, 2, 1, 5]);
+    check(
+        op("Add", 14, &[]).as_ref(),
+        &[a.clone(), b.clone()],
+        &i8s(vec![-56, 127, 9, -5, -128, 5]),
+        0.0,
+    );
+    check(
+        op("Mul", 14, &[]).as_ref(),
+        &[a.clone(), b.clone()],
+        &i8s(vec![16, -128, 14, -14, 127, 0]),
+        0.0,
+    );
+    check(
+        op("Div", 14, &[]).as_ref(),
+        &[a.clone(), b.clone()],
+        &i8s(vec![1, -128, 3, -3, 127, 0]),
+        0.0,
+    );
+    check(
+        op("Neg", 13, &[]).as_ref(),
+        std::slice::from_ref(&a),
+        &i8s(vec![-100, -128, -7, 7, -127, 0]),
+        0.0,
+    );
+    let lt = Tensor::new(
+        vec![6],
+        Data::Bool(vec![false, true, false, true, false, true]),
+    );
+    check(op("Less", 13, &[]).as_ref(), &[a, b], &lt, 0.0);
+    let p = u8s(vec![250, 3, 0, 200]);
+    let q = u8s(vec![10, 5, 1, 200]);
+    check(
+        op("Add", 14, &[]).as_ref(),
+        &[p.clone(), q.clone()],
+        &u8s(vec![4, 8, 1, 144]),
+        0.0,
+    );
+    check(
+        op("Sub", 14, &[]).as_ref(),
+        &[p.clone(), q.clone()],
+        &u8s(vec![240, 254, 255, 0]),
+        0.0,
+    );
+    let gt = Tensor::new(vec![4], Data::Bool(vec![true, false, false, false]));
+    check(op("Greater", 13, &[]).as_ref(), &[p, q], &gt, 0.0);
+}
+
+#[test]
+fn pow_integer_base_float_exponent() {
+    let x = Tensor::i64(&[5], vec![1, 2, 3, -2, 7]);
+    let y = Tensor::f32(&[5], vec![4.0, 5.0, 6.0, 3.0, 0.5]);
+    let want = Tensor::i64(&[5], vec![1, 32, 729, -8, 2]);
+    check(op("Pow", 15, &[]).as_ref(), &[x, y], &want, 0.0);
 }

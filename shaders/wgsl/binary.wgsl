@@ -3,9 +3,11 @@
 // ops/src/binary.rs: Add, Sub, Mul, Div, Pow, Max, Min, Mod, Fmod, PRelu, comparisons, logic).
 // params.mode: 0 = f32 operands, 1 = i32 operands, 2 = bool (u32) operands. Comparisons write
 // bool (u32 0/1). Elements are bound as u32 and bitcast.
-// params.flags: bit 0 = a is the output itself (fold of variadic Sum/Mean/Max/Min), bit 1 = b
-// holds i32 (float Pow with an integer exponent), bit 2 = divide the result by params.divisor
-// (Mean), bit 3 = no broadcasting (both operands indexed like the output).
+// params.flags: bit 0 = a is the output itself (fold of variadic Sum/Mean/Max/Min, Clip), bit 1
+// = b is of the other numeric kind (Pow: i32 exponent of an f32 base in mode 0, f32 exponent of
+// an i32 base in mode 1), bit 2 = divide the result by params.divisor (Mean), bit 3 = no
+// broadcasting (both operands indexed like the output), bits 4/5 = wrap integer results to
+// i8/u8 (held as i32).
 // Bindings: 0 a (read), 1 b (read), 2 out (read_write), 3 params. Overrides: WG.
 
 override WG: u32 = 64u;
@@ -134,7 +136,26 @@ fn int_op(x: i32, y: i32) -> u32 {
         case 14u: { return select(0u, 1u, x >= y); }
         default: { r = x; }
     }
-    return bitcast<u32>(r);
+    return bitcast<u32>(wrap(r));
+}
+
+// Integer results of i8/u8 tensors wrap like their host type.
+fn wrap(r: i32) -> i32 {
+    if ((params.flags & 16u) != 0u) {
+        return (r << 24u) >> 24u;
+    }
+    if ((params.flags & 32u) != 0u) {
+        return r & 0xff;
+    }
+    return r;
+}
+
+// Integer base, float exponent: exact for integral exponents, else truncated float pow.
+fn pow_int_float(x: i32, y: f32) -> u32 {
+    if (floor(y) == y && abs(y) < 2147483647.0) {
+        return bitcast<u32>(wrap(pow_i(x, i32(y))));
+    }
+    return bitcast<u32>(wrap(i32(pow_f(f32(x), y))));
 }
 
 fn bool_op(x: bool, y: bool) -> u32 {
@@ -184,7 +205,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
         r = float_op(bitcast<f32>(xa), y);
     } else if (params.mode == 1u) {
-        r = int_op(bitcast<i32>(xa), bitcast<i32>(xb));
+        if ((params.flags & 2u) != 0u) {
+            r = pow_int_float(bitcast<i32>(xa), bitcast<f32>(xb));
+        } else {
+            r = int_op(bitcast<i32>(xa), bitcast<i32>(xb));
+        }
     } else {
         r = bool_op(xa != 0u, xb != 0u);
     }

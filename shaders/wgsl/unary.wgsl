@@ -1,6 +1,7 @@
 // unary: out[i] = f(x[i]) for i in [params.start, params.start + params.count), where f is
 // chosen by params.op (the UnaryKind codes of ops/src/unary.rs: Relu, Sigmoid, Erf, Gelu, Clip...).
-// params.mode: 0 = f32 elements, 1 = i32 elements (Relu/Neg/Abs/Sign/Clip), 2 = bool (Not).
+// params.mode: 0 = f32 elements, 1 = i32 elements (Relu/Neg/Abs/Sign/Clip; i8 wraps when
+// params.flags bit 2 is set), 2 = bool (Not). Clip with run-time bounds uses binary.wgsl.
 // IsNaN/IsInf read f32 and write bool (u32 0/1). Elements are bound as u32 and bitcast.
 // Bindings: 0 x (read), 1 out (read_write), 2 params. Overrides: WG (workgroup size).
 
@@ -14,7 +15,7 @@ struct Params {
     alpha: f32,
     beta: f32,
     gamma: f32,
-    flags: u32, // bit 0: IsInf detects -inf, bit 1: detects +inf
+    flags: u32, // bit 0: IsInf detects -inf, bit 1: detects +inf, bit 2: wrap ints to i8
     imin: i32,
     imax: i32,
     _pad0: u32,
@@ -117,7 +118,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     if (params.mode == 1u) {
-        out[j] = bitcast<u32>(int_op(bitcast<i32>(bits)));
+        var r = int_op(bitcast<i32>(bits));
+        if ((params.flags & 4u) != 0u) {
+            r = (r << 24u) >> 24u;
+        }
+        out[j] = bitcast<u32>(r);
         return;
     }
     let mag = bits & 0x7fffffffu;
