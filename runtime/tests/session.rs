@@ -1,0 +1,278 @@
+//! The public session API: typed errors a user can act on, placement control, reports, and
+//! the same results on every placement. Models are built here with the importer's protobuf
+//! messages.
+
+use prost::Message;
+use std::sync::Arc;
+use tandem::import::proto::*;
+use tandem::report::Ran;
+use tandem::testing::{assert_close, gpu};
+use tandem::{Device, Error, Placement, Selector, Session, SessionOptions, Tensor};
+
+fn vi(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: elem,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&v| Dimension {
+                            dim_value: Some(v),
+                            dim_param: None,
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        name: name.into(),
+        op_type: op.into(),
+        ..Default::default()
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, weights: Vec<TensorProto>) -> Vec<u8> {
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "test".into(),
+            initializer: weights,
+            input: vec![vi("x", data_type::FLOAT, &[2, 8])],
+            output: vec![vi("y", data_type::FLOAT, &[2, 4])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// y = Sigmoid(Relu(x @ W) + 1): four nodes on a [2, 8] input.
+fn mlp() -> (Vec<u8>, Vec<f32>) {
+    let w: Vec<f32> = (0..32).map(|i| (i as f32 * 0.37).sin()).collect();
+    let weight = TensorProto {
+        dims: vec![8, 4],
+        data_type: data_type::FLOAT,
+        name: "W".into(),
+        raw_data: Some(w.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        ..Default::default()
+    };
+    let one = TensorProto {
+        dims: vec![],
+        data_type: data_type::FLOAT,
+        name: "one".into(),
+        float_data: vec![1.0],
+        ..Default::default()
+    };
+    let bytes = model(
+        vec![
+            node("MatMul", "mm", &["x", "W"], &["h"]),
+            node("Relu", "relu", &["h"], &["r"]),
+            node("Add", "add", &["r", "one"], &["a"]),
+            node("Sigmoid", "sig", &["a"], &["y"]),
+        ],
+        vec![weight, one],
+    );
+    (bytes, w)
+}
+
+fn x() -> Tensor {
+    Tensor::f32(&[2, 8], (0..16).map(|i| i as f32 / 8.0 - 1.0).collect())
+}
+
+/// The same computation written out by hand.
+fn reference(w: &[f32]) -> Tensor {
+    let x = x();
+    let xv = x.as_f32().unwrap();
+    let mut y = vec![0.0f32; 8];
+    for r in 0..2 {
+        for c in 0..4 {
+            let h: f32 = (0..8).map(|k| xv[r * 8 + k] * w[k * 4 + c]).sum();
+            y[r * 4 + c] = 1.0 / (1.0 + (-(h.max(0.0) + 1.0)).exp());
+        }
+    }
+    Tensor::f32(&[2, 4], y)
+}
+
+#[test]
+fn every_placement_gives_the_reference_result() {
+    let (bytes, w) = mlp();
+    let want = reference(&w);
+    for placement in [Placement::Cpu, Placement::Gpu, Placement::Auto] {
+        let opts = SessionOptions::default().placement(placement).gpu(gpu());
+        let s = Session::new(bytes.as_slice(), opts).unwrap();
+        let (outs, report) = s.run_with_report(&[("x", x())]).unwrap();
+        assert_eq!(outs[0].0, "y");
+        assert_close(&outs[0].1, &want, 1e-5, 1e-6);
+        assert_eq!(report.nodes.len(), 4, "{report}");
+        if placement == Placement::Gpu {
+            assert_eq!(report.count(Device::Gpu), 4, "{report}");
+            assert_eq!(
+                report.gpu_submits, 1,
+                "consecutive GPU nodes go in one submit"
+            );
+            assert_eq!(report.downloads, 1, "only the output comes back");
+        }
+        if placement == Placement::Cpu {
+            assert_eq!(report.count(Device::Cpu), 4);
+            assert_eq!(report.uploads + report.downloads, 0);
+        }
+    }
+}
+
+#[test]
+fn overrides_by_node_name_and_op_type_win_over_the_placement() {
+    let (bytes, w) = mlp();
+    let opts = SessionOptions::default()
+        .placement(Placement::Gpu)
+        .gpu(gpu())
+        .force(Selector::OpType("Relu".into()), Device::Cpu)
+        .force(Selector::NodeName("sig".into()), Device::Cpu);
+    let s = Session::new(bytes.as_slice(), opts).unwrap();
+    let (outs, report) = s.run_with_report(&[("x", x())]).unwrap();
+    assert_close(&outs[0].1, &reference(&w), 1e-5, 1e-6);
+    let ran: Vec<(String, Ran)> = report
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.ran))
+        .collect();
+    assert_eq!(
+        ran,
+        vec![
+            ("mm".into(), Ran::On(Device::Gpu)),
+            ("relu".into(), Ran::On(Device::Cpu)),
+            ("add".into(), Ran::On(Device::Gpu)),
+            ("sig".into(), Ran::On(Device::Cpu)),
+        ]
+    );
+    assert!(
+        report.fallbacks().next().is_none(),
+        "forced placements are not fallbacks"
+    );
+}
+
+#[test]
+fn input_errors_name_the_input_and_the_reason() {
+    let (bytes, _) = mlp();
+    let s = Session::new(
+        bytes.as_slice(),
+        SessionOptions::default().placement(Placement::Cpu),
+    )
+    .unwrap();
+    match s.run(&[]) {
+        Err(Error::MissingInput { name, .. }) => assert_eq!(name, "x"),
+        other => panic!("expected MissingInput, got {other:?}"),
+    }
+    match s.run(&[("x", x()), ("z", x())]) {
+        Err(Error::Input { name, reason }) => {
+            assert_eq!(name, "z");
+            assert!(reason.contains("no such input"), "{reason}");
+        }
+        other => panic!("expected Input error, got {other:?}"),
+    }
+    match s.run(&[("x", Tensor::i64(&[2, 8], vec![0; 16]))]) {
+        Err(Error::Input { reason, .. }) => assert!(reason.contains("dtype f32"), "{reason}"),
+        other => panic!("expected a dtype error, got {other:?}"),
+    }
+    match s.run(&[("x", Tensor::f32(&[2, 7], vec![0.0; 14]))]) {
+        Err(Error::Input { reason, .. }) => assert!(reason.contains("[2, 8]"), "{reason}"),
+        other => panic!("expected a shape error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_unsupported_op_names_the_node_the_op_and_the_opset() {
+    let bytes = model(vec![node("FancyOp", "my_node", &["x"], &["y"])], vec![]);
+    match Session::new(
+        bytes.as_slice(),
+        SessionOptions::default().placement(Placement::Cpu),
+    ) {
+        Err(e @ Error::Node { .. }) => {
+            let text = e.to_string();
+            for part in [
+                "my_node",
+                "FancyOp",
+                "opset 17",
+                "not implemented",
+                "MatMul",
+            ] {
+                assert!(text.contains(part), "`{part}` missing from: {text}");
+            }
+        }
+        Err(e) => panic!("expected a node error, got {e}"),
+        Ok(_) => panic!("an unknown op must not load"),
+    }
+}
+
+#[test]
+fn unreadable_and_malformed_files_are_errors() {
+    let missing = Session::new(
+        std::path::Path::new("/no/such/model.onnx"),
+        SessionOptions::default(),
+    );
+    assert!(matches!(missing, Err(Error::Io { .. })));
+    let garbage = Session::new(
+        &b"\x08\x01\x12garbage"[..],
+        SessionOptions::default().placement(Placement::Cpu),
+    );
+    assert!(
+        matches!(garbage, Err(Error::InvalidModel(_))),
+        "{:?}",
+        garbage.err()
+    );
+}
+
+#[test]
+fn sessions_are_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Session>();
+    let (bytes, w) = mlp();
+    let want = reference(&w);
+    let s = Arc::new(
+        Session::new(
+            bytes.as_slice(),
+            SessionOptions::default()
+                .placement(Placement::Gpu)
+                .gpu(gpu()),
+        )
+        .unwrap(),
+    );
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            let s = s.clone();
+            let want = want.clone();
+            scope.spawn(move || {
+                for _ in 0..5 {
+                    let outs = s.run(&[("x", x())]).unwrap();
+                    assert_close(&outs[0].1, &want, 1e-5, 1e-6);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn the_cpu_thread_count_is_configurable() {
+    let (bytes, _) = mlp();
+    let s = Session::new(
+        bytes.as_slice(),
+        SessionOptions::default()
+            .placement(Placement::Cpu)
+            .cpu_threads(1),
+    )
+    .unwrap();
+    assert_eq!(s.cpu_threads(), 1);
+}
