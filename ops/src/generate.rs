@@ -31,6 +31,8 @@ struct GenParams {
     cols: u32,
     k: i32,
     upper: u32,
+    k_input: u32,
+    _pad: [u32; 3],
     table: [u32; 16],
 }
 
@@ -41,10 +43,11 @@ const OP_TRILU: u32 = 3;
 const OP_TABLE: u32 = 4;
 const OP_EYE: u32 = 5;
 
-fn gen_kernel(p: GenParams, input: usize, output: usize) -> GpuKernel {
+/// Binds op input `input` as `src` and `aux` (read-only twice), or `aux_input` as `aux`.
+fn gen_kernel(p: GenParams, input: usize, aux_input: Option<usize>, output: usize) -> GpuKernel {
     GpuKernel::new(
         tandem_shaders::GENERATE,
-        vec![input],
+        vec![input, aux_input.unwrap_or(input)],
         vec![output],
         &p,
         grid_1d(p.count as u64, 64),
@@ -68,7 +71,7 @@ pub fn fill_kernel(
         value: word,
         ..Default::default()
     };
-    gen_kernel(p, input, output)
+    gen_kernel(p, input, None, output)
 }
 
 /// A dispatch writing at most 16 known words (Shape, Size).
@@ -87,7 +90,7 @@ fn table_kernel(words: &[u32], op: &str) -> Result<Vec<GpuKernel>> {
         ..Default::default()
     };
     p.table[..words.len()].copy_from_slice(words);
-    Ok(vec![gen_kernel(p, 0, 0)])
+    Ok(vec![gen_kernel(p, 0, None, 0)])
 }
 
 /// Shape (opset 15: `start`/`end` attributes) and Size.
@@ -388,7 +391,7 @@ impl Op for RangeOp {
             i_delta: d.data.get_i64(0) as i32,
             ..Default::default()
         };
-        Ok(vec![gen_kernel(p, 0, 0)])
+        Ok(vec![gen_kernel(p, 0, None, 0)])
     }
 }
 
@@ -606,11 +609,10 @@ impl Op for Triangle {
         if start >= end {
             return Ok(vec![]);
         }
-        let k_input = if !self.eye && !absent(ins, 1) {
-            Some(plan_value("Trilu", "k", ins[1])?)
-        } else {
-            None
-        };
+        // k: a plan-time constant goes into params; otherwise the shader reads the bound input.
+        let k_meta = (!self.eye && !absent(ins, 1)).then(|| ins[1]);
+        let k_const = k_meta.and_then(|m| m.value.as_deref());
+        let k_runtime = k_meta.is_some() && k_const.is_none();
         let one = Tensor::new(vec![1], scalar_of(outs[0].dtype, 1.0));
         let p = GenParams {
             op: if self.eye { OP_EYE } else { OP_TRILU },
@@ -619,11 +621,12 @@ impl Op for Triangle {
             value: gpu_word(&one, 0),
             rows: r as u32,
             cols: c as u32,
-            k: self.k(k_input).clamp(i32::MIN as i64, i32::MAX as i64) as i32,
+            k: self.k(k_const).clamp(i32::MIN as i64, i32::MAX as i64) as i32,
             upper: self.upper as u32,
+            k_input: k_runtime as u32,
             ..Default::default()
         };
-        Ok(vec![gen_kernel(p, 0, 0)])
+        Ok(vec![gen_kernel(p, 0, k_runtime.then_some(1), 0)])
     }
 }
 

@@ -2,10 +2,10 @@
 // params.count), as 4-byte words. op 0 fill: out = params.value (ConstantOfShape, Dropout mask);
 // op 1 range f32: out = f_start + f32(i) * f_delta; op 2 range i32: out = i_start + i * i_delta;
 // op 3 Trilu: out = src where (col - row >= k) when upper, (col - row <= k) otherwise, else 0,
-// over matrices of `rows` x `cols`; op 4 table: out = table[i] (Shape, Size: at most 16 words);
+// over matrices of `rows` x `cols`, k = aux[0] when k_input is set (the run-time k input); op 4 table: out = table[i] (Shape, Size: at most 16 words);
 // op 5 EyeLike: out = params.value where col - row == k, else 0.
-// Bindings: 0 src (read; only Trilu reads it, the others bind any input), 1 out (read_write),
-// 2 params. Overrides: WG (workgroup size).
+// Bindings: 0 src (read; only Trilu reads it, the others bind any input), 1 aux (read, i32;
+// Trilu's k input, else any input), 2 out (read_write), 3 params. Overrides: WG.
 
 override WG: u32 = 64u;
 
@@ -22,12 +22,17 @@ struct Params {
     cols: u32,
     k: i32,
     upper: u32,
+    k_input: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
     table: array<vec4<u32>, 4>,
 }
 
 @group(0) @binding(0) var<storage, read> src: array<u32>;
-@group(0) @binding(1) var<storage, read_write> out: array<u32>;
-@group(0) @binding(2) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> aux: array<i32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
+@group(0) @binding(3) var<uniform> params: Params;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -50,10 +55,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             let col = i32(v % params.cols);
             let row = i32((v / params.cols) % params.rows);
             let diag = col - row;
+            var k = params.k;
+            if (params.k_input != 0u) {
+                k = aux[0];
+            }
             if (params.op == 5u) {
-                out[v] = select(0u, params.value, diag == params.k);
+                out[v] = select(0u, params.value, diag == k);
             } else {
-                let keep = select(diag <= params.k, diag >= params.k, params.upper != 0u);
+                let keep = select(diag <= k, diag >= k, params.upper != 0u);
                 out[v] = select(0u, src[v], keep);
             }
         }
