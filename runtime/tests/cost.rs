@@ -366,3 +366,104 @@ fn short_real_calibration_sees_lavapipe_slower_than_the_cpu_for_matmul() {
     assert!(gpu_t > 2.0 * cpu, "cpu {cpu}, gpu {gpu_t}");
     assert!(m.sync_time() > 0.0 && m.transfer_time(1 << 20, Device::Gpu) > 0.0);
 }
+
+/// `observe_report` maps report entries to plan steps by node name, learns whole nodes and both
+/// parts of a split node, and ignores views and GPU times without timestamps.
+#[test]
+fn observe_report_learns_from_a_run() {
+    use tandem::graph::{Graph, Node, Value};
+    use tandem::plan::{build, Placement, Request};
+    use tandem::report::{NodeReport, Ran, RunReport};
+    use tandem::schedule::Policy;
+    use tandem_ops::{Attrs, TensorMeta};
+
+    let value = |name: &str| Value {
+        name: name.into(),
+        dtype: Some(DType::F32),
+        shape: None,
+        constant: None,
+    };
+    let graph = Graph {
+        values: vec![value("a"), value("b"), value("y")],
+        nodes: vec![Node {
+            name: "mm".into(),
+            op_type: "MatMul".into(),
+            domain: String::new(),
+            opset: 13,
+            inputs: vec![Some(0), Some(1)],
+            outputs: vec![2],
+            op: tandem_ops::registry::build("MatMul", &Attrs::new(13)).unwrap(),
+        }],
+        inputs: vec![0, 1],
+        outputs: vec![2],
+    };
+    let metas = [
+        TensorMeta::new(DType::F32, vec![64, 32]),
+        TensorMeta::new(DType::F32, vec![32, 16]),
+    ];
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let request = Request {
+        placement: Placement::Cpu,
+        overrides: &[],
+        costs: None,
+        policy: Policy::Heft,
+        assume_gpu: false,
+    };
+    let plan = build(&graph, &metas, &request, None, &pool).unwrap();
+    let entry = |ran: Ran, ms: u64, gpu_ms: Option<u64>| NodeReport {
+        name: "mm".into(),
+        start: Duration::ZERO,
+        op_type: "MatMul".into(),
+        ran,
+        time: Duration::from_millis(ms),
+        gpu_time: gpu_ms.map(Duration::from_millis),
+        fallback: None,
+    };
+    let q = query(
+        "MatMul",
+        2 * 64 * 32 * 16,
+        4 * (64 * 32 + 32 * 16 + 64 * 16),
+    );
+
+    let mut m = CostModel::unmeasured(None, cpu_key());
+    let report = RunReport {
+        nodes: vec![entry(Ran::On(Device::Cpu), 5, None)],
+        ..Default::default()
+    };
+    assert_eq!(m.observe_report(&graph, &plan, &report), 1);
+    assert!(close(m.node_time(&q, Device::Cpu, 1.0), 5e-3, 1e-9));
+
+    // A split run: CPU rows 0..16 of 64 in 2 ms, GPU rows 16..64 in 30 ms. Without timestamps
+    // only the CPU part is learnt.
+    let split = RunReport {
+        nodes: vec![entry(Ran::Split { cut: 16, rows: 64 }, 2, Some(30))],
+        ..Default::default()
+    };
+    m.gpu_timestamps = false;
+    assert_eq!(m.observe_report(&graph, &plan, &split), 1);
+    m.gpu_timestamps = true;
+    let fresh = {
+        let mut f = CostModel::unmeasured(None, cpu_key());
+        f.gpu_timestamps = true;
+        f
+    };
+    assert_eq!(fresh.observe_report(&graph, &plan, &split), 2);
+    assert!(close(fresh.node_time(&q, Device::Cpu, 0.25), 2e-3, 1e-9));
+    assert!(close(fresh.node_time(&q, Device::Gpu, 0.75), 30e-3, 1e-9));
+    // Entries of other nodes, views and folded nodes teach nothing.
+    let other = RunReport {
+        nodes: vec![
+            NodeReport {
+                name: "nope".into(),
+                ..entry(Ran::On(Device::Cpu), 1, None)
+            },
+            entry(Ran::View, 1, None),
+            entry(Ran::Folded, 1, None),
+        ],
+        ..Default::default()
+    };
+    assert_eq!(m.observe_report(&graph, &plan, &other), 0);
+}

@@ -412,48 +412,73 @@ impl CostModel {
     }
 
     /// Learn from one run: every node that ran on a device (not views or folded nodes) with its
-    /// measured time. GPU times are used only when they came from timestamp queries. Returns the
-    /// number of observations taken. Cheap: refits happen lazily on the next query.
+    /// measured time, and both parts of split nodes (CPU rows: `time`, GPU rows: `gpu_time`).
+    /// GPU times are used only when they came from timestamp queries. Returns the number of
+    /// observations taken. Cheap: refits happen lazily on the next query.
     pub fn observe_report(&self, graph: &Graph, plan: &Plan, report: &RunReport) -> usize {
-        let offset = plan.folded.len();
-        if report.nodes.len() != offset + plan.steps.len() {
-            return 0;
-        }
-        let mut taken = 0;
-        for (s, step) in plan.steps.iter().enumerate() {
-            let r = &report.nodes[offset + s];
-            let node = &graph.nodes[step.node];
-            // Split steps are skipped: their time covers two devices working at once.
-            let StepKind::Whole { .. } = step.kind else {
+        // Report entries are matched to plan steps by node name (names are unique in the
+        // graph; a duplicated name is skipped rather than guessed).
+        let mut by_name: HashMap<&str, Option<&crate::plan::Step>> = HashMap::new();
+        for step in &plan.steps {
+            let Some(node) = graph.nodes.get(step.node) else {
                 continue;
             };
-            if r.op_type != node.op_type {
+            by_name
+                .entry(node.name.as_str())
+                .and_modify(|e| *e = None)
+                .or_insert(Some(step));
+        }
+        let mut taken = 0;
+        for r in &report.nodes {
+            let Some(Some(step)) = by_name.get(r.name.as_str()) else {
                 continue;
-            }
-            let Ran::On(device) = r.ran else { continue };
-            if device == Device::Gpu && !self.gpu_timestamps {
+            };
+            let node = &graph.nodes[step.node];
+            if r.op_type != node.op_type || matches!(step.kind, StepKind::View) {
                 continue;
             }
             let ins = input_metas(node, &plan.metas);
             let outs: Vec<TensorMeta> = node
                 .outputs
                 .iter()
-                .filter_map(|&v| plan.metas[v].clone())
+                .filter_map(|&v| plan.metas.get(v).cloned().flatten())
                 .collect();
             if outs.len() != node.outputs.len() || outs.is_empty() {
                 continue;
             }
             let refs: Vec<&TensorMeta> = ins.iter().collect();
             let total = row_count(&outs[0].shape, node.op.split_axis(&refs, &outs)).max(1);
-            let fraction = step.rows.len() as f64 / total as f64;
             let q = NodeCostQuery {
                 op_type: &node.op_type,
                 dtype: outs[0].dtype,
                 work: node.op.work(&refs, &outs),
                 dispatches: 1,
             };
-            self.observe_fraction(&q, device, fraction, r.time.as_secs_f64());
-            taken += 1;
+            // (device, fraction of the rows, measured time)
+            let parts: Vec<(Device, f64, Option<std::time::Duration>)> = match r.ran {
+                Ran::On(device) => {
+                    vec![(device, step.rows.len() as f64 / total as f64, Some(r.time))]
+                }
+                Ran::Split { cut, rows } if rows > 0 => vec![
+                    (Device::Cpu, cut as f64 / rows as f64, Some(r.time)),
+                    (
+                        Device::Gpu,
+                        (rows - cut.min(rows)) as f64 / rows as f64,
+                        r.gpu_time,
+                    ),
+                ],
+                _ => Vec::new(),
+            };
+            for (device, fraction, time) in parts {
+                let Some(time) = time else { continue };
+                if device == Device::Gpu && !self.gpu_timestamps {
+                    continue;
+                }
+                if fraction > 0.0 && !time.is_zero() {
+                    self.observe_fraction(&q, device, fraction, time.as_secs_f64());
+                    taken += 1;
+                }
+            }
         }
         taken
     }

@@ -219,14 +219,11 @@ impl CostModel {
             else {
                 return Err(corrupt(format!("entry {} {} {}", e.op, e.dtype, e.device)));
             };
-            let bad = |s: &Sample| {
-                !(s.seconds > 0.0 && s.seconds.is_finite())
-                    || !(s.flops >= 0.0
-                        && s.bytes >= 0.0
-                        && s.flops.is_finite()
-                        && s.bytes.is_finite())
+            let good = |s: &Sample| {
+                let finite = s.seconds.is_finite() && s.flops.is_finite() && s.bytes.is_finite();
+                finite && s.seconds > 0.0 && s.flops >= 0.0 && s.bytes >= 0.0
             };
-            if e.calibration.iter().chain(&e.observed).any(bad) {
+            if e.calibration.iter().chain(&e.observed).any(|s| !good(s)) {
                 return Err(corrupt(format!(
                     "entry {}: a sample is not a positive time",
                     e.op
