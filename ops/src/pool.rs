@@ -48,6 +48,9 @@ struct Geo {
     s: [usize; 3],
     d: [usize; 3],
     pb: [usize; 3],
+    /// End padding: windows may overhang it in ceil mode, and only positions before
+    /// `input + pe` count for `count_include_pad`.
+    pe: [usize; 3],
 }
 
 fn ints(a: &Attrs, name: &str, op: &str, len: usize, default: usize) -> Result<Vec<usize>> {
@@ -157,6 +160,7 @@ impl Pool {
             s: [1; 3],
             d: [1; 3],
             pb: [0; 3],
+            pe: [0; 3],
         };
         for i in 0..n {
             let (x, k, s, d) = (
@@ -166,7 +170,7 @@ impl Pool {
                 self.dilations[i],
             );
             let window = (k - 1) * d + 1;
-            let (out, pb) = match self.auto_pad {
+            let (out, pb, pe) = match self.auto_pad {
                 AutoPad::NotSet => {
                     let (pb, pe) = (self.pads[i], self.pads[n + i]);
                     let span = x + pb + pe;
@@ -184,7 +188,7 @@ impl Pool {
                     if self.ceil_mode && (out - 1) * s >= x + pb {
                         out -= 1;
                     }
-                    (out, pb)
+                    (out, pb, pe)
                 }
                 AutoPad::Valid => {
                     if x < window {
@@ -193,7 +197,7 @@ impl Pool {
                             self.name
                         )));
                     }
-                    ((x - window) / s + 1, 0)
+                    ((x - window) / s + 1, 0, 0)
                 }
                 AutoPad::SameUpper | AutoPad::SameLower => {
                     let out = x.div_ceil(s);
@@ -203,7 +207,7 @@ impl Pool {
                     } else {
                         total - total / 2
                     };
-                    (out, pb)
+                    (out, pb, total - pb)
                 }
             };
             g.ind[off + i] = x;
@@ -212,6 +216,7 @@ impl Pool {
             g.s[off + i] = s;
             g.d[off + i] = d;
             g.pb[off + i] = pb;
+            g.pe[off + i] = pe;
         }
         Ok(g)
     }
@@ -269,7 +274,14 @@ impl Pool {
         if self.max {
             (best, at)
         } else if self.count_include_pad {
-            (sum / (g.k[0] * g.k[1] * g.k[2]) as f32, None)
+            // Window positions inside the input or its explicit padding (not the ceil overhang).
+            let inside = |s: isize, a: usize| {
+                (0..g.k[a])
+                    .filter(|&k| s + ((k * g.d[a]) as isize) < (g.ind[a] + g.pe[a]) as isize)
+                    .count()
+            };
+            let count = inside(s0, 0) * inside(s1, 1) * inside(s2, 2);
+            (sum / count as f32, None)
         } else {
             (sum / count as f32, None)
         }
@@ -305,6 +317,7 @@ struct PoolParams {
     strides: [u32; 4],
     dilations: [u32; 4],
     pads: [u32; 4],
+    pads_end: [u32; 4],
     /// 0 max, 1 average over the input elements, 2 average over the whole kernel.
     mode: u32,
     start: u32,
@@ -433,6 +446,7 @@ impl Op for Pool {
             strides: v4(g.s, 0),
             dilations: v4(g.d, 0),
             pads: v4(g.pb, 0),
+            pads_end: v4(g.pe, 0),
             mode: match (self.max, self.count_include_pad) {
                 (true, _) => 0,
                 (false, false) => 1,

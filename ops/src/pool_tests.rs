@@ -62,6 +62,24 @@ fn ceil_mode_drops_a_window_starting_in_the_end_padding() {
 }
 
 #[test]
+fn count_include_pad_does_not_count_the_ceil_overhang() {
+    // x = 1..5, kernel 2, stride 2, ceil: windows [1, 2], [3, 4], [5, overhang]. The overhang
+    // lies past the (zero) end padding, so the last average is 5 / 1 (as the ONNX tests do).
+    let x = Tensor::f32(&[1, 1, 5], iota(5));
+    let a = Attrs::new(19)
+        .with("kernel_shape", ints(&[2]))
+        .with("strides", ints(&[2]))
+        .with("ceil_mode", AttrValue::Int(1))
+        .with("count_include_pad", AttrValue::Int(1));
+    let y = run(&*average_pool(&a).unwrap(), &x, 1, None);
+    assert_eq!(y[0].as_f32().unwrap(), &[1.5, 3.5, 5.0]);
+    // With an explicit end pad of 1 the padded position counts: 5 / 2.
+    let a = a.with("pads", ints(&[0, 1]));
+    let y = run(&*average_pool(&a).unwrap(), &x, 1, None);
+    assert_eq!(y[0].as_f32().unwrap(), &[1.5, 3.5, 2.5]);
+}
+
+#[test]
 fn max_pool_indices_row_and_column_major() {
     // 3x3, kernel 2, stride 1: maxima are the bottom-right of each window.
     let x = Tensor::f32(&[1, 2, 3, 3], iota(18));

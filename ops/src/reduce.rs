@@ -1,5 +1,5 @@
 //! Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
-//! ReduceSumSquare, ReduceLogSumExp, ArgMax, ArgMin (and, through [`global_pool`],
+//! ReduceSumSquare, ReduceLogSumExp, ReduceLogSum, ArgMax, ArgMin (and, through [`global_pool`],
 //! GlobalAveragePool and GlobalMaxPool).
 //!
 //! Sits between the operator contract (`op.rs`) and `reduce.wgsl`. Every output element is an
@@ -10,8 +10,11 @@
 
 use crate::shape::{self, grid_1d, normalize_axis};
 use crate::{Attrs, DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
-use rayon::prelude::*;
 use std::ops::Range;
+
+#[path = "reduce_fold.rs"]
+mod fold;
+use fold::{arg_fold, fold, fold_float, IntElem, IntFold};
 
 /// What a reduction folds with. The discriminant is the `op` code of `reduce.wgsl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +28,7 @@ pub(crate) enum ReduceKind {
     L2 = 6,
     SumSquare = 7,
     LogSumExp = 8,
+    LogSum = 11,
 }
 
 /// `reduce.wgsl` op codes of ArgMax and ArgMin.
@@ -114,6 +118,11 @@ pub fn reduce_log_sum_exp(a: &Attrs) -> Result<Box<dyn Op>> {
     reduce_op(a, "ReduceLogSumExp", ReduceKind::LogSumExp, 18)
 }
 
+/// ReduceLogSum: `ln(sum(x))` (axes is an input from opset 18).
+pub fn reduce_log_sum(a: &Attrs) -> Result<Box<dyn Op>> {
+    reduce_op(a, "ReduceLogSum", ReduceKind::LogSum, 18)
+}
+
 /// A global pool over the spatial axes (2..) of an `[N, C, D1...]` input, keeping dims:
 /// GlobalAveragePool (`Mean`) or GlobalMaxPool (`Max`).
 pub(crate) fn global_pool(name: &'static str, kind: ReduceKind) -> Box<dyn Op> {
@@ -164,7 +173,7 @@ impl Groups {
 
     /// `(outer, n, inner)` when at most one group is reduced: output element `o * inner + j`
     /// folds `x[o * n * inner + k * inner + j]` for `k` in `0..n`.
-    fn fast(&self) -> Option<(usize, usize, usize)> {
+    pub(crate) fn fast(&self) -> Option<(usize, usize, usize)> {
         let g = &self.0;
         match g.iter().position(|g| g.2) {
             None => Some((g.iter().map(|g| g.0).product(), 1, 1)),
@@ -178,14 +187,14 @@ impl Groups {
     }
 
     /// Kept groups innermost first, for [`base`] (general path).
-    fn kept_rev(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn kept_rev(&self) -> Vec<(usize, usize)> {
         let mut k: Vec<_> = self.of(false).collect();
         k.reverse();
         k
     }
 
     /// Offsets, relative to [`base`], of the elements folded together (general path).
-    fn reduced_offsets(&self) -> Vec<usize> {
+    pub(crate) fn reduced_offsets(&self) -> Vec<usize> {
         let mut offs = vec![0usize];
         for (size, stride) in self.of(true) {
             offs = offs
@@ -305,13 +314,20 @@ impl Op for Reduce {
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         check_ins(self.name, ins, 2)?;
         let x = ins[0];
-        let int_ok = matches!(
+        let int_kind = matches!(
             self.kind,
             ReduceKind::Sum | ReduceKind::Max | ReduceKind::Min | ReduceKind::Prod
-        ) && matches!(x.dtype, DType::I64 | DType::I32);
-        if x.dtype != DType::F32 && !int_ok {
+        );
+        let ok = match x.dtype {
+            DType::F32 | DType::F64 => true,
+            DType::I64 | DType::I32 => int_kind,
+            DType::Bool => matches!(self.kind, ReduceKind::Max | ReduceKind::Min),
+            _ => false,
+        };
+        if !ok {
             return Err(OpError::Unsupported(format!(
-                "{}: input dtype {} (supported: f32; i64/i32 for Sum/Max/Min/Prod)",
+                "{}: input dtype {} (supported: f32, f64; i64/i32 for Sum/Max/Min/Prod; bool for \
+                 Max/Min)",
                 self.name, x.dtype
             )));
         }
@@ -346,22 +362,11 @@ impl Op for Reduce {
         let range = element_range(&outs[0].shape, &rows);
         let start = range.start;
         match (&x.data, &mut outs[0].data) {
-            (Data::F32(x), Data::F32(o)) => {
-                let out = &mut o[range];
-                match self.kind {
-                    ReduceKind::Sum => fold(x, &groups, out, start, &Sum),
-                    ReduceKind::Mean => fold(x, &groups, out, start, &Mean),
-                    ReduceKind::Max => fold(x, &groups, out, start, &Max),
-                    ReduceKind::Min => fold(x, &groups, out, start, &Min),
-                    ReduceKind::Prod => fold(x, &groups, out, start, &Prod),
-                    ReduceKind::L1 => fold(x, &groups, out, start, &L1),
-                    ReduceKind::L2 => fold(x, &groups, out, start, &L2),
-                    ReduceKind::SumSquare => fold(x, &groups, out, start, &SumSquare),
-                    ReduceKind::LogSumExp => fold(x, &groups, out, start, &LogSumExp),
-                }
-            }
+            (Data::F32(x), Data::F32(o)) => fold_float(self.kind, x, &groups, &mut o[range], start),
+            (Data::F64(x), Data::F64(o)) => fold_float(self.kind, x, &groups, &mut o[range], start),
             (Data::I64(x), Data::I64(o)) => fold_int(self, x, &groups, &mut o[range], start)?,
             (Data::I32(x), Data::I32(o)) => fold_int(self, x, &groups, &mut o[range], start)?,
+            (Data::Bool(x), Data::Bool(o)) => fold_int(self, x, &groups, &mut o[range], start)?,
             (x, o) => {
                 return Err(OpError::Unsupported(format!(
                     "{} on CPU: {} input into {} output",
@@ -455,309 +460,6 @@ pub(crate) fn reduce_kernel(
     )])
 }
 
-/// A fold: accumulator state, one step per input element, and the final value.
-trait Fold<T>: Sync {
-    type S: Copy + Send + Sync;
-    fn init(&self) -> Self::S;
-    fn step(&self, s: Self::S, x: T) -> Self::S;
-    fn finish(&self, s: Self::S, n: usize) -> T;
-}
-
-struct Sum;
-struct Mean;
-struct Max;
-struct Min;
-struct Prod;
-struct L1;
-struct L2;
-struct SumSquare;
-struct LogSumExp;
-
-impl Fold<f32> for Sum {
-    type S = f32;
-    fn init(&self) -> f32 {
-        0.0
-    }
-    fn step(&self, s: f32, x: f32) -> f32 {
-        s + x
-    }
-    fn finish(&self, s: f32, _: usize) -> f32 {
-        s
-    }
-}
-impl Fold<f32> for Mean {
-    type S = f32;
-    fn init(&self) -> f32 {
-        0.0
-    }
-    fn step(&self, s: f32, x: f32) -> f32 {
-        s + x
-    }
-    fn finish(&self, s: f32, n: usize) -> f32 {
-        s / n as f32
-    }
-}
-impl Fold<f32> for Max {
-    type S = f32;
-    fn init(&self) -> f32 {
-        f32::NEG_INFINITY
-    }
-    fn step(&self, s: f32, x: f32) -> f32 {
-        if x > s || x.is_nan() {
-            x
-        } else {
-            s
-        }
-    }
-    fn finish(&self, s: f32, _: usize) -> f32 {
-        s
-    }
-}
-impl Fold<f32> for Min {
-    type S = f32;
-    fn init(&self) -> f32 {
-        f32::INFINITY
-    }
-    fn step(&self, s: f32, x: f32) -> f32 {
-        if x < s || x.is_nan() {
-            x
-        } else {
-            s
-        }
-    }
-    fn finish(&self, s: f32, _: usize) -> f32 {
-        s
-    }
-}
-impl Fold<f32> for Prod {
-    type S = f32;
-    fn init(&self) -> f32 {
-        1.0
-    }
-    fn step(&self, s: f32, x: f32) -> f32 {
-        s * x
-    }
-    fn finish(&self, s: f32, _: usize) -> f32 {
-        s
-    }
-}
-impl Fold<f32> for L1 {
-    type S = f32;
-    fn init(&self) -> f32 {
-        0.0
-    }
-    fn step(&self, s: f32, x: f32) -> f32 {
-        s + x.abs()
-    }
-    fn finish(&self, s: f32, _: usize) -> f32 {
-        s
-    }
-}
-impl Fold<f32> for L2 {
-    type S = f32;
-    fn init(&self) -> f32 {
-        0.0
-    }
-    fn step(&self, s: f32, x: f32) -> f32 {
-        s + x * x
-    }
-    fn finish(&self, s: f32, _: usize) -> f32 {
-        s.sqrt()
-    }
-}
-impl Fold<f32> for SumSquare {
-    type S = f32;
-    fn init(&self) -> f32 {
-        0.0
-    }
-    fn step(&self, s: f32, x: f32) -> f32 {
-        s + x * x
-    }
-    fn finish(&self, s: f32, _: usize) -> f32 {
-        s
-    }
-}
-/// Online log-sum-exp: state (running max, sum of exp(x - max)).
-impl Fold<f32> for LogSumExp {
-    type S = (f32, f32);
-    fn init(&self) -> (f32, f32) {
-        (f32::NEG_INFINITY, 0.0)
-    }
-    fn step(&self, (m, s): (f32, f32), x: f32) -> (f32, f32) {
-        if x > m {
-            (x, s * (m - x).exp() + 1.0)
-        } else if x == f32::NEG_INFINITY {
-            (m, s)
-        } else {
-            (m, s + (x - m).exp())
-        }
-    }
-    fn finish(&self, (m, s): (f32, f32), _: usize) -> f32 {
-        if m.is_finite() {
-            s.ln() + m
-        } else {
-            m
-        }
-    }
-}
-
-/// Integer folds (Sum and Prod wrap, as ONNX runtimes do).
-struct IntFold(ReduceKind);
-
-/// The integer element types reductions support on the CPU.
-trait IntElem: Copy + Ord + Send + Sync {
-    const MIN: Self;
-    const MAX: Self;
-    const ZERO: Self;
-    const ONE: Self;
-    fn wrapping_add(self, o: Self) -> Self;
-    fn wrapping_mul(self, o: Self) -> Self;
-}
-
-impl IntElem for i64 {
-    const MIN: i64 = i64::MIN;
-    const MAX: i64 = i64::MAX;
-    const ZERO: i64 = 0;
-    const ONE: i64 = 1;
-    fn wrapping_add(self, o: i64) -> i64 {
-        i64::wrapping_add(self, o)
-    }
-    fn wrapping_mul(self, o: i64) -> i64 {
-        i64::wrapping_mul(self, o)
-    }
-}
-
-impl IntElem for i32 {
-    const MIN: i32 = i32::MIN;
-    const MAX: i32 = i32::MAX;
-    const ZERO: i32 = 0;
-    const ONE: i32 = 1;
-    fn wrapping_add(self, o: i32) -> i32 {
-        i32::wrapping_add(self, o)
-    }
-    fn wrapping_mul(self, o: i32) -> i32 {
-        i32::wrapping_mul(self, o)
-    }
-}
-
-impl<T: IntElem> Fold<T> for IntFold {
-    type S = T;
-    fn init(&self) -> T {
-        match self.0 {
-            ReduceKind::Max => T::MIN,
-            ReduceKind::Min => T::MAX,
-            ReduceKind::Prod => T::ONE,
-            _ => T::ZERO,
-        }
-    }
-    fn step(&self, s: T, x: T) -> T {
-        match self.0 {
-            ReduceKind::Max => s.max(x),
-            ReduceKind::Min => s.min(x),
-            ReduceKind::Prod => s.wrapping_mul(x),
-            _ => s.wrapping_add(x),
-        }
-    }
-    fn finish(&self, s: T, _: usize) -> T {
-        s
-    }
-}
-
-fn fold_int<T: IntElem>(
-    op: &Reduce,
-    x: &[T],
-    g: &Groups,
-    out: &mut [T],
-    start: usize,
-) -> Result<()> {
-    match op.kind {
-        ReduceKind::Sum | ReduceKind::Max | ReduceKind::Min | ReduceKind::Prod => {
-            fold(x, g, out, start, &IntFold(op.kind));
-            Ok(())
-        }
-        k => Err(OpError::Unsupported(format!(
-            "{}: {k:?} of integers",
-            op.name
-        ))),
-    }
-}
-
-/// Input offset of the first element folded into output element `e`, given the kept groups
-/// innermost first (general path).
-fn base(kept_rev: &[(usize, usize)], mut e: usize) -> usize {
-    let mut off = 0;
-    for &(size, stride) in kept_rev {
-        off += (e % size) * stride;
-        e /= size;
-    }
-    off
-}
-
-/// Output elements per parallel task.
-fn chunk_len(len: usize) -> usize {
-    len.div_ceil(4 * rayon::current_num_threads())
-        .clamp(1, 4096)
-}
-
-/// Fold output elements `start..start + out.len()` of the reduction `g` of `x` into `out`.
-fn fold<T: Copy + Send + Sync, F: Fold<T>>(
-    x: &[T],
-    g: &Groups,
-    out: &mut [T],
-    start: usize,
-    f: &F,
-) {
-    let ch = chunk_len(out.len());
-    match g.fast() {
-        Some((_, n, 1)) => out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
-            for (k, o) in chunk.iter_mut().enumerate() {
-                let e = start + ci * ch + k;
-                let mut s = f.init();
-                for &v in &x[e * n..(e + 1) * n] {
-                    s = f.step(s, v);
-                }
-                *o = f.finish(s, n);
-            }
-        }),
-        Some((_, n, inner)) => out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
-            let mut states = Vec::with_capacity(chunk.len());
-            let mut done = 0;
-            while done < chunk.len() {
-                let e = start + ci * ch + done;
-                let (o, j0) = (e / inner, e % inner);
-                let len = (inner - j0).min(chunk.len() - done);
-                states.clear();
-                states.resize(len, f.init());
-                for k in 0..n {
-                    let row = &x[o * n * inner + k * inner + j0..][..len];
-                    for (s, &v) in states.iter_mut().zip(row) {
-                        *s = f.step(*s, v);
-                    }
-                }
-                for (y, s) in chunk[done..done + len].iter_mut().zip(&states) {
-                    *y = f.finish(*s, n);
-                }
-                done += len;
-            }
-        }),
-        None => {
-            let offs = g.reduced_offsets();
-            let kept = g.kept_rev();
-            let n = offs.len();
-            out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
-                for (k, o) in chunk.iter_mut().enumerate() {
-                    let base = base(&kept, start + ci * ch + k);
-                    let mut s = f.init();
-                    for &off in &offs {
-                        s = f.step(s, x[base + off]);
-                    }
-                    *o = f.finish(s, n);
-                }
-            })
-        }
-    }
-}
-
 /// ArgMax / ArgMin along one axis; output i64.
 #[derive(Debug)]
 struct ArgReduce {
@@ -814,7 +516,10 @@ impl Op for ArgReduce {
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         check_ins(self.name, ins, 1)?;
-        if !matches!(ins[0].dtype, DType::F32 | DType::I64 | DType::I32) {
+        if !matches!(
+            ins[0].dtype,
+            DType::F32 | DType::F64 | DType::I64 | DType::I32
+        ) {
             return Err(OpError::Unsupported(format!(
                 "{}: input dtype {}",
                 self.name, ins[0].dtype
@@ -858,6 +563,7 @@ impl Op for ArgReduce {
         let out = &mut out[range];
         match &x.data {
             Data::F32(v) => arg_fold(v, out, start, n, inner, self.max, self.select_last),
+            Data::F64(v) => arg_fold(v, out, start, n, inner, self.max, self.select_last),
             Data::I64(v) => arg_fold(v, out, start, n, inner, self.max, self.select_last),
             Data::I32(v) => arg_fold(v, out, start, n, inner, self.max, self.select_last),
             d => {
@@ -902,37 +608,24 @@ impl Op for ArgReduce {
     }
 }
 
-fn arg_fold<T: Copy + PartialOrd + Send + Sync>(
+/// An integer (or bool) reduction: Sum, Max, Min and Prod only.
+fn fold_int<T: IntElem>(
+    op: &Reduce,
     x: &[T],
-    out: &mut [i64],
+    g: &Groups,
+    out: &mut [T],
     start: usize,
-    n: usize,
-    inner: usize,
-    max: bool,
-    last: bool,
-) {
-    let ch = chunk_len(out.len());
-    out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
-        for (k, o) in chunk.iter_mut().enumerate() {
-            let e = start + ci * ch + k;
-            let base = (e / inner) * n * inner + e % inner;
-            let mut best = x[base];
-            let mut at = 0;
-            for i in 1..n {
-                let v = x[base + i * inner];
-                let better = if max {
-                    v > best || (last && v == best)
-                } else {
-                    v < best || (last && v == best)
-                };
-                if better {
-                    best = v;
-                    at = i;
-                }
-            }
-            *o = at as i64;
+) -> Result<()> {
+    match op.kind {
+        ReduceKind::Sum | ReduceKind::Max | ReduceKind::Min | ReduceKind::Prod => {
+            fold(x, g, out, start, &IntFold(op.kind));
+            Ok(())
         }
-    });
+        k => Err(OpError::Unsupported(format!(
+            "{}: {k:?} of integers",
+            op.name
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -95,6 +95,7 @@ fn kinds() -> Vec<(Make, i64, Naive)> {
             18,
             Box::new(|g| g.iter().map(|v| v * v).sum()),
         ),
+        (reduce_log_sum, 18, Box::new(|g| g.iter().sum::<f64>().ln())),
         (
             reduce_log_sum_exp,
             18,
@@ -235,4 +236,42 @@ fn non_constant_axes_input_is_unsupported_at_plan_time() {
     ));
     let op = reduce_mean(&Attrs::new(13).with("axes", AttrValue::Ints(vec![2]))).unwrap();
     assert!(matches!(op.infer(&[&x]), Err(OpError::Invalid(_))));
+}
+
+#[test]
+fn f64_and_bool_reductions() {
+    let x = Tensor::new(vec![2, 2], Data::F64(vec![1.0, 2.0, 3.0, 4.0]));
+    let axes = Tensor::i64(&[1], vec![1]);
+    let y = run(
+        &*reduce_log_sum_exp(&Attrs::new(18)).unwrap(),
+        &[x, axes.clone()],
+        None,
+    );
+    let want = [
+        (1f64.exp() + 2f64.exp()).ln(),
+        (3f64.exp() + 4f64.exp()).ln(),
+    ];
+    let got = y.to_f64_vec();
+    assert_eq!(y.dtype(), DType::F64);
+    assert!((got[0] - want[0]).abs() < 1e-12 && (got[1] - want[1]).abs() < 1e-12);
+    let b = Tensor::new(vec![2, 2], Data::Bool(vec![true, false, false, false]));
+    let y = run(
+        &*reduce_max(&Attrs::new(20)).unwrap(),
+        &[b, axes.clone()],
+        None,
+    );
+    assert_eq!(y.data, Data::Bool(vec![true, false]));
+    let b = Tensor::new(vec![2, 2], Data::Bool(vec![true, true, true, false]));
+    let y = run(
+        &*reduce_min(&Attrs::new(20)).unwrap(),
+        &[b.clone(), axes.clone()],
+        None,
+    );
+    assert_eq!(y.data, Data::Bool(vec![true, false]));
+    let m = TensorMeta::constant(b);
+    let a = TensorMeta::constant(axes);
+    assert!(reduce_sum(&Attrs::new(13))
+        .unwrap()
+        .infer(&[&m, &a])
+        .is_err());
 }

@@ -12,21 +12,30 @@ use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Wo
 use rayon::prelude::*;
 use std::ops::Range;
 
-/// Softmax or LogSoftmax along one axis.
+/// What a lane turns into. The discriminant is `mode` in `softmax.wgsl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Softmax = 0,
+    Log = 1,
+    /// Hardmax: 1 at the first maximum of the lane, 0 elsewhere.
+    Hard = 2,
+}
+
+/// Softmax, LogSoftmax or Hardmax along one axis.
 #[derive(Debug)]
 struct Softmax {
     name: &'static str,
-    log: bool,
+    mode: Mode,
     axis: i64,
     /// Opset < 13: the input is coerced to 2-D at `axis`.
     coerce_2d: bool,
 }
 
-fn make(a: &Attrs, name: &'static str, log: bool) -> Result<Box<dyn Op>> {
+fn make(a: &Attrs, name: &'static str, mode: Mode) -> Result<Box<dyn Op>> {
     let coerce_2d = a.opset < 13;
     Ok(Box::new(Softmax {
         name,
-        log,
+        mode,
         axis: a.int("axis", if coerce_2d { 1 } else { -1 })?,
         coerce_2d,
     }))
@@ -34,12 +43,17 @@ fn make(a: &Attrs, name: &'static str, log: bool) -> Result<Box<dyn Op>> {
 
 /// Softmax: `exp(x - max) / sum(exp(x - max))` along `axis`.
 pub fn softmax(a: &Attrs) -> Result<Box<dyn Op>> {
-    make(a, "Softmax", false)
+    make(a, "Softmax", Mode::Softmax)
 }
 
 /// LogSoftmax: `x - max - ln(sum(exp(x - max)))` along `axis`.
 pub fn log_softmax(a: &Attrs) -> Result<Box<dyn Op>> {
-    make(a, "LogSoftmax", true)
+    make(a, "LogSoftmax", Mode::Log)
+}
+
+/// Hardmax: 1 at the first maximum along `axis`, 0 elsewhere (same axis rules as Softmax).
+pub fn hardmax(a: &Attrs) -> Result<Box<dyn Op>> {
+    make(a, "Hardmax", Mode::Hard)
 }
 
 impl Softmax {
@@ -120,15 +134,19 @@ impl Op for Softmax {
         }
         let x = &x[rows.start * block..rows.end * block];
         let y = &mut y[rows.start * block..rows.end * block];
-        let log = self.log;
-        if inner == 1 {
+        let mode = self.mode;
+        if mode == Mode::Hard {
+            y.par_chunks_mut(block)
+                .zip(x.par_chunks(block))
+                .for_each(|(y, x)| hard_lanes(x, y, n, inner));
+        } else if inner == 1 {
             y.par_chunks_mut(n)
                 .zip(x.par_chunks(n))
-                .for_each(|(y, x)| lane(x, y, log));
+                .for_each(|(y, x)| lane(x, y, mode == Mode::Log));
         } else {
             y.par_chunks_mut(block)
                 .zip(x.par_chunks(block))
-                .for_each(|(y, x)| strided_lanes(x, y, n, inner, log));
+                .for_each(|(y, x)| strided_lanes(x, y, n, inner, mode == Mode::Log));
         }
         Ok(())
     }
@@ -155,7 +173,7 @@ impl Op for Softmax {
             inner: fits(inner)?,
             first_lane: fits(rows.start * inner)?,
             lanes: fits(lanes)?,
-            log: self.log as u32,
+            mode: self.mode as u32,
             _pad: [0; 3],
         };
         let wg = grid_1d(lanes as u64, 64);
@@ -177,8 +195,22 @@ struct SoftmaxParams {
     inner: u32,
     first_lane: u32,
     lanes: u32,
-    log: u32,
+    mode: u32,
     _pad: [u32; 3],
+}
+
+/// Hardmax of `inner` interleaved lanes of length `n`: 1 at the first maximum of each.
+fn hard_lanes(x: &[f32], y: &mut [f32], n: usize, inner: usize) {
+    y.iter_mut().for_each(|y| *y = 0.0);
+    for j in 0..inner {
+        let mut at = 0;
+        for k in 1..n {
+            if x[k * inner + j] > x[at * inner + j] {
+                at = k;
+            }
+        }
+        y[at * inner + j] = 1.0;
+    }
 }
 
 /// One contiguous lane.
@@ -321,6 +353,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn hardmax_marks_the_first_maximum() {
+        let x = Tensor::f32(&[2, 3], vec![1., 3., 3., 0., -1., -2.]);
+        let op = hardmax(&Attrs::new(13)).unwrap();
+        assert_eq!(
+            run(&*op, &x, Some(1..2)).as_f32().unwrap(),
+            &[0., 1., 0., 1., 0., 0.]
+        );
+        let op = hardmax(&Attrs::new(13).with("axis", AttrValue::Int(0))).unwrap();
+        assert_eq!(
+            run(&*op, &x, None).as_f32().unwrap(),
+            &[1., 1., 1., 0., 0., 0.]
+        );
+        // Opset 11, axis 0: one lane over all six elements.
+        let op = hardmax(&Attrs::new(11).with("axis", AttrValue::Int(0))).unwrap();
+        assert_eq!(
+            run(&*op, &x, None).as_f32().unwrap(),
+            &[0., 1., 0., 0., 0., 0.]
+        );
     }
 
     #[test]

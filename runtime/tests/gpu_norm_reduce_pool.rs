@@ -164,6 +164,36 @@ fn softmax_and_log_softmax_on_each_axis() {
 }
 
 #[test]
+fn hardmax_with_ties() {
+    let x = fill(&[3, 37, 70], 20);
+    let x = Tensor::f32(
+        &x.shape,
+        x.as_f32().unwrap().iter().map(|v| v.round()).collect(),
+    );
+    let v = x.as_f32().unwrap();
+    for axis in [-1i64, 1, 0] {
+        let a = axis.rem_euclid(3) as usize;
+        let (outer, n, inner) = around(&x.shape, a);
+        let mut want = vec![0.0f32; v.len()];
+        for o in 0..outer {
+            for j in 0..inner {
+                let at = |k: usize| o * n * inner + k * inner + j;
+                let best = (0..n).map(|k| v[at(k)]).fold(f32::MIN, f32::max);
+                let first = (0..n).find(|&k| v[at(k)] == best).unwrap();
+                want[at(first)] = 1.0;
+            }
+        }
+        let o = op("Hardmax", 13, &[("axis", int(axis))]);
+        check(
+            &*o,
+            std::slice::from_ref(&x),
+            &[Tensor::f32(&x.shape, want)],
+            0.0,
+        );
+    }
+}
+
+#[test]
 fn softmax_of_an_empty_tensor() {
     let x = Tensor::f32(&[0, 5], vec![]);
     let o = op("Softmax", 13, &[]);
@@ -219,6 +249,7 @@ fn folds() -> Vec<(&'static str, Fold)> {
         ("ReduceL1", |g| g.iter().map(|v| v.abs()).sum()),
         ("ReduceL2", |g| g.iter().map(|v| v * v).sum::<f64>().sqrt()),
         ("ReduceSumSquare", |g| g.iter().map(|v| v * v).sum()),
+        ("ReduceLogSum", |g| g.iter().sum::<f64>().ln()),
         ("ReduceLogSumExp", |g| {
             let m = g.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             m + g.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
@@ -236,7 +267,11 @@ fn every_reduction_on_several_axis_sets() {
     );
     let axis_sets: [&[i64]; 5] = [&[-1], &[1], &[0, 2], &[1, 2], &[]];
     for (name, f) in folds() {
-        let x = if name == "ReduceProd" { &xp } else { &x };
+        let x = if matches!(name, "ReduceProd" | "ReduceLogSum") {
+            &xp
+        } else {
+            &x
+        };
         for axes in axis_sets {
             for keep in [1, 0] {
                 let red: Vec<bool> = if axes.is_empty() {
@@ -473,6 +508,20 @@ fn pools_1d_3d_ceil_and_auto_pad() {
         &*op("AveragePool", 19, &a),
         std::slice::from_ref(&x),
         &[want],
+        1e-6,
+    );
+    // count_include_pad with a ceil overhang: only positions inside input + pads count.
+    let x = Tensor::f32(&[1, 1, 5], (1..=5).map(|v| v as f32).collect());
+    let a = [
+        ("kernel_shape", ints(&[2])),
+        ("strides", ints(&[2])),
+        ("ceil_mode", int(1)),
+        ("count_include_pad", int(1)),
+    ];
+    check(
+        &*op("AveragePool", 19, &a),
+        std::slice::from_ref(&x),
+        &[Tensor::f32(&[1, 1, 3], vec![1.5, 3.5, 5.0])],
         1e-6,
     );
     // 3-D: kernel 2x2x2 stride 2 over 3x4x5 (floor), against the CPU.

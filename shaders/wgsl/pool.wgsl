@@ -2,7 +2,8 @@
 // per output element e in [params.start, params.start + params.count), e flat over
 // [N*C, O0, O1, O2]. Window element k along dim a reads input index o*stride - pad_begin +
 // k*dilation, skipped when outside the input. mode: 0 max, 1 average over the input elements
-// in the window, 2 average over the whole kernel (count_include_pad).
+// in the window, 2 average over the window positions inside the input or its padding
+// (count_include_pad; a ceil-mode overhang past the end padding does not count).
 // Bindings: 0 x (f32, read), 1 y (f32, read_write), 2 params. Overrides: WG.
 
 override WG: u32 = 64u;
@@ -14,6 +15,7 @@ struct Params {
     strides: vec4<u32>,
     dilations: vec4<u32>,
     pads: vec4<u32>,      // xyz: begin pads
+    pads_end: vec4<u32>,  // xyz: end pads
     mode: u32,
     start: u32,
     count: u32,
@@ -40,6 +42,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let plane = nc * params.in_dims.x * params.in_dims.y * params.in_dims.z;
     let s = vec3<i32>(vec3<u32>(o0, o1, o2) * params.strides.xyz) - vec3<i32>(params.pads.xyz);
     let dil = vec3<i32>(params.dilations.xyz);
+
+    // Window positions before the end of the end padding, per dim (for mode 2).
+    let limit = id + vec3<i32>(params.pads_end.xyz);
+    var inside = vec3<u32>(0u, 0u, 0u);
+    for (var k = 0; k < i32(params.kernel.x); k = k + 1) {
+        inside.x = inside.x + select(0u, 1u, s.x + k * dil.x < limit.x);
+    }
+    for (var k = 0; k < i32(params.kernel.y); k = k + 1) {
+        inside.y = inside.y + select(0u, 1u, s.y + k * dil.y < limit.y);
+    }
+    for (var k = 0; k < i32(params.kernel.z); k = k + 1) {
+        inside.z = inside.z + select(0u, 1u, s.z + k * dil.z < limit.z);
+    }
 
     var best = -3.4028235e38;
     var found = false;
@@ -76,6 +91,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     } else if (params.mode == 1u) {
         y[e] = sum / f32(count);
     } else {
-        y[e] = sum / f32(params.kernel.x * params.kernel.y * params.kernel.z);
+        y[e] = sum / f32(inside.x * inside.y * inside.z);
     }
 }

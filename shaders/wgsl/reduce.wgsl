@@ -3,8 +3,9 @@
 // (kdims/kstr, outermost first: e unravels over them to a base offset) and reduced dims
 // (rdims/rstr: r in 0..params.n unravels over them to an offset from the base).
 // op: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 L1, 6 L2, 7 sum of squares, 8 log-sum-exp
-// (online max shift), 9 argmax, 10 argmin (select_last: ties pick the last index).
-// Ops 0-8 write the f32 bits; 9-10 write an i32 index.
+// (online max shift), 9 argmax, 10 argmin (select_last: ties pick the last index), 11 log of
+// the sum.
+// Ops 0-8 and 11 write the f32 bits; 9-10 write an i32 index.
 // Bindings: 0 x (f32, read), 1 out (4-byte elements, read_write), 2 params. Overrides: WG.
 
 override WG: u32 = 64u;
@@ -62,7 +63,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let op = params.op;
     let n = params.n;
 
-    if (op >= 9u) {
+    if (op == 9u || op == 10u) {
         var best = x[base + reduced_offset(0u)];
         var at = 0u;
         for (var r = 1u; r < n; r = r + 1u) {
@@ -126,6 +127,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         acc = acc / f32(n);
     } else if (op == 6u) {
         acc = sqrt(acc);
+    } else if (op == 11u) {
+        acc = log(acc);
     } else if (op == 8u) {
         if (m == -inf || m == inf || m != m) {
             acc = m;

@@ -1,7 +1,8 @@
-// softmax: Softmax / LogSoftmax over lanes of a [outer, n, inner] tensor. One invocation per
+// softmax: Softmax / LogSoftmax / Hardmax over lanes of a [outer, n, inner] tensor. One invocation per
 // lane l in [params.first_lane, params.first_lane + params.lanes): o = l / inner, j = l % inner,
 // elements x[o * n * inner + k * inner + j] for k in 0..n. Three passes: max, sum of
-// exp(x - max), write (log = 1: x - max - ln(sum); else exp(x - max) / sum).
+// exp(x - max), write. mode 0: exp(x - max) / sum; 1: x - max - ln(sum); 2 (Hardmax): 1 at
+// the first maximum, 0 elsewhere.
 // Bindings: 0 x (f32, read), 1 y (f32, read_write), 2 params. Overrides: WG.
 
 override WG: u32 = 64u;
@@ -11,7 +12,7 @@ struct Params {
     inner: u32,
     first_lane: u32,
     lanes: u32,
-    log: u32,
+    mode: u32,
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,
@@ -33,8 +34,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let base = (l / inner) * n * inner + l % inner;
 
     var m = x[base];
+    var at = 0u;
     for (var k = 1u; k < n; k = k + 1u) {
-        m = max(m, x[base + k * inner]);
+        let v = x[base + k * inner];
+        if (v > m) {
+            m = v;
+            at = k;
+        }
+    }
+    if (params.mode == 2u) {
+        for (var k = 0u; k < n; k = k + 1u) {
+            y[base + k * inner] = select(0.0, 1.0, k == at);
+        }
+        return;
     }
     // An all -inf (or +inf) lane: shift by 0 like the CPU kernel.
     if (m - m != 0.0) {
@@ -44,7 +56,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var k = 0u; k < n; k = k + 1u) {
         s = s + exp(x[base + k * inner] - m);
     }
-    if (params.log != 0u) {
+    if (params.mode == 1u) {
         let c = m + log(s);
         for (var k = 0u; k < n; k = k + 1u) {
             let at = base + k * inner;
