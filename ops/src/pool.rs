@@ -287,6 +287,41 @@ impl Pool {
         }
     }
 
+    /// Output elements `start..start + y.len()` (and their Indices) from an f32 input.
+    fn pool_f32(
+        &self,
+        x: &[f32],
+        g: &Geo,
+        y: &mut [f32],
+        start: usize,
+        indices: Option<&mut [i64]>,
+    ) {
+        let ch = y
+            .len()
+            .div_ceil(4 * rayon::current_num_threads())
+            .clamp(1, 4096);
+        let plane = g.outd[0] * g.outd[1] * g.outd[2];
+        match indices {
+            None => y.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
+                for (k, y) in chunk.iter_mut().enumerate() {
+                    *y = self.element(x, g, start + ci * ch + k).0;
+                }
+            }),
+            Some(idx) => y
+                .par_chunks_mut(ch)
+                .zip(idx.par_chunks_mut(ch))
+                .enumerate()
+                .for_each(|(ci, (chunk, ichunk))| {
+                    for (k, (y, i)) in chunk.iter_mut().zip(ichunk).enumerate() {
+                        let e = start + ci * ch + k;
+                        let (v, at) = self.element(x, g, e);
+                        *y = v;
+                        *i = at.map_or(-1, |at| self.index(g, e / plane, at));
+                    }
+                }),
+        }
+    }
+
     /// The ONNX Indices value of a maximum at spatial `(d, h, w)` of plane `nc`.
     fn index(&self, g: &Geo, nc: usize, [i0, i1, i2]: [usize; 3]) -> i64 {
         let [d0, d1, d2] = g.ind;
@@ -338,15 +373,16 @@ impl Op for Pool {
                 ins.len()
             )));
         }
-        if ins[0].dtype != DType::F32 {
+        let dt = ins[0].dtype;
+        if !(dt == DType::F32 || self.max && matches!(dt, DType::U8 | DType::I8)) {
             return Err(OpError::Unsupported(format!(
-                "{}: dtype {} (f32 only)",
-                self.name, ins[0].dtype
+                "{}: dtype {dt} (f32; u8/i8 for MaxPool)",
+                self.name
             )));
         }
         let g = self.geometry(&ins[0].shape)?;
         let out = self.out_shape(&ins[0].shape, &g);
-        let mut outs = vec![TensorMeta::new(DType::F32, out.clone())];
+        let mut outs = vec![TensorMeta::new(dt, out.clone())];
         if self.max {
             outs.push(TensorMeta::new(DType::I64, out));
         }
@@ -368,23 +404,11 @@ impl Op for Pool {
 
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let g = self.geometry(&ins[0].shape)?;
-        let x = ins[0]
-            .as_f32()
-            .ok_or_else(|| OpError::Unsupported(format!("{}: f32 input only", self.name)))?;
         let rl = shape::row_len(&outs[0].shape, Some(outs[0].shape.len() - 2));
         let range = rows.start * rl..rows.end * rl;
-        let start = range.start;
-        let ch = range
-            .len()
-            .div_ceil(4 * rayon::current_num_threads())
-            .clamp(1, 4096);
         let (ys, rest) = outs.split_at_mut(1);
-        let y = &mut ys[0]
-            .as_f32_mut()
-            .ok_or_else(|| OpError::Invalid(format!("{}: output must be f32", self.name)))?
-            [range.clone()];
         let indices = match rest.first_mut().map(|t| &mut t.data) {
-            Some(Data::I64(v)) if self.max => Some(&mut v[range]),
+            Some(Data::I64(v)) if self.max => Some(&mut v[range.clone()]),
             None => None,
             Some(_) => {
                 return Err(OpError::Invalid(format!(
@@ -393,25 +417,29 @@ impl Op for Pool {
                 )))
             }
         };
-        let plane = g.outd[0] * g.outd[1] * g.outd[2];
-        match indices {
-            None => y.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
-                for (k, y) in chunk.iter_mut().enumerate() {
-                    *y = self.element(x, &g, start + ci * ch + k).0;
-                }
-            }),
-            Some(idx) => y
-                .par_chunks_mut(ch)
-                .zip(idx.par_chunks_mut(ch))
-                .enumerate()
-                .for_each(|(ci, (chunk, ichunk))| {
-                    for (k, (y, i)) in chunk.iter_mut().zip(ichunk).enumerate() {
-                        let e = start + ci * ch + k;
-                        let (v, at) = self.element(x, &g, e);
-                        *y = v;
-                        *i = at.map_or(-1, |at| self.index(&g, e / plane, at));
-                    }
-                }),
+        let start = range.start;
+        match (&ins[0].data, &mut ys[0].data) {
+            (Data::F32(x), Data::F32(y)) => self.pool_f32(x, &g, &mut y[range], start, indices),
+            // 8-bit MaxPool: exact through f32.
+            (Data::U8(x), Data::U8(y)) if self.max => {
+                let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+                let mut yf = vec![0.0; range.len()];
+                self.pool_f32(&xf, &g, &mut yf, start, indices);
+                y[range].iter_mut().zip(yf).for_each(|(o, v)| *o = v as u8);
+            }
+            (Data::I8(x), Data::I8(y)) if self.max => {
+                let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+                let mut yf = vec![0.0; range.len()];
+                self.pool_f32(&xf, &g, &mut yf, start, indices);
+                y[range].iter_mut().zip(yf).for_each(|(o, v)| *o = v as i8);
+            }
+            (x, _) => {
+                return Err(OpError::Unsupported(format!(
+                    "{} on CPU: dtype {}",
+                    self.name,
+                    x.dtype()
+                )))
+            }
         }
         Ok(())
     }
@@ -422,6 +450,12 @@ impl Op for Pool {
         outs: &[TensorMeta],
         rows: Range<usize>,
     ) -> Result<Vec<GpuKernel>> {
+        if ins[0].dtype != DType::F32 {
+            return Err(OpError::Unsupported(format!(
+                "{} on GPU: dtype {} (f32 only)",
+                self.name, ins[0].dtype
+            )));
+        }
         if outs.len() > 1 {
             return Err(OpError::Unsupported(format!(
                 "{} on GPU: the Indices output is computed on the CPU only",

@@ -239,3 +239,13 @@ fn bad_attributes_are_invalid() {
         .infer(&[&TensorMeta::new(DType::F32, vec![1, 1, 4])])
         .is_err());
 }
+
+#[test]
+fn max_pool_of_u8() {
+    let x = Tensor::new(vec![1, 1, 2, 3], Data::U8(vec![1, 200, 3, 250, 5, 6]));
+    let a = Attrs::new(22).with("kernel_shape", ints(&[2, 2]));
+    let y = run(&*max_pool(&a).unwrap(), &x, 2, None);
+    assert_eq!(y[0].data, Data::U8(vec![250, 200]));
+    assert_eq!(y[1].to_i64_vec(), vec![3, 1]);
+    assert!(average_pool(&a).unwrap().infer(&[&x.meta()]).is_err());
+}
