@@ -590,12 +590,14 @@ struct ConvParams {
     cg: u32,
     mg: u32,
     has_bias: u32,
-    plane0: u32,
+    blk0: u32,
     e_start: u32,
     e_end: u32,
     bpp: u32,
     threads: u32,
-    _pad: u32,
+    ocb: u32,
+    mgb: u32,
+    _pad: [u32; 3],
 }
 
 fn u32_of(v: usize) -> Result<u32> {
@@ -666,7 +668,14 @@ impl Op for Conv {
         let (e0, e1) = (rows.start * g.ow, rows.end * g.ow);
         let (pl0, pl1) = (e0 / plane, (e1 - 1) / plane);
         let bpp = plane.div_ceil(4);
-        let threads = (pl1 + 1 - pl0) * bpp;
+        let ocb = if g.mg >= 4 { 4 } else { 1 };
+        let mgb = g.mg.div_ceil(ocb);
+        let block = |pl: usize| {
+            let oc = pl % g.m;
+            (pl / g.m) * mgb * g.group + (oc / g.mg) * mgb + (oc % g.mg) / ocb
+        };
+        let (b0, b1) = (block(pl0), block(pl1));
+        let threads = (b1 + 1 - b0) * bpp;
         u32_of(g.n * g.m * plane)?;
         let p = ConvParams {
             n: u32_of(g.n)?,
@@ -687,12 +696,14 @@ impl Op for Conv {
             cg: u32_of(g.cg)?,
             mg: u32_of(g.mg)?,
             has_bias: (ins.len() > 2) as u32,
-            plane0: pl0 as u32,
+            blk0: u32_of(b0)?,
             e_start: e0 as u32,
             e_end: e1 as u32,
             bpp: bpp as u32,
             threads: u32_of(threads)?,
-            _pad: 0,
+            ocb: ocb as u32,
+            mgb: u32_of(mgb)?,
+            _pad: [0; 3],
         };
         let inputs = if ins.len() > 2 {
             vec![0, 1, 2]

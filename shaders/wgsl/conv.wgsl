@@ -2,8 +2,10 @@
 // begin pads: out[n, oc, oh, ow] = bias[oc] + sum_{c < cg, kh, kw} x[n, g * cg + c, ih, iw] *
 // w[oc, c, kh, kw], ih = oh * sh + kh * dh - pt, iw = ow * sw + kw * dw - pl (zero outside),
 // g = oc / mg. Only output elements e with params.e_start <= e < params.e_end are written.
-// Each invocation computes 4 consecutive pixels of one (n, oc) plane, so a weight is loaded once
-// for 4 outputs; planes are numbered from params.plane0, blocks of 4 pixels per plane = bpp.
+// Register tile per invocation: 4 consecutive pixels of ocb (4, or 1 for depthwise-like convs
+// with mg < 4) consecutive output channels of one group, so each loaded input value feeds ocb
+// FMAs and each weight 4. Channel blocks: mgb = ceil(mg / ocb) per group, numbered over
+// (n, group, block) from params.blk0; bpp blocks of 4 pixels per plane.
 // Bindings: 0 x, 1 w, 2 bias (read; w bound again when has_bias = 0), 3 out (read_write),
 // 4 params. Overrides: WG (workgroup size).
 
@@ -28,12 +30,16 @@ struct Params {
     cg: u32,
     mg: u32,
     has_bias: u32,
-    plane0: u32,
+    blk0: u32,
     e_start: u32,
     e_end: u32,
     bpp: u32,
     threads: u32,
-    _pad: u32,
+    ocb: u32,
+    mgb: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -42,59 +48,82 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
 
+// x at (ih, iw) of the plane at `base` for 4 pixels, 0 outside (branchless: clamped index).
+fn load_x(base: u32, ih: vec4<i32>, iw: vec4<i32>) -> vec4<f32> {
+    let ok = (ih >= vec4<i32>(0)) & (ih < vec4<i32>(i32(params.h))) & (iw >= vec4<i32>(0))
+        & (iw < vec4<i32>(i32(params.w)));
+    let idx = select(vec4<u32>(base), vec4<u32>(base) + vec4<u32>(ih) * params.w + vec4<u32>(iw), ok);
+    let v = vec4<f32>(x[idx.x], x[idx.y], x[idx.z], x[idx.w]);
+    return select(vec4<f32>(0.0), v, ok);
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * WG;
     if (i >= params.threads) {
         return;
     }
-    let plane = params.plane0 + i / params.bpp;
+    let blk = params.blk0 + i / params.bpp;
+    let per_img = params.mgb * (params.m / params.mg);
+    let n = blk / per_img;
+    let g = (blk % per_img) / params.mgb;
+    let oc0 = g * params.mg + (blk % params.mgb) * params.ocb;
+    let oc_end = min(oc0 + params.ocb, (g + 1u) * params.mg);
     let npix = params.oh * params.ow;
     let p0 = (i % params.bpp) * 4u;
-    let e0 = plane * npix + p0;
-    // which of the 4 pixels exist and lie in the asked element range
-    var live = vec4<bool>(false);
     var ohs = vec4<i32>(0);
     var ows = vec4<i32>(0);
+    var any_live = false;
     for (var j = 0u; j < 4u; j = j + 1u) {
-        let p = p0 + j;
-        live[j] = p < npix && e0 + j >= params.e_start && e0 + j < params.e_end;
+        let p = min(p0 + j, npix - 1u);
         ohs[j] = i32(p / params.ow) * i32(params.sh) - params.pt;
         ows[j] = i32(p % params.ow) * i32(params.sw) - params.pl;
+        for (var oc = oc0; oc < oc_end; oc = oc + 1u) {
+            let e = (n * params.m + oc) * npix + p0 + j;
+            any_live = any_live || (p0 + j < npix && e >= params.e_start && e < params.e_end);
+        }
     }
-    if (!any(live)) {
+    if (!any_live) {
         return;
     }
-    let n = plane / params.m;
-    let oc = plane % params.m;
-    let g = oc / params.mg;
-    var acc = vec4<f32>(0.0);
-    let hh = i32(params.h);
-    let ww = i32(params.w);
+    let kk = params.kh * params.kw;
+    // weights of channels past the group end are read from oc0 (in bounds) and never written
+    let w1 = select(oc0, oc0 + 1u, oc0 + 1u < oc_end);
+    let w2 = select(oc0, oc0 + 2u, oc0 + 2u < oc_end);
+    let w3 = select(oc0, oc0 + 3u, oc0 + 3u < oc_end);
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
     for (var c = 0u; c < params.cg; c = c + 1u) {
         let xplane = (n * params.c + g * params.cg + c) * params.h * params.w;
-        let wbase = (oc * params.cg + c) * params.kh * params.kw;
         for (var ki = 0u; ki < params.kh; ki = ki + 1u) {
             let ihs = ohs + vec4<i32>(i32(ki * params.dh));
             for (var kj = 0u; kj < params.kw; kj = kj + 1u) {
-                let wv = w[wbase + ki * params.kw + kj];
-                let iws = ows + vec4<i32>(i32(kj * params.dw));
-                var xv = vec4<f32>(0.0);
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    if (ihs[j] >= 0 && ihs[j] < hh && iws[j] >= 0 && iws[j] < ww) {
-                        xv[j] = x[xplane + u32(ihs[j]) * params.w + u32(iws[j])];
-                    }
+                let xv = load_x(xplane, ihs, ows + vec4<i32>(i32(kj * params.dw)));
+                let kidx = c * kk + ki * params.kw + kj;
+                a0 = fma(vec4<f32>(w[oc0 * params.cg * kk + kidx]), xv, a0);
+                if (params.ocb == 4u) {
+                    a1 = fma(vec4<f32>(w[w1 * params.cg * kk + kidx]), xv, a1);
+                    a2 = fma(vec4<f32>(w[w2 * params.cg * kk + kidx]), xv, a2);
+                    a3 = fma(vec4<f32>(w[w3 * params.cg * kk + kidx]), xv, a3);
                 }
-                acc = fma(vec4<f32>(wv), xv, acc);
             }
         }
     }
-    if (params.has_bias != 0u) {
-        acc = acc + vec4<f32>(bias[oc]);
-    }
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        if (live[j]) {
-            out[e0 + j] = acc[j];
+    let accs = array<vec4<f32>, 4>(a0, a1, a2, a3);
+    for (var q = 0u; q < oc_end - oc0; q = q + 1u) {
+        let oc = oc0 + q;
+        var v = accs[q];
+        if (params.has_bias != 0u) {
+            v = v + vec4<f32>(bias[oc]);
+        }
+        let e0 = (n * params.m + oc) * npix + p0;
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let e = e0 + j;
+            if (p0 + j < npix && e >= params.e_start && e < params.e_end) {
+                out[e] = v[j];
+            }
         }
     }
 }
