@@ -214,13 +214,21 @@ mod tests {
 
     #[test]
     fn short_files_are_stripped_and_padded_like_magika() {
+        // magika left-strips the head and right-strips the tail, independently.
         let f = features(b"  \n#!/bin/sh\necho hi\n\n");
         assert_eq!(f.len(), 2048);
-        assert_eq!(&f[..3], &[b'#' as i32, b'!' as i32, b'/' as i32]);
-        let content = b"#!/bin/sh\necho hi".len();
-        assert!(f[content..1024].iter().all(|&x| x == PAD));
-        assert!(f[1024..2048 - content].iter().all(|&x| x == PAD));
-        assert_eq!(f[2047], b'i' as i32);
+        let head: Vec<i32> = b"#!/bin/sh\necho hi\n\n"
+            .iter()
+            .map(|&b| b as i32)
+            .collect();
+        assert_eq!(&f[..head.len()], head.as_slice());
+        assert!(f[head.len()..1024].iter().all(|&x| x == PAD));
+        let tail: Vec<i32> = b"  \n#!/bin/sh\necho hi"
+            .iter()
+            .map(|&b| b as i32)
+            .collect();
+        assert_eq!(&f[2048 - tail.len()..], tail.as_slice());
+        assert!(f[1024..2048 - tail.len()].iter().all(|&x| x == PAD));
     }
 
     #[test]

@@ -151,6 +151,7 @@ impl<'a> Run<'a> {
             } => match self.gpu_step(s, kernels, false) {
                 Ok(()) => entry.ran = Ran::On(Device::Gpu),
                 Err(Error::Gpu(reason)) if !reason.contains("lost") => {
+                    self.orphan_last_label();
                     entry.fallback = Some(reason);
                     entry.ran = Ran::On(Device::Cpu);
                     entry.time = self.cpu_step(s, None)?;
@@ -184,6 +185,7 @@ impl<'a> Run<'a> {
                         }
                     }
                     Err(Error::Gpu(reason)) if !reason.contains("lost") => {
+                        self.orphan_last_label();
                         entry.fallback = Some(reason);
                         entry.ran = Ran::On(Device::Cpu);
                         entry.time = self.cpu_step(s, None)?;
@@ -194,15 +196,6 @@ impl<'a> Run<'a> {
         }
         if matches!(entry.ran, Ran::On(Device::Cpu) | Ran::Split { .. }) {
             entry.start = self.cpu_started;
-        }
-        let gpu_recorded = matches!(entry.ran, Ran::On(Device::Gpu) | Ran::Split { .. });
-        if gpu_recorded {
-            let split = matches!(entry.ran, Ran::Split { .. });
-            let label = GpuLabel {
-                report: self.report.nodes.len(),
-                split,
-            };
-            self.labels.push(label);
         }
         self.report.nodes.push(entry);
         for v in node.inputs.iter().flatten() {
@@ -271,13 +264,10 @@ impl<'a> Run<'a> {
         self.submit()?;
         let ins = self.host_inputs(s)?;
         let refs: Vec<&Tensor> = ins.iter().map(|t| t.as_ref()).collect();
-        let mut outs: Vec<Tensor> = node
+        let mut outs: Vec<Tensor> = step
             .outputs
             .iter()
-            .map(|&v| {
-                let m = self.meta(v);
-                Tensor::zeros(m.dtype, &m.shape)
-            })
+            .map(|m| Tensor::zeros(m.dtype, &m.shape))
             .collect();
         let start = Instant::now();
         self.cpu_started = start - self.started;
@@ -307,15 +297,16 @@ impl<'a> Run<'a> {
             };
             inputs.push(g);
         }
-        let outputs: Vec<GpuTensor> = node
+        let outputs: Vec<GpuTensor> = step
             .outputs
             .iter()
-            .map(|&v| {
-                let m = self.meta(v);
-                gpu.alloc(m.dtype, m.numel())
-            })
+            .map(|m| gpu.alloc(m.dtype, m.numel()))
             .collect::<Result<_>>()?;
         let label = self.labels.len();
+        self.labels.push(GpuLabel {
+            report: self.report.nodes.len(),
+            split,
+        });
         let batch = self.batch.get_or_insert_with(|| gpu.batch());
         for o in &outputs {
             batch.clear(o);
@@ -377,6 +368,16 @@ impl<'a> Run<'a> {
         Ok(g)
     }
 
+    /// The GPU step just attempted failed (and runs on the CPU instead): dispatches it may have
+    /// recorded still run, but their times belong to no node.
+    fn orphan_last_label(&mut self) {
+        if let Some(l) = self.labels.last_mut() {
+            if l.report == self.report.nodes.len() {
+                l.report = usize::MAX;
+            }
+        }
+    }
+
     /// Submit the open batch without waiting for it.
     fn submit(&mut self) -> Result<()> {
         if let Some(batch) = self.batch.take() {
@@ -401,7 +402,9 @@ impl<'a> Run<'a> {
             });
             for ((l, t), off) in timing.per_label.into_iter().zip(timing.starts) {
                 let GpuLabel { report, split } = self.labels[l];
-                let node = &mut self.report.nodes[report];
+                let Some(node) = self.report.nodes.get_mut(report) else {
+                    continue;
+                };
                 if !split {
                     node.start = base + off;
                 }

@@ -61,6 +61,9 @@ pub struct Step {
     pub fallback: Option<String>,
     /// The scheduler's predictions and reason (placement `auto` only).
     pub explain: Option<Explain>,
+    /// Every output the op produces, including those the model does not ask for (kernels
+    /// write them all; only the model's are kept).
+    pub outputs: Vec<TensorMeta>,
 }
 
 impl Step {
@@ -122,6 +125,9 @@ pub struct Request<'a> {
     pub costs: Option<&'a dyn Costs>,
     /// The scheduling policy for `Placement::Auto`.
     pub policy: Policy,
+    /// Simulation only (`tandem simulate`): with no GPU given, treat one as present and take
+    /// each node's GPU kernels from `op.gpu(...)` alone, skipping the device-limit checks.
+    pub assume_gpu: bool,
 }
 
 impl Request<'_> {
@@ -289,6 +295,9 @@ fn place(
             let node = &graph.nodes[p.node];
             match request.forced(node) {
                 Some(Device::Cpu) => Err("placed on the CPU".into()),
+                _ if gpu.is_none() && request.assume_gpu => {
+                    assumed_gpu_kernels(node, &p.ins, &p.outs, 0..p.rows)
+                }
                 _ => gpu_kernels(node, &p.ins, &p.outs, 0..p.rows, gpu),
             }
         })
@@ -324,6 +333,7 @@ fn place(
             rows: 0..p.rows,
             fallback,
             explain,
+            outputs: p.outs.clone(),
         };
     if request.placement != Placement::Auto {
         let steps = work
@@ -461,6 +471,7 @@ fn order_views(graph: &Graph, pending: &[Pending], steps: &mut Vec<Step>) {
                     rows: 0..p.rows,
                     fallback: None,
                     explain: None,
+                    outputs: p.outs.clone(),
                 });
             }
         }
@@ -516,6 +527,26 @@ pub fn gpu_kernels(
         }
     }
     Ok(kernels)
+}
+
+/// The GPU kernels of a node for simulation without a device: the op's own description, with
+/// the dtype checks of [`gpu_kernels`] but none of an adapter's limits.
+fn assumed_gpu_kernels(
+    node: &Node,
+    ins: &[TensorMeta],
+    outs: &[TensorMeta],
+    rows: Range<usize>,
+) -> std::result::Result<Vec<GpuKernel>, String> {
+    for m in ins.iter().chain(outs) {
+        if m.dtype == DType::F64 {
+            return Err("f64 tensors are not supported on the GPU".into());
+        }
+        if let Some(v) = &m.value {
+            to_gpu_bytes(v)?;
+        }
+    }
+    let refs: Vec<&TensorMeta> = ins.iter().collect();
+    node.op.gpu(&refs, outs, rows).map_err(|e| e.to_string())
 }
 
 /// Selects nodes for a placement override.
