@@ -75,7 +75,8 @@ pub trait Op: Debug + Send + Sync {
     }
 
     /// Compute `rows` of the outputs on the host. `outs` are allocated by the caller with the
-    /// inferred dtypes and shapes (zero filled).
+    /// inferred dtypes and shapes (zero filled); there are as many as the model asks for, a
+    /// prefix of the op's outputs (compute only those), in `cpu` and `gpu` alike.
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()>;
 
     /// Describe the GPU dispatches (usually one) that compute `rows` of the outputs, or say why

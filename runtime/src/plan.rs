@@ -214,7 +214,7 @@ pub fn build(
     for (n, node) in graph.nodes.iter().enumerate() {
         let ins = input_metas(node, &metas);
         let refs: Vec<&TensorMeta> = ins.iter().collect();
-        let outs = node.op.infer(&refs).map_err(|e| node_error(node, e))?;
+        let mut outs = node.op.infer(&refs).map_err(|e| node_error(node, e))?;
         if outs.len() < node.outputs.len() {
             return Err(node_error(
                 node,
@@ -225,6 +225,8 @@ pub fn build(
                 )),
             ));
         }
+        // Kernels compute only the outputs the model asks for (a prefix of the op's outputs).
+        outs.truncate(node.outputs.len());
         if outs.iter().all(|o| o.value.is_some()) {
             // Known from shapes alone (Shape, Size): a constant of this plan.
             for (&v, m) in node.outputs.iter().zip(outs) {

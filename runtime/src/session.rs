@@ -115,6 +115,8 @@ pub struct Session {
     costs: Option<Arc<CostModel>>,
     warnings: Vec<String>,
     plans: Mutex<HashMap<Vec<Vec<usize>>, CachedPlan>>,
+    /// Set once a plan needed the contents of small integer inputs (see `plan_for`).
+    plans_by_value: std::sync::atomic::AtomicBool,
     constants: GpuConstants,
 }
 
@@ -199,6 +201,7 @@ impl Session {
             costs,
             warnings,
             plans: Mutex::new(HashMap::new()),
+            plans_by_value: Default::default(),
             constants: GpuConstants::default(),
         })
     }
@@ -298,7 +301,11 @@ impl Session {
         costs.observe_report(&self.graph, plan, report);
         let measured = report.total.as_secs_f64();
         let missed = (measured - predicted).abs() > REPLAN_MARGIN * predicted.max(1e-6);
-        let key = Self::signature(ordered);
+        let key = if self.plans_by_value.load(std::sync::atomic::Ordering::Relaxed) {
+            Self::value_signature(ordered)
+        } else {
+            Self::signature(ordered)
+        };
         let mut plans = self.plans.lock().unwrap();
         if let Some(c) = plans.get_mut(&key) {
             c.misses = if missed { c.misses + 1 } else { 0 };
@@ -312,18 +319,69 @@ impl Session {
         ordered.iter().map(|t| t.shape.clone()).collect()
     }
 
-    /// The plan for these inputs' shapes (built once per shape signature).
+    /// The plan for these inputs (built once per shape signature). A model whose shapes depend
+    /// on the contents of small integer inputs (axes, shapes fed as inputs) is planned with
+    /// those contents, and its plans are keyed by them too.
     pub fn plan_for(&self, ordered: &[Tensor]) -> Result<Arc<Plan>> {
-        let key = Self::signature(ordered);
+        let by_value = self.plans_by_value.load(std::sync::atomic::Ordering::Relaxed);
+        let key = if by_value {
+            Self::value_signature(ordered)
+        } else {
+            Self::signature(ordered)
+        };
         if let Some(c) = self.plans.lock().unwrap().get(&key) {
             return Ok(c.plan.clone());
         }
-        let metas: Vec<TensorMeta> = ordered.iter().map(|t| t.meta()).collect();
+        match self.build_plan(ordered, key, by_value) {
+            Err(Error::Node {
+                source: tandem_ops::OpError::Unsupported(m),
+                ..
+            }) if !by_value && m.contains("known at plan time") => {
+                self.plans_by_value.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.build_plan(ordered, Self::value_signature(ordered), true)
+            }
+            other => other,
+        }
+    }
+
+    /// Small integer inputs (shape-like: axes, shapes, pads) whose contents may be read at
+    /// plan time.
+    fn is_shape_like(t: &Tensor) -> bool {
+        t.dtype().is_int() && t.numel() <= 16
+    }
+
+    /// Shapes, plus the contents of shape-like inputs.
+    fn value_signature(ordered: &[Tensor]) -> Vec<Vec<usize>> {
+        ordered
+            .iter()
+            .map(|t| {
+                let mut k = t.shape.clone();
+                if Self::is_shape_like(t) {
+                    k.push(usize::MAX);
+                    k.extend(t.to_i64_vec().iter().map(|&v| v as usize));
+                }
+                k
+            })
+            .collect()
+    }
+
+    fn build_plan(&self, ordered: &[Tensor], key: Vec<Vec<usize>>, by_value: bool) -> Result<Arc<Plan>> {
+        let metas: Vec<TensorMeta> = ordered
+            .iter()
+            .map(|t| {
+                if by_value && Self::is_shape_like(t) {
+                    TensorMeta::constant(t.clone())
+                } else {
+                    t.meta()
+                }
+            })
+            .collect();
         let request = Request {
             placement: self.placement,
             overrides: &self.overrides,
             costs: self.costs.as_deref().map(|c| c as &dyn crate::costs::Costs),
             policy: self.policy,
+            assume_gpu: false,
         };
         let plan = Arc::new(plan::build(
             &self.graph,
