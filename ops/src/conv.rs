@@ -915,6 +915,16 @@ mod tests {
             [1, 0, 1, 0],
             true,
         );
+        // many pixel chunks, rectangles starting inside a chunk, several images and groups
+        let big: &[([usize; 4], usize, usize, [usize; 2], [i64; 4])] = &[
+            ([1, 8, 40, 40], 16, 1, [1, 1], [1, 1, 1, 1]),
+            ([2, 8, 33, 30], 6, 2, [1, 2], [1, 1, 1, 1]),
+            ([2, 32, 17, 19], 8, 1, [1, 1], [0, 0, 0, 0]),
+        ];
+        for &(xs, m, group, s, pads) in big {
+            let k = if pads[0] == 0 { [1, 1] } else { [3, 3] };
+            case(xs, m, k, group, s, [1, 1], pads, true);
+        }
     }
 
     #[test]

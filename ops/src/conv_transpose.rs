@@ -530,6 +530,26 @@ mod tests {
     }
 
     #[test]
+    fn onnx_autopad_same_example() {
+        // ONNX test_convtranspose_autopad_same: X 0..9 (3x3), W ones [1, 2, 3, 3],
+        // SAME_UPPER, strides 2 -> [1, 2, 6, 6], rows 0 and 2 worked out by hand.
+        let op = conv_transpose(
+            &Attrs::new(11)
+                .with("strides", AttrValue::Ints(vec![2, 2]))
+                .with("auto_pad", AttrValue::String("SAME_UPPER".into())),
+        )
+        .unwrap();
+        let x = Tensor::f32(&[1, 1, 3, 3], (0..9).map(|v| v as f32).collect());
+        let w = Tensor::f32(&[1, 2, 3, 3], vec![1.0; 18]);
+        let mut out = vec![Tensor::zeros(DType::F32, &[1, 2, 6, 6])];
+        op.cpu(&[&x, &w], &mut out, 0..2).unwrap();
+        let o = out[0].as_f32().unwrap();
+        assert_eq!(&o[0..6], &[0.0, 0.0, 1.0, 1.0, 3.0, 2.0]);
+        assert_eq!(&o[12..18], &[3.0, 3.0, 8.0, 5.0, 12.0, 7.0]);
+        assert_eq!(&o[36..42], &[0.0, 0.0, 1.0, 1.0, 3.0, 2.0]);
+    }
+
+    #[test]
     fn output_shape_and_auto_pad() {
         let x = TensorMeta::new(DType::F32, vec![1, 1, 3, 3]);
         let w = TensorMeta::new(DType::F32, vec![1, 2, 3, 3]);
