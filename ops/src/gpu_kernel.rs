@@ -35,7 +35,7 @@ impl GpuKernel {
     ) -> GpuKernel {
         let params = bytemuck::bytes_of(params).to_vec();
         assert!(
-            params.len() % 16 == 0,
+            params.len().is_multiple_of(16),
             "{}: Params must be padded to a multiple of 16 bytes (uniform layout)",
             shader.name
         );
