@@ -336,6 +336,10 @@ impl IndexMap {
     /// must be contiguous and `out_base` is ignored: `out` is that block), in parallel.
     pub fn cpu<T: Elem>(&self, src: &[T], out: &mut [T], start: usize) {
         let m = self.coalesced();
+        if m.is_tiled_transpose() {
+            m.transpose_tiles(src, out, start);
+            return;
+        }
         let inner = m.dims.last().copied().unwrap_or(1).max(1);
         // Chunks hold whole inner runs when they are short; long runs are cut (fill() handles
         // any alignment) so a single contiguous copy still spreads over the pool.
@@ -347,6 +351,64 @@ impl IndexMap {
         out.par_chunks_mut(chunk)
             .enumerate()
             .for_each(|(i, block)| m.fill(src, block, start + i * chunk));
+    }
+
+    /// True for a (batched) plain transpose whose last output axis is strided in the input
+    /// while the one before it is contiguous: reading it element by element misses the cache.
+    fn is_tiled_transpose(&self) -> bool {
+        let r = self.dims.len();
+        r >= 2
+            && self.in_stride[r - 2] == 1
+            && self.in_stride[r - 1] > 1
+            && self.offset.iter().all(|&o| o == 0)
+            && self.step.iter().all(|&s| s == 1)
+            && self.modulo.iter().all(|&m| m == 0)
+    }
+
+    /// The tiled path of [`IndexMap::cpu`]: units of `TILE` output rows of one matrix, each
+    /// written `COLS` columns at a time so the strided input lines stay in cache (few columns:
+    /// power-of-two strides map every line to one cache set).
+    fn transpose_tiles<T: Elem>(&self, src: &[T], out: &mut [T], start: usize) {
+        const TILE: usize = 32;
+        const COLS: usize = 8;
+        let r = self.dims.len();
+        let (p_n, q_n) = (self.dims[r - 2], self.dims[r - 1]);
+        let sq = self.in_stride[r - 1];
+        let end = start + out.len();
+        let per_matrix = p_n * q_n;
+        // Cut `out` into units (matrix, first row) intersected with start..end.
+        let mut units = Vec::new();
+        let mut rest = out;
+        let mut v = start;
+        while v < end {
+            let (o, p0) = (v / per_matrix, (v % per_matrix) / q_n / TILE * TILE);
+            let unit_end = (o * per_matrix + (p0 + TILE).min(p_n) * q_n).min(end);
+            let (head, tail) = rest.split_at_mut(unit_end - v);
+            units.push((v, o, head));
+            rest = tail;
+            v = unit_end;
+        }
+        units.into_par_iter().for_each(|(v0, o, block)| {
+            let mut rem = o;
+            let mut base = self.in_base;
+            for d in (0..r - 2).rev() {
+                base += (rem % self.dims[d]) * self.in_stride[d];
+                rem /= self.dims[d];
+            }
+            let lo = v0 - o * per_matrix;
+            let hi = lo + block.len();
+            let (p_lo, p_hi) = (lo / q_n, hi.div_ceil(q_n));
+            for q0 in (0..q_n).step_by(COLS) {
+                let q1 = (q0 + COLS).min(q_n);
+                for p in p_lo..p_hi {
+                    let row = p * q_n;
+                    let (a, b) = ((row + q0).max(lo), (row + q1).min(hi));
+                    for j in a..b {
+                        block[j - lo] = src[base + p + (j - row) * sq];
+                    }
+                }
+            }
+        });
     }
 
     fn fill<T: Elem>(&self, src: &[T], out: &mut [T], start: usize) {
@@ -551,6 +613,23 @@ mod tests {
             let mut out = vec![-1; want.len() - start];
             m.cpu(&src, &mut out, start);
             assert_eq!(out, want[start..]);
+        }
+    }
+
+    #[test]
+    fn tiled_transpose_matches_naive_from_any_start() {
+        let src: Vec<i32> = (0..2 * 70 * 45).collect();
+        // [2, 70, 45] -> [2, 45, 70]
+        let m = IndexMap::new(&[2, 45, 70], vec![3150, 1, 45]);
+        assert!(m.coalesced().is_tiled_transpose());
+        let want = naive(&m, &src);
+        for start in [0, 1, 33, 70 * 32 + 5, 3150 + 7] {
+            let mut out = vec![-1; want.len() - start];
+            m.cpu(&src, &mut out, start);
+            assert_eq!(out, want[start..], "from {start}");
+            let mut part = vec![-1; 100.min(want.len() - start)];
+            m.cpu(&src, &mut part, start);
+            assert_eq!(part, want[start..start + part.len()], "100 from {start}");
         }
     }
 
