@@ -6,6 +6,7 @@
 mod calibrate;
 mod demo;
 mod inputs;
+mod simulate;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -35,6 +36,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure this machine's CPU and GPU, fit the cost model and save its profile.
     Calibrate(calibrate::CalibrateArgs),
+    /// Predicted latency per scheduling policy on simulated hardware (profiles/*.json).
+    Simulate(simulate::SimulateArgs),
 }
 
 #[derive(clap::Args)]
@@ -91,6 +94,7 @@ fn main() {
         }
         Some(Command::Run(a)) => run(&a),
         Some(Command::Calibrate(a)) => calibrate::run(&a),
+        Some(Command::Simulate(a)) => simulate::run(&a),
     };
     if let Err(e) = result {
         eprintln!("error: {}", error_chain(&e));

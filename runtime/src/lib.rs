@@ -14,6 +14,7 @@ pub mod plan;
 pub mod report;
 pub mod schedule;
 pub mod session;
+pub mod simulate;
 pub mod testing;
 pub mod trace;
 
