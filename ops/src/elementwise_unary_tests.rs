@@ -220,6 +220,32 @@ fn erf_approximation_is_accurate_everywhere() {
 }
 
 #[test]
+fn fast_exp_and_tanh_are_accurate() {
+    for i in -100_000..=100_000 {
+        let x = i as f32 * 9e-4;
+        let (e, t) = (exp_f32(x) as f64, tanh_f32(x) as f64);
+        let (we, wt) = ((x as f64).exp(), (x as f64).tanh());
+        let tiny = (x < -86.0 && e < 4e-38) || (we > f32::MAX as f64 && e.is_infinite());
+        assert!(
+            (e - we).abs() <= 3e-7 * we || tiny,
+            "exp({x}) = {e}, want {we}"
+        );
+        assert!(
+            (t - wt).abs() <= 2e-7 + 1e-6 * wt.abs(),
+            "tanh({x}) = {t}, want {wt}"
+        );
+    }
+    for x in [1e-6f32, -3e-5, 1e-3, 0.0] {
+        let rel = ((tanh_f32(x) as f64 - (x as f64).tanh()) / (x as f64).tanh()).abs();
+        assert!(x == 0.0 || rel < 1e-6, "tanh relative error at {x}");
+    }
+    assert_eq!(exp_f32(100.0), f32::INFINITY);
+    assert!(exp_f32(-100.0) < 4e-38);
+    assert!(exp_f32(f32::NAN).is_nan() && tanh_f32(f32::NAN).is_nan());
+    assert_eq!((tanh_f32(50.0), tanh_f32(-50.0)), (1.0, -1.0));
+}
+
+#[test]
 fn round_is_half_to_even() {
     let op = build(round, Attrs::new(11));
     let x = Tensor::f32(&[8], vec![0.5, 1.5, 2.5, -0.5, -1.5, 2.3, -2.7, 3.5]);
@@ -424,4 +450,62 @@ fn gpu_descriptions() {
     assert!(build(neg, Attrs::new(13))
         .gpu(&[&mi], &[mi.clone()], 0..4)
         .is_ok());
+}
+
+/// Throughput probe (run with `--ignored --nocapture`): ms per 16M-element f32 unary op.
+#[test]
+#[ignore]
+fn unary_throughput_probe() {
+    let n = 1 << 24;
+    let x = Tensor::f32(
+        &[n],
+        (0..n)
+            .map(|i| ((i % 2000) as f32 - 1000.0) * 0.004)
+            .collect(),
+    );
+    type Ctor = fn(&Attrs) -> Result<Box<dyn Op>>;
+    let ctors: [(&str, Ctor); 6] = [
+        ("Relu", relu),
+        ("Sigmoid", sigmoid_op),
+        ("Tanh", tanh),
+        ("Erf", erf),
+        ("Gelu", gelu),
+        ("Exp", exp),
+    ];
+    let op_meta = TensorMeta::new(DType::F32, vec![n]);
+    let src = x.as_f32().unwrap()[..1 << 20].to_vec();
+    let mut dst = vec![0f32; src.len()];
+    for round in 0..3 {
+        let t = std::time::Instant::now();
+        par_map(&src[..], &mut dst[..], f32::exp);
+        let libm = t.elapsed();
+        let t = std::time::Instant::now();
+        par_map(&src[..], &mut dst[..], exp_f32);
+        let fast = t.elapsed();
+        let t = std::time::Instant::now();
+        par_map(&src[..], &mut dst[..], f32::tanh);
+        let libm_t = t.elapsed();
+        let t = std::time::Instant::now();
+        par_map(&src[..], &mut dst[..], tanh_f32);
+        let fast_t = t.elapsed();
+        println!(
+            "round {round}: exp libm {libm:?} fast {fast:?}; tanh libm {libm_t:?} fast {fast_t:?}"
+        );
+    }
+    for (name, ctor) in ctors {
+        let op = build(ctor, Attrs::new(20));
+        let mut outs = vec![Tensor::zeros(DType::F32, &[n])];
+        op.cpu(&[&x], &mut outs, 0..n).unwrap();
+        let t = std::time::Instant::now();
+        for _ in 0..5 {
+            op.cpu(&[&x], &mut outs, 0..n).unwrap();
+        }
+        let s = t.elapsed().as_secs_f64() / 5.0;
+        let _ = &op_meta;
+        println!(
+            "{name}: {:.2} ms, {:.1} GB/s",
+            s * 1e3,
+            (8 * n) as f64 / s / 1e9
+        );
+    }
 }

@@ -252,7 +252,59 @@ fn sign_f32(x: f32) -> f32 {
 
 #[inline(always)]
 fn sigmoid_f32(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + exp_f32(-x))
+}
+
+/// e^x in f32 without libm calls, so loops over it vectorise (SSE2 has no floor: n is
+/// rounded with the 1.5 * 2^23 trick): Cody-Waite reduction to r in [-ln2/2, ln2/2], a
+/// degree-6 polynomial (Cephes expf) and 2^n from exponent bits. Within 2 ulp for results
+/// above 3e-38; inputs below -86.5 give ~3e-38 instead of a smaller value, above 88.7228 +inf;
+/// NaN stays NaN.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    let xc = x.clamp(-86.5, 88.722_8);
+    let t = xc * std::f32::consts::LOG2_E + MAGIC;
+    let n = t - MAGIC;
+    let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let z = r * r;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let y = p * z + r + 1.0;
+    // 2^(n-1) stays a normal number for n in -125..=128; the factor 2 restores 2^n.
+    let half_scale = f32::from_bits(((ni + 126) as u32) << 23);
+    if x > 88.722_8 {
+        f32::INFINITY
+    } else {
+        (y * half_scale) * 2.0
+    }
+}
+
+/// tanh in f32 without libm calls: an odd polynomial below |x| = 0.625 (Cephes tanhf), else
+/// 1 - 2 / (e^{2|x|} + 1) with the sign of x. Within 2e-7 absolute, 1e-6 relative.
+#[inline(always)]
+pub fn tanh_f32(x: f32) -> f32 {
+    let ax = x.abs();
+    let s = x * x;
+    let mut p = -5.704_988_7e-3_f32;
+    p = p * s + 2.063_909e-2;
+    p = p * s - 5.373_971_6e-2;
+    p = p * s + 1.333_144_2e-1;
+    p = p * s - 3.333_328e-1;
+    let small = p * s * x + x;
+    // Saturates beyond 10 (tanh = 1 in f32); NaN passes through the comparison.
+    let m = if ax > 10.0 { 10.0 } else { ax };
+    let big = (1.0 - 2.0 / (exp_f32(2.0 * m) + 1.0)).copysign(x);
+    if ax < 0.625 {
+        small
+    } else {
+        big
+    }
 }
 
 #[inline(always)]
@@ -382,17 +434,17 @@ impl Unary {
             Relu => par_map(x, o, relu_f32),
             LeakyRelu => par_map(x, o, |v| if v < 0.0 { a * v } else { v }),
             Sigmoid => par_map(x, o, sigmoid_f32),
-            Tanh => par_map(x, o, f32::tanh),
+            Tanh => par_map(x, o, tanh_f32),
             Erf => par_map(x, o, erf_f32),
             Gelu => par_map(x, o, |v| 0.5 * v * (1.0 + erf_f32(v * FRAC_1_SQRT_2))),
             GeluTanh => par_map(x, o, |v| {
-                0.5 * v * (1.0 + (SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)).tanh())
+                0.5 * v * (1.0 + tanh_f32(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)))
             }),
             HardSigmoid => par_map(x, o, |v| (a * v + b).clamp(0.0, 1.0)),
             HardSwish => par_map(x, o, |v| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
             Clip => par_map(x, o, |v| clip_f32(v, lo, hi)),
             Sqrt => par_map(x, o, f32::sqrt),
-            Exp => par_map(x, o, f32::exp),
+            Exp => par_map(x, o, exp_f32),
             Log => par_map(x, o, f32::ln),
             Neg => par_map(x, o, |v| -v),
             Reciprocal => par_map(x, o, |v| 1.0 / v),
@@ -405,10 +457,10 @@ impl Unary {
             Cos => par_map(x, o, f32::cos),
             Softplus => par_map(x, o, softplus_f32),
             Softsign => par_map(x, o, |v| v / (1.0 + v.abs())),
-            Elu => par_map(x, o, |v| if v < 0.0 { a * (v.exp() - 1.0) } else { v }),
+            Elu => par_map(x, o, |v| if v < 0.0 { a * (exp_f32(v) - 1.0) } else { v }),
             Selu => par_map(x, o, |v| {
                 if v <= 0.0 {
-                    g * (a * v.exp() - a)
+                    g * (a * exp_f32(v) - a)
                 } else {
                     g * v
                 }
