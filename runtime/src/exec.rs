@@ -289,13 +289,18 @@ impl<'a> Run<'a> {
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
         let metas = input_metas(node, &cx.plan.metas);
-        let mut inputs = Vec::with_capacity(metas.len());
-        for (i, m) in metas.iter().enumerate() {
-            let g = match node.inputs[i] {
+        // Only inputs some kernel binds go to the GPU.
+        let bound: std::collections::BTreeSet<usize> = kernels
+            .iter()
+            .flat_map(|k| k.inputs.iter().copied())
+            .collect();
+        let mut inputs = HashMap::new();
+        for &i in &bound {
+            let g = match node.inputs.get(i).copied().flatten() {
                 Some(v) => self.gpu_tensor(gpu, v)?,
-                None => gpu.alloc(m.dtype, 0)?,
+                None => gpu.alloc(metas[i].dtype, 0)?,
             };
-            inputs.push(g);
+            inputs.insert(i, g);
         }
         let outputs: Vec<GpuTensor> = step
             .outputs
@@ -312,7 +317,7 @@ impl<'a> Run<'a> {
             batch.clear(o);
         }
         for k in kernels {
-            let i: Vec<&GpuTensor> = k.inputs.iter().map(|&i| &inputs[i]).collect();
+            let i: Vec<&GpuTensor> = k.inputs.iter().map(|i| &inputs[i]).collect();
             let o: Vec<&GpuTensor> = k.outputs.iter().map(|&o| &outputs[o]).collect();
             batch.dispatch(k, &i, &o, label)?;
         }

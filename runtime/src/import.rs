@@ -328,7 +328,7 @@ impl<'m> Builder<'m> {
                 n.op_type
             ))
         })?;
-        let attrs = attrs::convert_attrs(n, opset, self.base_dir).map_err(fail)?;
+        let mut attrs = attrs::convert_attrs(n, opset, self.base_dir).map_err(fail)?;
         for input in n.input.iter().filter(|s| !s.is_empty()) {
             if let Some(m) = self.unsupported.get(input) {
                 return Err(fail(Problem::Unsupported(m.clone())));
@@ -352,6 +352,15 @@ impl<'m> Builder<'m> {
             return Ok(None);
         }
 
+        // Split with neither `split` sizes nor `num_outputs` splits into as many equal parts as
+        // the node has outputs: only the graph knows that count, so pass it on.
+        let split_sizes_given = attrs.has("split") || n.input.get(1).is_some_and(|s| !s.is_empty());
+        if n.op_type == "Split" && !split_sizes_given && !attrs.has("num_outputs") {
+            attrs.values.insert(
+                "num_outputs".into(),
+                tandem_ops::AttrValue::Int(n.output.len() as i64),
+            );
+        }
         let op = tandem_ops::registry::build(&n.op_type, &attrs).map_err(|source| Error::Node {
             node: name.clone(),
             op_type: n.op_type.clone(),

@@ -257,7 +257,8 @@ pub fn build(
             node: n,
             rows: row_count(&outs[0].shape, axis),
             row_len: row_len(&outs[0].shape, axis),
-            view: node.op.is_view(),
+            // A view with more outputs (Dropout's mask) must run to produce them.
+            view: node.op.is_view() && node.outputs.len() == 1,
             ins,
             outs: outs.clone(),
         });
@@ -506,7 +507,14 @@ pub fn gpu_kernels(
     gpu: Option<&Gpu>,
 ) -> std::result::Result<Vec<GpuKernel>, String> {
     let gpu = gpu.ok_or("no GPU adapter is available")?;
-    for m in ins.iter().chain(outs) {
+    let refs: Vec<&TensorMeta> = ins.iter().collect();
+    let kernels = node.op.gpu(&refs, outs, rows).map_err(|e| e.to_string())?;
+    // Only what the kernels bind goes to the GPU (a Slice's INT64_MAX `ends` never does).
+    let bound: std::collections::BTreeSet<usize> = kernels
+        .iter()
+        .flat_map(|k| k.inputs.iter().copied())
+        .collect();
+    for m in bound.iter().map(|&i| &ins[i]).chain(outs) {
         if m.dtype == DType::F64 {
             return Err("f64 tensors are not supported on the GPU".into());
         }
@@ -517,8 +525,6 @@ pub fn gpu_kernels(
             to_gpu_bytes(v)?;
         }
     }
-    let refs: Vec<&TensorMeta> = ins.iter().collect();
-    let kernels = node.op.gpu(&refs, outs, rows).map_err(|e| e.to_string())?;
     let max = gpu.limits().max_compute_workgroups_per_dimension;
     for k in &kernels {
         if k.workgroups.iter().any(|&w| w > max) {

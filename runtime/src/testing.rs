@@ -65,9 +65,17 @@ pub fn try_run_gpu_rows(
     let kernels = op
         .gpu(&refs, &outs, rows.unwrap_or(0..all_rows))
         .map_err(|e| crate::Error::Gpu(format!("{}: {e}", op.name())))?;
+    // Only inputs some kernel binds go to the GPU (as in the executor).
     let inputs: Vec<GpuTensor> = ins
         .iter()
-        .map(|t| gpu.upload(t))
+        .enumerate()
+        .map(|(i, t)| {
+            if kernels.iter().any(|k| k.inputs.contains(&i)) {
+                gpu.upload(t)
+            } else {
+                gpu.alloc(t.dtype(), 0)
+            }
+        })
         .collect::<crate::Result<_>>()?;
     let outputs: Vec<GpuTensor> = outs
         .iter()
