@@ -423,29 +423,23 @@ pub fn schedule(tasks: &[Task], costs: &dyn Costs, policy: Policy) -> Schedule {
             &mut explain,
         ),
     };
-    let (times, makespan) = simulate(tasks, costs, &choices, &order);
-    let mut best = (choices, times, makespan, order);
+    let mut best = finalize(tasks, costs, choices, &order);
     if matches!(policy, Policy::Heft | Policy::HeftSplit) {
         // Never predict worse than the best single device: both are candidates.
         for d in [Device::Cpu, Device::Gpu] {
             let c: Vec<Choice> = tasks.iter().map(|t| single(t, d)).collect();
-            let (t, m) = simulate(tasks, costs, &c, &best.3);
-            if m < best.2 {
+            let candidate = finalize(tasks, costs, c, &order);
+            if candidate.3 < best.3 {
                 for (e, task) in explain.iter_mut().zip(tasks) {
-                    e.why = if task.forced.is_some() || !task.can(d) {
-                        e.why.clone()
-                    } else {
-                        format!("whole model on {d} is predicted faster than any mix")
-                    };
+                    if task.forced.is_none() && task.can(d) {
+                        e.why = format!("whole model on {d} is predicted faster than any mix");
+                    }
                 }
-                best = (c, t, m, best.3.clone());
+                best = candidate;
             }
         }
     }
-    let (choices, times, makespan, mut order) = best;
-    order.sort_by(|&a, &b| times[a].0.total_cmp(&times[b].0).then(a.cmp(&b)));
-    // Keep the order topological: a task never precedes its producers.
-    let order = topological_by_start(tasks, &order);
+    let (choices, order, times, makespan) = best;
     Schedule {
         choices,
         explain,
@@ -453,6 +447,22 @@ pub fn schedule(tasks: &[Task], costs: &dyn Costs, policy: Policy) -> Schedule {
         times,
         makespan,
     }
+}
+
+/// The issue order of `choices` (by simulated start time, kept topological) and the timeline
+/// replayed in exactly that order, which is the order the executor follows.
+fn finalize(
+    tasks: &[Task],
+    costs: &dyn Costs,
+    choices: Vec<Choice>,
+    rank_order: &[usize],
+) -> (Vec<Choice>, Vec<usize>, Vec<(f64, f64)>, f64) {
+    let (times, _) = simulate(tasks, costs, &choices, rank_order);
+    let mut by_start = rank_order.to_vec();
+    by_start.sort_by(|&a, &b| times[a].0.total_cmp(&times[b].0).then(a.cmp(&b)));
+    let issued = topological_by_start(tasks, &by_start);
+    let (times, makespan) = simulate(tasks, costs, &choices, &issued);
+    (choices, issued, times, makespan)
 }
 
 /// `preferred` reordered minimally so that producers precede consumers.

@@ -301,7 +301,10 @@ impl Session {
         costs.observe_report(&self.graph, plan, report);
         let measured = report.total.as_secs_f64();
         let missed = (measured - predicted).abs() > REPLAN_MARGIN * predicted.max(1e-6);
-        let key = if self.plans_by_value.load(std::sync::atomic::Ordering::Relaxed) {
+        let key = if self
+            .plans_by_value
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
             Self::value_signature(ordered)
         } else {
             Self::signature(ordered)
@@ -320,10 +323,12 @@ impl Session {
     }
 
     /// The plan for these inputs (built once per shape signature). A model whose shapes depend
-    /// on the contents of small integer inputs (axes, shapes fed as inputs) is planned with
+    /// on the contents of small inputs (axes, shapes, scales fed as inputs) is planned with
     /// those contents, and its plans are keyed by them too.
     pub fn plan_for(&self, ordered: &[Tensor]) -> Result<Arc<Plan>> {
-        let by_value = self.plans_by_value.load(std::sync::atomic::Ordering::Relaxed);
+        let by_value = self
+            .plans_by_value
+            .load(std::sync::atomic::Ordering::Relaxed);
         let key = if by_value {
             Self::value_signature(ordered)
         } else {
@@ -333,21 +338,30 @@ impl Session {
             return Ok(c.plan.clone());
         }
         match self.build_plan(ordered, key, by_value) {
-            Err(Error::Node {
-                source: tandem_ops::OpError::Unsupported(m),
-                ..
-            }) if !by_value && m.contains("known at plan time") => {
-                self.plans_by_value.store(true, std::sync::atomic::Ordering::Relaxed);
-                self.build_plan(ordered, Self::value_signature(ordered), true)
+            Err(
+                e @ Error::Node {
+                    source: tandem_ops::OpError::Unsupported(_),
+                    ..
+                },
+            ) if !by_value && ordered.iter().any(Self::is_shape_like) => {
+                // Perhaps a shape depends on an input's contents: plan with them.
+                match self.build_plan(ordered, Self::value_signature(ordered), true) {
+                    Ok(plan) => {
+                        self.plans_by_value
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        Ok(plan)
+                    }
+                    Err(_) => Err(e),
+                }
             }
             other => other,
         }
     }
 
-    /// Small integer inputs (shape-like: axes, shapes, pads) whose contents may be read at
-    /// plan time.
+    /// Small inputs (shape-like: axes, shapes, pads, scales) whose contents may be read at plan
+    /// time.
     fn is_shape_like(t: &Tensor) -> bool {
-        t.dtype().is_int() && t.numel() <= 16
+        t.numel() <= 16
     }
 
     /// Shapes, plus the contents of shape-like inputs.
@@ -358,14 +372,19 @@ impl Session {
                 let mut k = t.shape.clone();
                 if Self::is_shape_like(t) {
                     k.push(usize::MAX);
-                    k.extend(t.to_i64_vec().iter().map(|&v| v as usize));
+                    k.extend(t.to_f64_vec().iter().map(|v| v.to_bits() as usize));
                 }
                 k
             })
             .collect()
     }
 
-    fn build_plan(&self, ordered: &[Tensor], key: Vec<Vec<usize>>, by_value: bool) -> Result<Arc<Plan>> {
+    fn build_plan(
+        &self,
+        ordered: &[Tensor],
+        key: Vec<Vec<usize>>,
+        by_value: bool,
+    ) -> Result<Arc<Plan>> {
         let metas: Vec<TensorMeta> = ordered
             .iter()
             .map(|t| {

@@ -285,12 +285,9 @@ fn heft_never_predicts_worse_than_the_best_single_device() {
     }
 }
 
-/// KNOWN WRONG (ignored until schedule.rs is fixed): `Schedule::makespan` is simulated in the
-/// upward-rank order, but `Schedule::order` (what the executor issues) is re-sorted by start
-/// time; replaying the choices in that order gives another makespan in 26 of these 600
-/// schedules (HEFT+split, up to +19.7%), once worse than the best single device (case 57).
+/// `Schedule::makespan` is the timeline of `Schedule::order`, the order the executor issues
+/// (it once was simulated in upward-rank order instead: 26 of these 600 schedules differed).
 #[test]
-#[ignore]
 fn replaying_the_issued_order_gives_the_predicted_makespan() {
     let mut rng = Lcg(0x5eed_1234);
     for case in 0..300 {
