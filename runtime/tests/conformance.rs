@@ -10,7 +10,6 @@
 mod common;
 
 use common::*;
-use rayon::prelude::*;
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -157,12 +156,32 @@ fn run_all(entries: &[Entry], with_gpu: impl Fn(&Entry) -> bool + Sync) -> Vec<O
     }
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let out: Vec<Outcome> = entries
-        .par_iter()
-        .map(|e| run_entry(e, with_gpu(e)))
-        .collect();
+    // Plain threads, not rayon's pool: a rayon worker blocked in a session's `pool.install`
+    // runs other queued tests on its own stack while it waits, nesting them until it overflows.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut out: Vec<(usize, Outcome)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(e) = entries.get(i) else { break };
+                        done.push((i, run_entry(e, with_gpu(e))));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a conformance worker thread"))
+            .collect()
+    });
     std::panic::set_hook(previous);
-    out
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, o)| o).collect()
 }
 
 /// `false` (after a notice, or a panic under CI) when the generated data is absent.
