@@ -916,7 +916,8 @@ mod tests {
             true,
         );
         // many pixel chunks, rectangles starting inside a chunk, several images and groups
-        let big: &[([usize; 4], usize, usize, [usize; 2], [i64; 4])] = &[
+        type Case = ([usize; 4], usize, usize, [usize; 2], [i64; 4]);
+        let big: &[Case] = &[
             ([1, 8, 40, 40], 16, 1, [1, 1], [1, 1, 1, 1]),
             ([2, 8, 33, 30], 6, 2, [1, 2], [1, 1, 1, 1]),
             ([2, 32, 17, 19], 8, 1, [1, 1], [0, 0, 0, 0]),

@@ -104,7 +104,10 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("GlobalMaxPool", crate::pool::global_max_pool),
     ("LayerNormalization", crate::norm::layer_normalization),
     ("InstanceNormalization", crate::norm::instance_normalization),
-    ("BatchNormalization", crate::norm_channel::batch_normalization),
+    (
+        "BatchNormalization",
+        crate::norm_channel::batch_normalization,
+    ),
     ("LRN", crate::norm_channel::lrn),
     ("MatMul", crate::matmul::matmul),
     ("Gemm", crate::gemm_op::gemm),

@@ -184,8 +184,10 @@ impl Gpu {
 
     /// Why a buffer of `bytes` cannot be bound on this adapter, if it cannot.
     pub fn binding_refusal(&self, bytes: u64) -> Option<String> {
-        let max =
-            (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size);
+        let max = self
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size);
         (bytes > max).then(|| {
             format!(
                 "a {bytes}-byte tensor exceeds this adapter's storage binding limit of {max} bytes"
@@ -775,7 +777,7 @@ mod tests {
             (1 << 20) + 1,
         ] {
             let c = size_class(b);
-            assert!(c >= b && c % 16 == 0, "{b} -> {c}");
+            assert!(c >= b && c.is_multiple_of(16), "{b} -> {c}");
             assert!(c <= (b + b / 8).max(16) + 16, "{b} -> {c}");
         }
     }

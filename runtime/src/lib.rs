@@ -6,9 +6,9 @@ pub mod cpu_info;
 pub mod error;
 pub mod exec;
 pub mod gpu;
-pub mod npy;
 pub mod graph;
 pub mod import;
+pub mod npy;
 mod onnx_proto;
 pub mod plan;
 pub mod report;
@@ -19,10 +19,10 @@ pub mod testing;
 pub mod trace;
 
 pub use error::{Error, Result};
-pub use tandem_ops::{DType, Data, Tensor, TensorMeta};
 pub use plan::{Device, Placement, Selector};
 pub use report::RunReport;
 pub use session::{Session, SessionOptions};
+pub use tandem_ops::{DType, Data, Tensor, TensorMeta};
 
 /// The ONNX op types (default domain) tandem implements, sorted.
 pub fn supported_ops() -> Vec<&'static str> {

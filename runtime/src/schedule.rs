@@ -449,6 +449,9 @@ pub fn schedule(tasks: &[Task], costs: &dyn Costs, policy: Policy) -> Schedule {
     }
 }
 
+/// Choices, issue order, per-task (start, finish) and makespan.
+type Finalized = (Vec<Choice>, Vec<usize>, Vec<(f64, f64)>, f64);
+
 /// The issue order of `choices` (by simulated start time, kept topological) and the timeline
 /// replayed in exactly that order, which is the order the executor follows.
 fn finalize(
@@ -456,7 +459,7 @@ fn finalize(
     costs: &dyn Costs,
     choices: Vec<Choice>,
     rank_order: &[usize],
-) -> (Vec<Choice>, Vec<usize>, Vec<(f64, f64)>, f64) {
+) -> Finalized {
     let (times, _) = simulate(tasks, costs, &choices, rank_order);
     let mut by_start = rank_order.to_vec();
     by_start.sort_by(|&a, &b| times[a].0.total_cmp(&times[b].0).then(a.cmp(&b)));

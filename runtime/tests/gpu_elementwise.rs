@@ -5,6 +5,7 @@
 //! broadcasting, formulas from the ONNX spec), then by the op on the CPU, on the GPU (lavapipe
 //! in CI) and split across both at row 1, an odd row near the middle and the last row. Sizes
 //! are deliberately not multiples of the workgroup size; empty and rank-0 tensors are included.
+#![allow(clippy::type_complexity)] // tables of test cases
 
 use std::ops::Range;
 use tandem::testing::{assert_close, run_cpu, run_gpu, run_split};
@@ -56,7 +57,7 @@ fn check(op: &dyn Op, ins: &[Tensor], want: &Tensor, tol: f32) {
     let gpu = run_gpu(op, ins);
     assert_close(&gpu[0], want, tol, tol);
     let rows = rows_of(op, ins);
-    for cut in [1, rows / 2 | 1, rows.saturating_sub(1)] {
+    for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
         let s = run_split(op, ins, cut);
         assert_close(&s[0], want, tol, tol);
     }

@@ -59,19 +59,23 @@ impl Op for CopyOp {
 fn copy_roundtrips_every_gpu_dtype_and_odd_sizes() {
     for n in [0usize, 1, 63, 64, 65, 1000, 70_001] {
         let f = Tensor::f32(&[n], (0..n).map(|i| i as f32 * 0.5 - 3.0).collect());
-        assert_eq!(run_gpu(&CopyOp, &[f.clone()])[0], f, "n = {n}");
+        assert_eq!(run_gpu(&CopyOp, std::slice::from_ref(&f))[0], f, "n = {n}");
         let i = Tensor::i64(&[n], (0..n as i64).map(|i| i * 7 - 100).collect());
-        assert_eq!(run_gpu(&CopyOp, &[i.clone()])[0], i, "n = {n}");
+        assert_eq!(run_gpu(&CopyOp, std::slice::from_ref(&i))[0], i, "n = {n}");
     }
     let b = Tensor::new(vec![3], tandem_ops::Data::Bool(vec![true, false, true]));
-    assert_eq!(run_gpu(&CopyOp, &[b.clone()])[0], b);
+    assert_eq!(run_gpu(&CopyOp, std::slice::from_ref(&b))[0], b);
 }
 
 #[test]
 fn a_split_run_joins_cpu_and_gpu_rows() {
     let t = Tensor::f32(&[4, 25], (0..100).map(|i| i as f32).collect());
     for cut in [0, 1, 37, 99, 100] {
-        assert_eq!(run_split(&CopyOp, &[t.clone()], cut)[0], t, "cut {cut}");
+        assert_eq!(
+            run_split(&CopyOp, std::slice::from_ref(&t), cut)[0],
+            t,
+            "cut {cut}"
+        );
     }
 }
 
@@ -80,7 +84,7 @@ fn more_than_65535_workgroups_spread_over_two_dimensions() {
     let n = 65536 * 64 + 5;
     let t = Tensor::f32(&[n], (0..n).map(|i| (i % 1013) as f32).collect());
     assert_eq!(grid_1d(n as u64, 64)[1], 2);
-    assert_eq!(run_gpu(&CopyOp, &[t.clone()])[0], t);
+    assert_eq!(run_gpu(&CopyOp, std::slice::from_ref(&t))[0], t);
 }
 
 #[test]

@@ -65,7 +65,7 @@ fn check(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f32) {
     let refs: Vec<&TensorMeta> = metas.iter().collect();
     let outs = op.infer(&refs).unwrap();
     let rows = tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs));
-    for cut in [1, rows / 2 | 1, rows.saturating_sub(1)] {
+    for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
         let s = run_split(op, ins, cut);
         assert_close(&s[0], &want[0], tol, tol);
     }
@@ -418,7 +418,8 @@ fn naive_pool(
 #[test]
 fn max_and_average_pool_2d() {
     let x = fill(&[2, 3, 19, 23], 5);
-    let cases: [([usize; 2], [usize; 2], [usize; 2], [usize; 4]); 4] = [
+    type Case = ([usize; 2], [usize; 2], [usize; 2], [usize; 4]);
+    let cases: [Case; 4] = [
         ([3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
         ([2, 3], [1, 2], [2, 1], [0, 1, 2, 0]),
         ([5, 5], [3, 3], [1, 1], [2, 2, 2, 2]),

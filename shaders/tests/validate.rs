@@ -8,7 +8,11 @@ fn every_shader_parses_validates_and_follows_the_binding_convention() {
     assert!(!tandem_shaders::ALL.is_empty());
     let mut names = std::collections::HashSet::new();
     for shader in tandem_shaders::ALL {
-        assert!(names.insert(shader.name), "shader name {} listed twice", shader.name);
+        assert!(
+            names.insert(shader.name),
+            "shader name {} listed twice",
+            shader.name
+        );
         let module = naga::front::wgsl::parse_str(shader.source)
             .unwrap_or_else(|e| panic!("{}: {}", shader.name, e.emit_to_string(shader.source)));
         Validator::new(ValidationFlags::all(), Capabilities::all())
@@ -30,11 +34,24 @@ fn every_shader_parses_validates_and_follows_the_binding_convention() {
             .collect();
         bindings.sort();
         for (i, (b, _)) in bindings.iter().enumerate() {
-            assert_eq!(*b as usize, i, "{}: bindings must be consecutive from 0", shader.name);
+            assert_eq!(
+                *b as usize, i,
+                "{}: bindings must be consecutive from 0",
+                shader.name
+            );
         }
         let uniforms: Vec<_> = bindings.iter().filter(|(_, u)| *u).collect();
-        assert_eq!(uniforms.len(), 1, "{}: exactly one params uniform", shader.name);
-        assert!(bindings.last().unwrap().1, "{}: params must be the last binding", shader.name);
+        assert_eq!(
+            uniforms.len(),
+            1,
+            "{}: exactly one params uniform",
+            shader.name
+        );
+        assert!(
+            bindings.last().unwrap().1,
+            "{}: params must be the last binding",
+            shader.name
+        );
         assert!(
             shader.source.starts_with("// "),
             "{}: a header comment must say what it computes",
