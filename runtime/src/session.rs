@@ -323,7 +323,7 @@ impl Session {
     }
 
     /// The plan for these inputs (built once per shape signature). A model whose shapes depend
-    /// on the contents of small inputs (axes, shapes, scales fed as inputs) is planned with
+    /// on the contents of small integer inputs (axes, shapes fed as inputs) is planned with
     /// those contents, and its plans are keyed by them too.
     pub fn plan_for(&self, ordered: &[Tensor]) -> Result<Arc<Plan>> {
         let by_value = self
@@ -358,10 +358,10 @@ impl Session {
         }
     }
 
-    /// Small inputs (shape-like: axes, shapes, pads, scales) whose contents may be read at plan
+    /// Small integer inputs (shape-like: axes, shapes, pads) whose contents may be read at plan
     /// time.
     fn is_shape_like(t: &Tensor) -> bool {
-        t.numel() <= 16
+        t.dtype().is_int() && t.numel() <= 16
     }
 
     /// Shapes, plus the contents of shape-like inputs.

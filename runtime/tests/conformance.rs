@@ -108,7 +108,8 @@ fn options(placement: Placement) -> SessionOptions {
     }
 }
 
-/// Run one test folder on one placement; on the gpu a node that fell back to the CPU fails.
+/// Run one test folder on one placement; on the gpu a node that fell back to the CPU fails,
+/// and so does a run where no node ran on the GPU.
 /// Returns how many nodes ran on the GPU.
 fn check(dir: &Path, placement: Placement, e: &Entry) -> Result<usize, String> {
     let session = open_session(&dir.join("model.onnx"), options(placement))?;
@@ -119,6 +120,10 @@ fn check(dir: &Path, placement: Placement, e: &Entry) -> Result<usize, String> {
         let fb = fallbacks(&report);
         if !fb.is_empty() {
             return Err(format!("fell back to cpu: {}", fb.join("; ")));
+        }
+        if report.count(Device::Gpu) == 0 {
+            // Everything was folded at plan time (or was a view): the GPU was not tested.
+            return Err("no node ran on the gpu (all folded at plan time or views)".into());
         }
     }
     Ok(report.count(Device::Gpu))

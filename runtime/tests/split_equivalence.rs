@@ -87,6 +87,11 @@ fn split_runs_equal_expected_outputs_for_every_splittable_op() {
         let Ok(outs) = node.op.infer(&refs) else {
             continue;
         };
+        // The helpers below compute every output the op infers; a node asking for fewer (MaxPool
+        // without Indices) is covered by its op's own GPU tests instead.
+        if outs.len() != node.outputs.len() {
+            continue;
+        }
         let Some(axis) = node.op.split_axis(&refs, &outs) else {
             continue;
         };
