@@ -38,6 +38,26 @@ fn infer(op: &dyn Op, metas: &[TensorMeta]) -> (Vec<TensorMeta>, usize) {
     (outs, rows)
 }
 
+/// Rows of `op`'s output 0 for `ins` (1 when it cannot be split).
+pub fn row_count_of(op: &dyn Op, ins: &[Tensor]) -> usize {
+    infer(op, &const_metas(ins)).1
+}
+
+/// The standard check of one op: every output of `want` matches on the CPU and on the GPU, and
+/// output 0 matches when split across both at row 1, an odd middle row and the last row.
+pub fn check_all_placements(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f32) {
+    let cpu = run_cpu(op, ins);
+    let gpu = run_gpu(op, ins);
+    for (i, w) in want.iter().enumerate() {
+        assert_close(&cpu[i], w, tol, tol);
+        assert_close(&gpu[i], w, tol, tol);
+    }
+    let rows = row_count_of(op, ins);
+    for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
+        assert_close(&run_split(op, ins, cut)[0], &want[0], tol, tol);
+    }
+}
+
 /// Run all rows of `op` on the CPU.
 pub fn run_cpu(op: &dyn Op, ins: &[Tensor]) -> Vec<Tensor> {
     let metas = const_metas(ins);

@@ -4,7 +4,7 @@
 //! Every expected output is built here by a naive per-coordinate reference (`build`), then the
 //! op runs on the CPU, on the GPU (lavapipe in CI) and split across both at odd rows.
 
-use tandem::testing::{assert_close, run_cpu, run_gpu, run_split};
+use tandem::testing::{assert_close, check_all_placements, run_cpu, run_gpu};
 use tandem_ops::{registry, AttrValue, Attrs, DType, Data, Op, Tensor};
 
 fn op(name: &str, opset: i64, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
@@ -54,58 +54,43 @@ fn at(t: &Tensor, c: &[usize]) -> f32 {
     t.data.get_f64(flat(c, &t.shape)) as f32
 }
 
-fn rows_of(op: &dyn Op, ins: &[Tensor]) -> usize {
-    let metas: Vec<_> = ins
-        .iter()
-        .map(|t| tandem_ops::TensorMeta::constant(t.clone()))
-        .collect();
-    let refs: Vec<_> = metas.iter().collect();
-    let outs = op.infer(&refs).unwrap();
-    tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs))
-}
-
-/// CPU, GPU and splits at 1, an odd middle row and the last row must all give `want`.
-fn check(op: &dyn Op, ins: &[Tensor], want: &Tensor, tol: f32) {
-    assert_close(&run_cpu(op, ins)[0], want, tol, tol);
-    assert_close(&run_gpu(op, ins)[0], want, tol, tol);
-    let rows = rows_of(op, ins);
-    for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
-        assert_close(&run_split(op, ins, cut)[0], want, tol, tol);
-    }
-}
-
 #[test]
 fn views_copy_rows_on_both_devices() {
     let x = fill(&[3, 5, 7]);
     let want = Tensor::f32(&[15, 7], x.as_f32().unwrap().to_vec());
-    check(
+    check_all_placements(
         &*op("Reshape", 14, &[]),
         &[x.clone(), ints(&[-1, 7])],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
-    check(
+    check_all_placements(
         &*op("Flatten", 13, &[("axis", AttrValue::Int(2))]),
         std::slice::from_ref(&x),
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
     let want = Tensor::f32(&[1, 3, 5, 7], x.as_f32().unwrap().to_vec());
-    check(
+    check_all_placements(
         &*op("Unsqueeze", 13, &[]),
         &[x.clone(), ints(&[0])],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
-    check(
+    check_all_placements(
         &*op("Squeeze", 13, &[]),
         &[want.clone(), ints(&[0])],
-        &x,
+        std::slice::from_ref(&x),
         0.0,
     );
-    check(&*op("Identity", 13, &[]), std::slice::from_ref(&x), &x, 0.0);
+    check_all_placements(
+        &*op("Identity", 13, &[]),
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&x),
+        0.0,
+    );
     let d = op("Dropout", 13, &[]);
-    check(&*d, std::slice::from_ref(&x), &x, 0.0);
+    check_all_placements(&*d, std::slice::from_ref(&x), std::slice::from_ref(&x), 0.0);
     let mask = &run_gpu(&*d, std::slice::from_ref(&x))[1];
     assert_eq!(mask.data, Data::Bool(vec![true; 105]));
 }
@@ -127,7 +112,7 @@ fn transpose_of_odd_shapes_and_bools() {
         13,
         &[("perm", AttrValue::Ints(vec![2, 0, 3, 1]))],
     );
-    check(&*t, &[x], &want, 0.0);
+    check_all_placements(&*t, &[x], std::slice::from_ref(&want), 0.0);
     // bool: the default (reversed) permutation of a 9 x 11 matrix
     let b = Tensor::new(
         vec![9, 11],
@@ -154,7 +139,7 @@ fn slice_with_negative_steps_and_clamped_ends() {
     let want = build(&[3, 3, 5], |c| {
         at(&x, &[5 - 2 * c[0], 1 + 3 * c[1], 4 - c[2]])
     });
-    check(&*s, &ins, &want, 0.0);
+    check_all_placements(&*s, &ins, std::slice::from_ref(&want), 0.0);
     // an empty result
     let ins = [x.clone(), ints(&[3]), ints(&[3]), ints(&[1])];
     let out = run_gpu(&*s, &ins);
@@ -172,10 +157,10 @@ fn concat_on_inner_and_first_axis() {
             at(&b, &[c[0], c[1] - 3, c[2]])
         }
     });
-    check(
+    check_all_placements(
         &*op("Concat", 13, &[("axis", AttrValue::Int(1))]),
         &[a.clone(), b],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
     let c = fill(&[3, 3, 5]);
@@ -186,10 +171,10 @@ fn concat_on_inner_and_first_axis() {
             at(&c, &[k[0] - 4, k[1], k[2]])
         }
     });
-    check(
+    check_all_placements(
         &*op("Concat", 13, &[("axis", AttrValue::Int(0))]),
         &[a, c],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
 }
@@ -225,10 +210,10 @@ fn gather_and_gather_elements() {
     let want = build(&[5, 2, 3, 3], |c| {
         at(&x, &[c[0], fix(iv[c[1] * 3 + c[2]]), c[3]])
     });
-    check(
+    check_all_placements(
         &*op("Gather", 13, &[("axis", AttrValue::Int(1))]),
         &[x.clone(), idx],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
     // scalar index drops the axis; i32 indices; i64 data
@@ -257,21 +242,26 @@ fn gather_and_gather_elements() {
             ],
         )
     });
-    check(&*ge, &[x, idx], &want, 0.0);
+    check_all_placements(&*ge, &[x, idx], std::slice::from_ref(&want), 0.0);
 }
 
 #[test]
 fn expand_and_tile() {
     let x = fill(&[3, 1, 5]);
     let want = build(&[2, 3, 4, 5], |c| at(&x, &[c[1], 0, c[3]]));
-    check(
+    check_all_placements(
         &*op("Expand", 13, &[]),
         &[x.clone(), ints(&[2, 1, 4, 1])],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
     let want = build(&[6, 3, 10], |c| at(&x, &[c[0] % 3, 0, c[2] % 5]));
-    check(&*op("Tile", 13, &[]), &[x, ints(&[2, 3, 2])], &want, 0.0);
+    check_all_placements(
+        &*op("Tile", 13, &[]),
+        &[x, ints(&[2, 3, 2])],
+        std::slice::from_ref(&want),
+        0.0,
+    );
 }
 
 #[test]
@@ -301,10 +291,10 @@ fn pad_every_mode() {
             }
         });
         let p = op("Pad", 19, &[("mode", AttrValue::String(mode.into()))]);
-        check(
+        check_all_placements(
             &*p,
             &[x.clone(), ints(&pads), Tensor::f32(&[], vec![1.5])],
-            &want,
+            std::slice::from_ref(&want),
             0.0,
         );
     }
@@ -335,10 +325,10 @@ fn resize_nearest_linear_cubic_and_upsample() {
         &[("mode", AttrValue::String("linear".into()))],
     );
     let sizes = ints(&[2, 3, 9, 4]);
-    check(
+    check_all_placements(
         &*lin,
         &[x.clone(), empty(), empty(), sizes],
-        &naive_bilinear(&x, 9, 4),
+        std::slice::from_ref(&naive_bilinear(&x, 9, 4)),
         1e-4,
     );
     // nearest, asymmetric + floor, scales 2 x 1.5 on i64 data through the GPU
@@ -360,9 +350,14 @@ fn resize_nearest_linear_cubic_and_upsample() {
             &[c[0], c[1], c[2] / 2, (c[3] as f64 / 1.5).floor() as usize],
         )
     });
-    check(&*near, &[x.clone(), empty(), scales.clone()], &want, 0.0);
+    check_all_placements(
+        &*near,
+        &[x.clone(), empty(), scales.clone()],
+        std::slice::from_ref(&want),
+        0.0,
+    );
     let up = op("Upsample", 9, &[]);
-    check(&*up, &[x.clone(), scales], &want, 0.0);
+    check_all_placements(&*up, &[x.clone(), scales], std::slice::from_ref(&want), 0.0);
     // cubic: GPU and splits against the CPU kernel, itself checked against a naive Keys
     // kernel in ops/src/resize.rs
     let cubic = op(
@@ -379,7 +374,7 @@ fn resize_nearest_linear_cubic_and_upsample() {
         Tensor::f32(&[4], vec![1.0, 1.0, 1.6, 0.8]),
     ];
     let want = run_cpu(&*cubic, &ins).remove(0);
-    check(&*cubic, &ins, &want, 1e-4);
+    check_all_placements(&*cubic, &ins, std::slice::from_ref(&want), 1e-4);
 }
 
 #[test]
@@ -387,7 +382,12 @@ fn generators() {
     let r = op("Range", 11, &[]);
     let f = |v: f32| Tensor::f32(&[], vec![v]);
     let want = Tensor::f32(&[130], (0..130).map(|i| 1.0 + i as f32 * 0.25).collect());
-    check(&*r, &[f(1.0), f(33.5), f(0.25)], &want, 1e-5);
+    check_all_placements(
+        &*r,
+        &[f(1.0), f(33.5), f(0.25)],
+        std::slice::from_ref(&want),
+        1e-5,
+    );
     let i = |v: i64| Tensor::i64(&[], vec![v]);
     let got = run_gpu(&*r, &[i(10), i(-91), i(-3)]);
     assert_eq!(
@@ -400,10 +400,10 @@ fn generators() {
         9,
         &[("value", AttrValue::Tensor(Tensor::f32(&[1], vec![2.5])))],
     );
-    check(
+    check_all_placements(
         &*c,
         &[ints(&[3, 67])],
-        &Tensor::f32(&[3, 67], vec![2.5; 201]),
+        std::slice::from_ref(&Tensor::f32(&[3, 67], vec![2.5; 201])),
         0.0,
     );
 
@@ -419,11 +419,16 @@ fn generators() {
                 0.0
             }
         });
-        check(&*t, &[x.clone(), Tensor::i64(&[], vec![k])], &want, 0.0);
+        check_all_placements(
+            &*t,
+            &[x.clone(), Tensor::i64(&[], vec![k])],
+            std::slice::from_ref(&want),
+            0.0,
+        );
     }
     let eye = op("EyeLike", 9, &[("k", AttrValue::Int(1))]);
     let want = build(&[5, 70], |c| (c[1] == c[0] + 1) as i32 as f32);
-    check(&*eye, &[fill(&[5, 70])], &want, 0.0);
+    check_all_placements(&*eye, &[fill(&[5, 70])], std::slice::from_ref(&want), 0.0);
 
     let s = op("Shape", 15, &[("start", AttrValue::Int(1))]);
     assert_eq!(

@@ -8,7 +8,7 @@
 #![allow(clippy::type_complexity)] // tables of test cases
 
 use std::ops::Range;
-use tandem::testing::{assert_close, run_cpu, run_gpu, run_split};
+use tandem::testing::{assert_close, check_all_placements, run_gpu, run_split};
 use tandem_ops::{
     registry, shape, AttrValue, Attrs, DType, Data, GpuKernel, Op, Tensor, TensorMeta,
 };
@@ -38,29 +38,6 @@ fn op(name: &str, opset: i64, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
 
 fn float(v: f32) -> AttrValue {
     AttrValue::Float(v)
-}
-
-fn rows_of(op: &dyn Op, ins: &[Tensor]) -> usize {
-    let metas: Vec<TensorMeta> = ins
-        .iter()
-        .map(|t| TensorMeta::constant(t.clone()))
-        .collect();
-    let refs: Vec<&TensorMeta> = metas.iter().collect();
-    let outs = op.infer(&refs).unwrap();
-    shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs))
-}
-
-/// CPU, GPU and three splits of `op` on `ins` must all match `want`.
-fn check(op: &dyn Op, ins: &[Tensor], want: &Tensor, tol: f32) {
-    let cpu = run_cpu(op, ins);
-    assert_close(&cpu[0], want, tol, tol);
-    let gpu = run_gpu(op, ins);
-    assert_close(&gpu[0], want, tol, tol);
-    let rows = rows_of(op, ins);
-    for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
-        let s = run_split(op, ins, cut);
-        assert_close(&s[0], want, tol, tol);
-    }
 }
 
 /// Elementwise map of a tensor's values through `f` into a tensor of `dtype`.
@@ -232,7 +209,12 @@ fn unary_float_ops() {
     for (name, opset, attrs, f) in &cases {
         let o = op(name, *opset, attrs);
         let want = map_to(&x, DType::F32, f);
-        check(o.as_ref(), std::slice::from_ref(&x), &want, 2e-5);
+        check_all_placements(
+            o.as_ref(),
+            std::slice::from_ref(&x),
+            std::slice::from_ref(&want),
+            2e-5,
+        );
     }
     // Positive-domain functions.
     let positive: Vec<(&str, fn(f64) -> f64)> = vec![
@@ -242,10 +224,10 @@ fn unary_float_ops() {
     ];
     for (name, f) in positive {
         let want = map_to(&pos, DType::F32, f);
-        check(
+        check_all_placements(
             op(name, 13, &[]).as_ref(),
             std::slice::from_ref(&pos),
-            &want,
+            std::slice::from_ref(&want),
             2e-5,
         );
     }
@@ -255,7 +237,12 @@ fn unary_float_ops() {
 fn round_ties_to_even_on_gpu() {
     let x = Tensor::f32(&[7], vec![0.5, 1.5, 2.5, -0.5, -2.5, 3.4999, -3.5]);
     let want = Tensor::f32(&[7], vec![0.0, 2.0, 2.0, -0.0, -2.0, 3.0, -4.0]);
-    check(op("Round", 11, &[]).as_ref(), &[x], &want, 0.0);
+    check_all_placements(
+        op("Round", 11, &[]).as_ref(),
+        &[x],
+        std::slice::from_ref(&want),
+        0.0,
+    );
 }
 
 #[test]
@@ -265,21 +252,31 @@ fn clip_with_constant_inputs_and_integers() {
     let lo = Tensor::f32(&[], vec![-0.5]);
     let hi = Tensor::f32(&[], vec![1.25]);
     let want = map_to(&x, DType::F32, |v| v.clamp(-0.5, 1.25));
-    check(o.as_ref(), &[x.clone(), lo.clone(), hi], &want, 0.0);
+    check_all_placements(
+        o.as_ref(),
+        &[x.clone(), lo.clone(), hi],
+        std::slice::from_ref(&want),
+        0.0,
+    );
     // Only max: min omitted as an empty constant.
     let empty = Tensor::f32(&[0], vec![]);
     let want = map_to(&x, DType::F32, |v| v.min(0.75));
-    check(
+    check_all_placements(
         o.as_ref(),
         &[x.clone(), empty, Tensor::f32(&[], vec![0.75])],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
     // int64 on both devices.
     let xi = map_to(&x, DType::I64, |v| (v * 10.0).round());
     let want = map_to(&xi, DType::I64, |v| v.clamp(-7.0, 12.0));
     let b = |v: i64| Tensor::i64(&[], vec![v]);
-    check(o.as_ref(), &[xi.clone(), b(-7), b(12)], &want, 0.0);
+    check_all_placements(
+        o.as_ref(),
+        &[xi.clone(), b(-7), b(12)],
+        std::slice::from_ref(&want),
+        0.0,
+    );
     for (name, f) in [
         ("Neg", (|v: f64| -v) as fn(f64) -> f64),
         ("Abs", f64::abs),
@@ -287,10 +284,10 @@ fn clip_with_constant_inputs_and_integers() {
         ("Sign", f64::signum),
     ] {
         let want = map_to(&xi, DType::I64, |v| if v == 0.0 { 0.0 } else { f(v) });
-        check(
+        check_all_placements(
             op(name, 14, &[]).as_ref(),
             std::slice::from_ref(&xi),
-            &want,
+            std::slice::from_ref(&want),
             0.0,
         );
     }
@@ -311,23 +308,23 @@ fn bool_unary_ops() {
     let b = |f: &dyn Fn(f32) -> bool| {
         Tensor::new(vec![7], Data::Bool(v.iter().map(|&x| f(x)).collect()))
     };
-    check(
+    check_all_placements(
         op("IsNaN", 13, &[]).as_ref(),
         std::slice::from_ref(&x),
-        &b(&|x| x.is_nan()),
+        std::slice::from_ref(&b(&|x| x.is_nan())),
         0.0,
     );
-    check(
+    check_all_placements(
         op("IsInf", 10, &[]).as_ref(),
         std::slice::from_ref(&x),
-        &b(&|x| x.is_infinite()),
+        std::slice::from_ref(&b(&|x| x.is_infinite())),
         0.0,
     );
     let neg = op("IsInf", 10, &[("detect_positive", AttrValue::Int(0))]);
-    check(
+    check_all_placements(
         neg.as_ref(),
         std::slice::from_ref(&x),
-        &b(&|x| x == f32::NEG_INFINITY),
+        std::slice::from_ref(&b(&|x| x == f32::NEG_INFINITY)),
         0.0,
     );
     let p = Tensor::new(
@@ -338,7 +335,12 @@ fn bool_unary_ops() {
         vec![2, 35],
         Data::Bool((0..70).map(|i| i % 3 != 0).collect()),
     );
-    check(op("Not", 1, &[]).as_ref(), &[p], &want, 0.0);
+    check_all_placements(
+        op("Not", 1, &[]).as_ref(),
+        &[p],
+        std::slice::from_ref(&want),
+        0.0,
+    );
 }
 
 #[test]
@@ -357,17 +359,17 @@ fn unary_large_dispatch_rank0_and_empty() {
     let cut = n / 2 + 1;
     assert_close(&run_split(o.as_ref(), &[x], cut)[0], &want, 0.0, 0.0);
     let s = Tensor::f32(&[], vec![-2.5]);
-    check(
+    check_all_placements(
         op("Abs", 13, &[]).as_ref(),
         &[s],
-        &Tensor::f32(&[], vec![2.5]),
+        std::slice::from_ref(&Tensor::f32(&[], vec![2.5])),
         0.0,
     );
     let e = Tensor::f32(&[0, 3], vec![]);
-    check(
+    check_all_placements(
         op("Exp", 13, &[]).as_ref(),
         std::slice::from_ref(&e),
-        &e,
+        std::slice::from_ref(&e),
         0.0,
     );
 }
@@ -402,10 +404,10 @@ fn binary_float_arithmetic_broadcasts() {
         let b = map_to(&b, DType::F32, |v| if v.abs() < 0.25 { 0.5 } else { v });
         for (name, attrs, f) in &cases {
             let want = broadcast_apply(&[&a, &b], DType::F32, |x| f(x[0], x[1]));
-            check(
+            check_all_placements(
                 op(name, 14, attrs).as_ref(),
                 &[a.clone(), b.clone()],
-                &want,
+                std::slice::from_ref(&want),
                 1e-5,
             );
         }
@@ -417,20 +419,30 @@ fn pow_and_prelu() {
     let a = fill(&[4, 19], 5);
     let e = Tensor::f32(&[19], (0..19).map(|i| (i % 5) as f32 - 2.0).collect());
     let want = broadcast_apply(&[&a, &e], DType::F32, |x| x[0].powf(x[1]));
-    check(
+    check_all_placements(
         op("Pow", 15, &[]).as_ref(),
         &[a.clone(), e.clone()],
-        &want,
+        std::slice::from_ref(&want),
         1e-4,
     );
     let pos = map_to(&a, DType::F32, |v| v.abs() + 0.1);
     let ef = Tensor::f32(&[], vec![0.37]);
     let want = broadcast_apply(&[&pos, &ef], DType::F32, |x| x[0].powf(x[1]));
-    check(op("Pow", 15, &[]).as_ref(), &[pos, ef], &want, 1e-5);
+    check_all_placements(
+        op("Pow", 15, &[]).as_ref(),
+        &[pos, ef],
+        std::slice::from_ref(&want),
+        1e-5,
+    );
     // Integer exponent with a float base.
     let ei = Tensor::i64(&[19], (0..19).map(|i| (i % 4) as i64 - 1).collect());
     let want = broadcast_apply(&[&a, &ei], DType::F32, |x| x[0].powf(x[1]));
-    check(op("Pow", 15, &[]).as_ref(), &[a.clone(), ei], &want, 1e-5);
+    check_all_placements(
+        op("Pow", 15, &[]).as_ref(),
+        &[a.clone(), ei],
+        std::slice::from_ref(&want),
+        1e-5,
+    );
     let slope = Tensor::f32(&[19], (0..19).map(|i| i as f32 * 0.1).collect());
     let want = broadcast_apply(&[&a, &slope], DType::F32, |x| {
         if x[0] < 0.0 {
@@ -439,7 +451,12 @@ fn pow_and_prelu() {
             x[0]
         }
     });
-    check(op("PRelu", 16, &[]).as_ref(), &[a, slope], &want, 1e-6);
+    check_all_placements(
+        op("PRelu", 16, &[]).as_ref(),
+        &[a, slope],
+        std::slice::from_ref(&want),
+        1e-6,
+    );
 }
 
 #[test]
@@ -476,19 +493,19 @@ fn integer_arithmetic_on_both_devices() {
         let want = broadcast_apply(&[&a, &b], DType::I64, |x| {
             f(x[0] as i64, x[1] as i64) as f64
         });
-        check(
+        check_all_placements(
             op(name, 14, attrs).as_ref(),
             &[a.clone(), b.clone()],
-            &want,
+            std::slice::from_ref(&want),
             0.0,
         );
     }
     let base = Tensor::i64(&[4], vec![2, -3, 1, 5]);
     let exp = Tensor::i64(&[4], vec![10, 3, -2, 0]);
-    check(
+    check_all_placements(
         op("Pow", 15, &[]).as_ref(),
         &[base, exp],
-        &Tensor::i64(&[4], vec![1024, -27, 1, 1]),
+        std::slice::from_ref(&Tensor::i64(&[4], vec![1024, -27, 1, 1])),
         0.0,
     );
 }
@@ -508,14 +525,19 @@ fn comparisons_and_logic() {
     ];
     for (name, f) in &cases {
         let want = broadcast_apply(&[&a, &b], DType::Bool, |x| f(x[0], x[1]) as u8 as f64);
-        check(
+        check_all_placements(
             op(name, 16, &[]).as_ref(),
             &[a.clone(), b.clone()],
-            &want,
+            std::slice::from_ref(&want),
             0.0,
         );
         let (ai, bi) = (map_to(&a, DType::I64, |v| v), map_to(&b, DType::I64, |v| v));
-        check(op(name, 16, &[]).as_ref(), &[ai, bi], &want, 0.0);
+        check_all_placements(
+            op(name, 16, &[]).as_ref(),
+            &[ai, bi],
+            std::slice::from_ref(&want),
+            0.0,
+        );
     }
     let p = Tensor::new(
         vec![4, 17],
@@ -530,10 +552,10 @@ fn comparisons_and_logic() {
     ];
     for (name, f) in &logic {
         let want = broadcast_apply(&[&p, &q], DType::Bool, |x| f(x[0], x[1]) as u8 as f64);
-        check(
+        check_all_placements(
             op(name, 11, &[]).as_ref(),
             &[p.clone(), q.clone()],
-            &want,
+            std::slice::from_ref(&want),
             0.0,
         );
     }
@@ -558,25 +580,45 @@ fn variadic_ops_fold_on_gpu() {
     for (name, f) in &cases {
         for n in [1, 2, 4] {
             let want = broadcast_apply(&refs[..n], DType::F32, f);
-            check(op(name, 13, &[]).as_ref(), &ins[..n], &want, 1e-5);
+            check_all_placements(
+                op(name, 13, &[]).as_ref(),
+                &ins[..n],
+                std::slice::from_ref(&want),
+                1e-5,
+            );
         }
     }
     let i = |v: Vec<i64>| Tensor::i64(&[3], v);
     let ints = [i(vec![1, 9, -3]), i(vec![4, -2, 8]), i(vec![0, 5, 5])];
-    check(op("Max", 13, &[]).as_ref(), &ints, &i(vec![4, 9, 8]), 0.0);
-    check(op("Min", 13, &[]).as_ref(), &ints, &i(vec![0, -2, -3]), 0.0);
+    check_all_placements(
+        op("Max", 13, &[]).as_ref(),
+        &ints,
+        std::slice::from_ref(&i(vec![4, 9, 8])),
+        0.0,
+    );
+    check_all_placements(
+        op("Min", 13, &[]).as_ref(),
+        &ints,
+        std::slice::from_ref(&i(vec![0, -2, -3])),
+        0.0,
+    );
 }
 
 #[test]
 fn binary_empty_and_rank0() {
     let e = Tensor::f32(&[0, 3], vec![]);
     let row = Tensor::f32(&[3], vec![1.0, 2.0, 3.0]);
-    check(op("Add", 14, &[]).as_ref(), &[e.clone(), row], &e, 0.0);
+    check_all_placements(
+        op("Add", 14, &[]).as_ref(),
+        &[e.clone(), row],
+        std::slice::from_ref(&e),
+        0.0,
+    );
     let s = |v: f32| Tensor::f32(&[], vec![v]);
-    check(
+    check_all_placements(
         op("Mul", 14, &[]).as_ref(),
         &[s(3.0), s(-2.0)],
-        &s(-6.0),
+        std::slice::from_ref(&s(-6.0)),
         0.0,
     );
     // f16 operands are f32 on the GPU.
@@ -587,16 +629,16 @@ fn binary_empty_and_rank0() {
         )
     };
     let want = Tensor::new(vec![3], Data::Bool(vec![true, false, false]));
-    check(
+    check_all_placements(
         op("Less", 13, &[]).as_ref(),
         &[h(vec![1.0, 2.0, 3.0]), h(vec![1.5, 2.0, -1.0])],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
-    check(
+    check_all_placements(
         op("Mul", 14, &[]).as_ref(),
         &[h(vec![1.5, 2.0, 3.0]), h(vec![2.0, -0.5, 0.25])],
-        &h(vec![3.0, -1.0, 0.75]),
+        std::slice::from_ref(&h(vec![3.0, -1.0, 0.75])),
         0.0,
     );
 }
@@ -618,10 +660,10 @@ fn where_three_way_broadcast() {
             v[2]
         }
     });
-    check(
+    check_all_placements(
         op("Where", 16, &[]).as_ref(),
         &[c.clone(), x.clone(), y.clone()],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
     let xi = map_to(&x, DType::I64, |v| (v * 100.0).round());
@@ -633,10 +675,10 @@ fn where_three_way_broadcast() {
             v[2]
         }
     });
-    check(
+    check_all_placements(
         op("Where", 16, &[]).as_ref(),
         &[c.clone(), xi, yi],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
     let same = Tensor::new(
@@ -644,10 +686,10 @@ fn where_three_way_broadcast() {
         Data::Bool((0..35).map(|i| i % 2 == 0).collect()),
     );
     let want = broadcast_apply(&[&same, &x, &x], DType::F32, |v| v[1]);
-    check(
+    check_all_placements(
         op("Where", 16, &[]).as_ref(),
         &[same, x.clone(), x],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
 }
@@ -657,45 +699,58 @@ fn cast_between_gpu_types() {
     let to = |code: i64| op("Cast", 19, &[("to", AttrValue::Int(code))]);
     let x = map_to(&fill(&[3, 29], 14), DType::F32, |v| v * 40.0);
     // f32 -> int64 truncates toward zero; -> int32; -> bool is != 0.
-    check(
+    check_all_placements(
         to(7).as_ref(),
         std::slice::from_ref(&x),
-        &map_to(&x, DType::I64, f64::trunc),
+        std::slice::from_ref(&map_to(&x, DType::I64, f64::trunc)),
         0.0,
     );
-    check(
+    check_all_placements(
         to(6).as_ref(),
         std::slice::from_ref(&x),
-        &map_to(&x, DType::I32, f64::trunc),
+        std::slice::from_ref(&map_to(&x, DType::I32, f64::trunc)),
         0.0,
     );
     let z = Tensor::f32(&[5], vec![0.0, -0.0, 0.1, f32::NAN, -3.0]);
     let want = Tensor::new(vec![5], Data::Bool(vec![false, false, true, true, true]));
-    check(to(9).as_ref(), &[z], &want, 0.0);
+    check_all_placements(to(9).as_ref(), &[z], std::slice::from_ref(&want), 0.0);
     // int64 -> f32, -> int8 / uint8 wrap.
     let xi = Tensor::i64(&[6], vec![-129, 300, 7, -1, 0, 1000]);
-    check(
+    check_all_placements(
         to(1).as_ref(),
         std::slice::from_ref(&xi),
-        &Tensor::f32(&[6], vec![-129.0, 300.0, 7.0, -1.0, 0.0, 1000.0]),
+        std::slice::from_ref(&Tensor::f32(
+            &[6],
+            vec![-129.0, 300.0, 7.0, -1.0, 0.0, 1000.0],
+        )),
         0.0,
     );
     let i8s = Tensor::new(vec![6], Data::I8(vec![127, 44, 7, -1, 0, -24]));
-    check(to(3).as_ref(), std::slice::from_ref(&xi), &i8s, 0.0);
-    let u8s = Tensor::new(vec![6], Data::U8(vec![127, 44, 7, 255, 0, 232]));
-    check(to(2).as_ref(), std::slice::from_ref(&xi), &u8s, 0.0);
-    // bool -> f32 and int64.
-    let b = Tensor::new(vec![3], Data::Bool(vec![true, false, true]));
-    check(
-        to(1).as_ref(),
-        std::slice::from_ref(&b),
-        &Tensor::f32(&[3], vec![1.0, 0.0, 1.0]),
+    check_all_placements(
+        to(3).as_ref(),
+        std::slice::from_ref(&xi),
+        std::slice::from_ref(&i8s),
         0.0,
     );
-    check(
+    let u8s = Tensor::new(vec![6], Data::U8(vec![127, 44, 7, 255, 0, 232]));
+    check_all_placements(
+        to(2).as_ref(),
+        std::slice::from_ref(&xi),
+        std::slice::from_ref(&u8s),
+        0.0,
+    );
+    // bool -> f32 and int64.
+    let b = Tensor::new(vec![3], Data::Bool(vec![true, false, true]));
+    check_all_placements(
+        to(1).as_ref(),
+        std::slice::from_ref(&b),
+        std::slice::from_ref(&Tensor::f32(&[3], vec![1.0, 0.0, 1.0])),
+        0.0,
+    );
+    check_all_placements(
         to(7).as_ref(),
         std::slice::from_ref(&b),
-        &Tensor::i64(&[3], vec![1, 0, 1]),
+        std::slice::from_ref(&Tensor::i64(&[3], vec![1, 0, 1])),
         0.0,
     );
     // f32 -> f16 rounds to half precision.
@@ -710,14 +765,14 @@ fn cast_between_gpu_types() {
                 .collect(),
         ),
     );
-    check(to(10).as_ref(), &[h], &want, 0.0);
+    check_all_placements(to(10).as_ref(), &[h], std::slice::from_ref(&want), 0.0);
     // CastLike takes the type of its second input.
     let like = op("CastLike", 19, &[]);
     let target = Tensor::i64(&[1], vec![0]);
-    check(
+    check_all_placements(
         like.as_ref(),
         &[x.clone(), target],
-        &map_to(&x, DType::I64, f64::trunc),
+        std::slice::from_ref(&map_to(&x, DType::I64, f64::trunc)),
         0.0,
     );
 }
@@ -769,23 +824,38 @@ fn clip_with_runtime_bounds() {
     let clip = RuntimeInputs(op("Clip", 13, &[]));
     let s = |v: f32| Tensor::f32(&[], vec![v]);
     let want = map_to(&x, DType::F32, |v| v.clamp(-1.5, 0.5));
-    check(&clip, &[x.clone(), s(-1.5), s(0.5)], &want, 0.0);
+    check_all_placements(
+        &clip,
+        &[x.clone(), s(-1.5), s(0.5)],
+        std::slice::from_ref(&want),
+        0.0,
+    );
     // min > max gives max everywhere.
     let want = map_to(&x, DType::F32, |_| 0.25);
-    check(&clip, &[x.clone(), s(1.0), s(0.25)], &want, 0.0);
+    check_all_placements(
+        &clip,
+        &[x.clone(), s(1.0), s(0.25)],
+        std::slice::from_ref(&want),
+        0.0,
+    );
     let want = map_to(&x, DType::F32, |v| v.max(-0.75));
-    check(&clip, &[x.clone(), s(-0.75)], &want, 0.0);
+    check_all_placements(
+        &clip,
+        &[x.clone(), s(-0.75)],
+        std::slice::from_ref(&want),
+        0.0,
+    );
     let want = map_to(&x, DType::F32, |v| v.min(0.1));
-    check(
+    check_all_placements(
         &clip,
         &[x.clone(), Tensor::f32(&[0], vec![]), s(0.1)],
-        &want,
+        std::slice::from_ref(&want),
         0.0,
     );
     let xi = map_to(&x, DType::I32, |v| (v * 10.0).round());
     let want = map_to(&xi, DType::I32, |v| v.clamp(-9.0, 17.0));
     let b = |v: i32| Tensor::new(vec![], Data::I32(vec![v]));
-    check(&clip, &[xi, b(-9), b(17)], &want, 0.0);
+    check_all_placements(&clip, &[xi, b(-9), b(17)], std::slice::from_ref(&want), 0.0);
 }
 
 #[test]
@@ -794,51 +864,61 @@ fn small_integer_types_wrap_like_the_host() {
     let u8s = |v: Vec<u8>| Tensor::new(vec![v.len()], Data::U8(v));
     let a = i8s(vec![100, -128, 7, -7, 127, 0]);
     let b = i8s(vec![100, -1, 2, 2, 1, 5]);
-    check(
+    check_all_placements(
         op("Add", 14, &[]).as_ref(),
         &[a.clone(), b.clone()],
-        &i8s(vec![-56, 127, 9, -5, -128, 5]),
+        std::slice::from_ref(&i8s(vec![-56, 127, 9, -5, -128, 5])),
         0.0,
     );
-    check(
+    check_all_placements(
         op("Mul", 14, &[]).as_ref(),
         &[a.clone(), b.clone()],
-        &i8s(vec![16, -128, 14, -14, 127, 0]),
+        std::slice::from_ref(&i8s(vec![16, -128, 14, -14, 127, 0])),
         0.0,
     );
-    check(
+    check_all_placements(
         op("Div", 14, &[]).as_ref(),
         &[a.clone(), b.clone()],
-        &i8s(vec![1, -128, 3, -3, 127, 0]),
+        std::slice::from_ref(&i8s(vec![1, -128, 3, -3, 127, 0])),
         0.0,
     );
-    check(
+    check_all_placements(
         op("Neg", 13, &[]).as_ref(),
         std::slice::from_ref(&a),
-        &i8s(vec![-100, -128, -7, 7, -127, 0]),
+        std::slice::from_ref(&i8s(vec![-100, -128, -7, 7, -127, 0])),
         0.0,
     );
     let lt = Tensor::new(
         vec![6],
         Data::Bool(vec![false, true, false, true, false, true]),
     );
-    check(op("Less", 13, &[]).as_ref(), &[a, b], &lt, 0.0);
-    let p = u8s(vec![250, 3, 0, 200]);
-    let q = u8s(vec![10, 5, 1, 200]);
-    check(
-        op("Add", 14, &[]).as_ref(),
-        &[p.clone(), q.clone()],
-        &u8s(vec![4, 8, 1, 144]),
+    check_all_placements(
+        op("Less", 13, &[]).as_ref(),
+        &[a, b],
+        std::slice::from_ref(&lt),
         0.0,
     );
-    check(
+    let p = u8s(vec![250, 3, 0, 200]);
+    let q = u8s(vec![10, 5, 1, 200]);
+    check_all_placements(
+        op("Add", 14, &[]).as_ref(),
+        &[p.clone(), q.clone()],
+        std::slice::from_ref(&u8s(vec![4, 8, 1, 144])),
+        0.0,
+    );
+    check_all_placements(
         op("Sub", 14, &[]).as_ref(),
         &[p.clone(), q.clone()],
-        &u8s(vec![240, 254, 255, 0]),
+        std::slice::from_ref(&u8s(vec![240, 254, 255, 0])),
         0.0,
     );
     let gt = Tensor::new(vec![4], Data::Bool(vec![true, false, false, false]));
-    check(op("Greater", 13, &[]).as_ref(), &[p, q], &gt, 0.0);
+    check_all_placements(
+        op("Greater", 13, &[]).as_ref(),
+        &[p, q],
+        std::slice::from_ref(&gt),
+        0.0,
+    );
 }
 
 #[test]
@@ -846,5 +926,10 @@ fn pow_integer_base_float_exponent() {
     let x = Tensor::i64(&[5], vec![1, 2, 3, -2, 7]);
     let y = Tensor::f32(&[5], vec![4.0, 5.0, 6.0, 3.0, 0.5]);
     let want = Tensor::i64(&[5], vec![1, 32, 729, -8, 2]);
-    check(op("Pow", 15, &[]).as_ref(), &[x, y], &want, 0.0);
+    check_all_placements(
+        op("Pow", 15, &[]).as_ref(),
+        &[x, y],
+        std::slice::from_ref(&want),
+        0.0,
+    );
 }

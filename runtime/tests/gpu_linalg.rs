@@ -3,7 +3,7 @@
 //! Each case is computed by a naive nested-loop reference written here, then by the op on the
 //! CPU, on the GPU (lavapipe in CI) and split across both at an odd row.
 
-use tandem::testing::{assert_close, gpu, run_cpu, run_gpu, run_split};
+use tandem::testing::{check_all_placements, gpu};
 use tandem_ops::{registry, AttrValue, Attrs, Op, Tensor};
 
 fn fill(shape: &[usize], seed: u32) -> Tensor {
@@ -27,22 +27,6 @@ fn op(name: &str, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
         a = a.with(k, v.clone());
     }
     registry::build(name, &a).unwrap()
-}
-
-/// The op on CPU, GPU and split at `cut` (and at an odd row near the middle) must match `want`.
-fn check_all(op: &dyn Op, ins: &[Tensor], want: &Tensor, tol: f32) {
-    let cpu = run_cpu(op, ins);
-    assert_close(&cpu[0], want, tol, tol);
-    let g = run_gpu(op, ins);
-    assert_close(&g[0], want, tol, tol);
-    let metas: Vec<_> = ins.iter().map(|t| t.meta()).collect();
-    let refs: Vec<_> = metas.iter().collect();
-    let outs = op.infer(&refs).unwrap();
-    let rows = tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs));
-    for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
-        let s = run_split(op, ins, cut);
-        assert_close(&s[0], want, tol, tol);
-    }
 }
 
 // ---------------------------------------------------------------- MatMul / Gemm
@@ -103,7 +87,7 @@ fn matmul_gpu_matches_reference() {
         let a = fill(&sa, 1);
         let b = fill(&sb, 2);
         let want = naive_matmul(&a, &b);
-        check_all(mm.as_ref(), &[a, b], &want, 1e-4);
+        check_all_placements(mm.as_ref(), &[a, b], std::slice::from_ref(&want), 1e-4);
     }
 }
 
@@ -114,11 +98,16 @@ fn matmul_gpu_one_dimensional_operands() {
     let v = fill(&[9], 4);
     let want = naive_matmul(&a, &Tensor::f32(&[9, 1], v.as_f32().unwrap().to_vec()));
     let want = Tensor::f32(&[2, 7], want.as_f32().unwrap().to_vec());
-    check_all(mm.as_ref(), &[a.clone(), v.clone()], &want, 1e-4);
+    check_all_placements(
+        mm.as_ref(),
+        &[a.clone(), v.clone()],
+        std::slice::from_ref(&want),
+        1e-4,
+    );
     let b = fill(&[2, 9, 5], 5);
     let want = naive_matmul(&Tensor::f32(&[1, 9], v.as_f32().unwrap().to_vec()), &b);
     let want = Tensor::f32(&[2, 5], want.as_f32().unwrap().to_vec());
-    check_all(mm.as_ref(), &[v, b], &want, 1e-4);
+    check_all_placements(mm.as_ref(), &[v, b], std::slice::from_ref(&want), 1e-4);
 }
 
 fn transpose(t: &Tensor) -> Tensor {
@@ -174,7 +163,12 @@ fn gemm_gpu_matches_reference() {
                 }
                 ins.push(c);
             }
-            check_all(g.as_ref(), &ins, &Tensor::f32(&[m, n], want), 1e-4);
+            check_all_placements(
+                g.as_ref(),
+                &ins,
+                std::slice::from_ref(&Tensor::f32(&[m, n], want)),
+                1e-4,
+            );
         }
     }
 }
@@ -348,7 +342,7 @@ fn conv_gpu_matches_reference() {
         if bias {
             ins.push(b);
         }
-        check_all(conv.as_ref(), &ins, &want, 1e-4);
+        check_all_placements(conv.as_ref(), &ins, std::slice::from_ref(&want), 1e-4);
     }
 }
 
@@ -365,7 +359,7 @@ fn conv_gpu_auto_pad_and_1d() {
         ],
     );
     let want = naive_conv(&x, &w, None, 1, [2, 2], [1, 1], [1, 0], [4, 3]);
-    check_all(conv.as_ref(), &[x, w], &want, 1e-4);
+    check_all_placements(conv.as_ref(), &[x, w], std::slice::from_ref(&want), 1e-4);
     // 1-D: [N, C, L] is the 2-D case with W = 1.
     let x = fill(&[2, 4, 17], 23);
     let w = fill(&[6, 2, 3], 24);
@@ -381,7 +375,7 @@ fn conv_gpu_auto_pad_and_1d() {
     let w4 = Tensor::f32(&[6, 2, 3, 1], w.as_f32().unwrap().to_vec());
     let want = naive_conv(&x4, &w4, None, 2, [1, 1], [2, 1], [2, 0], [16, 1]);
     let want = Tensor::f32(&[2, 6, 16], want.as_f32().unwrap().to_vec());
-    check_all(conv.as_ref(), &[x, w], &want, 1e-4);
+    check_all_placements(conv.as_ref(), &[x, w], std::slice::from_ref(&want), 1e-4);
 }
 
 // ---------------------------------------------------------------- ConvTranspose
@@ -532,7 +526,7 @@ fn conv_transpose_gpu_matches_reference() {
         if bias {
             ins.push(b);
         }
-        check_all(ct.as_ref(), &ins, &want, 1e-4);
+        check_all_placements(ct.as_ref(), &ins, std::slice::from_ref(&want), 1e-4);
     }
     // output_shape larger than the natural size (ONNX: negative end pad, zeros at the end)
     let x = fill(&[1, 1, 3, 3], 34);
@@ -542,7 +536,7 @@ fn conv_transpose_gpu_matches_reference() {
         &[("strides", ints(&[3, 2])), ("output_shape", ints(&[10, 8]))],
     );
     let want = naive_conv_transpose(&x, &w, None, 1, [3, 2], [1, 1], [0, 0], [10, 8]);
-    check_all(ct.as_ref(), &[x, w], &want, 1e-4);
+    check_all_placements(ct.as_ref(), &[x, w], std::slice::from_ref(&want), 1e-4);
 }
 
 /// Best-of-4 GPU time of all dispatches of `op` over all rows (inputs already resident).

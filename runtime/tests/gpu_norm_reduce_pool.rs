@@ -7,7 +7,7 @@
 //! are deliberately not multiples of the workgroup size.
 
 use std::ops::Range;
-use tandem::testing::{assert_close, run_cpu, run_gpu, run_split, try_run_gpu_rows};
+use tandem::testing::{assert_close, check_all_placements, run_cpu, run_gpu, try_run_gpu_rows};
 use tandem_ops::{registry, AttrValue, Attrs, GpuKernel, Op, Tensor, TensorMeta, Work};
 
 fn fill(shape: &[usize], seed: u32) -> Tensor {
@@ -47,28 +47,6 @@ fn f64s(t: &Tensor) -> Vec<f64> {
 
 fn tensor(shape: &[usize], v: Vec<f64>) -> Tensor {
     Tensor::f32(shape, v.into_iter().map(|x| x as f32).collect())
-}
-
-/// Output 0 (and every further output in `want`) on the CPU and the GPU, and output 0 split
-/// at row 1, an odd row near the middle and the last row, must match `want`.
-fn check(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f32) {
-    let cpu = run_cpu(op, ins);
-    let gpu = run_gpu(op, ins);
-    for (i, w) in want.iter().enumerate() {
-        assert_close(&cpu[i], w, tol, tol);
-        assert_close(&gpu[i], w, tol, tol);
-    }
-    let metas: Vec<TensorMeta> = ins
-        .iter()
-        .map(|t| TensorMeta::constant(t.clone()))
-        .collect();
-    let refs: Vec<&TensorMeta> = metas.iter().collect();
-    let outs = op.infer(&refs).unwrap();
-    let rows = tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs));
-    for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
-        let s = run_split(op, ins, cut);
-        assert_close(&s[0], &want[0], tol, tol);
-    }
 }
 
 /// An op as a node that asks only for its first `n` outputs (what the runtime passes when a
@@ -148,14 +126,14 @@ fn softmax_and_log_softmax_on_each_axis() {
         for axis in [-1i64, 1, 0] {
             let o = op(name, 13, &[("axis", int(axis))]);
             let want = naive_softmax(&x, axis.rem_euclid(3) as usize, name == "LogSoftmax");
-            check(&*o, std::slice::from_ref(&x), &[want], 1e-5);
+            check_all_placements(&*o, std::slice::from_ref(&x), &[want], 1e-5);
         }
     }
     // Opset 11: coerced to 2-D at axis 1, i.e. a softmax over 37 * 70 elements per batch.
     let o = op("Softmax", 11, &[]);
     let flat = Tensor::f32(&[3, 37 * 70], x.as_f32().unwrap().to_vec());
     let want = naive_softmax(&flat, 1, false);
-    check(
+    check_all_placements(
         &*o,
         std::slice::from_ref(&x),
         &[Tensor::f32(&x.shape, want.as_f32().unwrap().to_vec())],
@@ -184,7 +162,7 @@ fn hardmax_with_ties() {
             }
         }
         let o = op("Hardmax", 13, &[("axis", int(axis))]);
-        check(
+        check_all_placements(
             &*o,
             std::slice::from_ref(&x),
             &[Tensor::f32(&x.shape, want)],
@@ -284,7 +262,7 @@ fn every_reduction_on_several_axis_sets() {
                 let want = naive_reduce(x, &red, keep == 1, f);
                 let o = op(name, 18, &[("keepdims", int(keep))]);
                 let ins = [x.clone(), Tensor::i64(&[axes.len()], axes.to_vec())];
-                check(&*o, &ins, std::slice::from_ref(&want), 1e-4);
+                check_all_placements(&*o, &ins, std::slice::from_ref(&want), 1e-4);
             }
         }
     }
@@ -295,10 +273,10 @@ fn reduce_sum_old_opset_attribute_noop_and_empty() {
     let x = fill(&[4, 67], 3);
     let o = op("ReduceSum", 11, &[("axes", ints(&[0]))]);
     let want = naive_reduce(&x, &[true, false], true, |g| g.iter().sum());
-    check(&*o, std::slice::from_ref(&x), &[want], 1e-5);
+    check_all_placements(&*o, std::slice::from_ref(&x), &[want], 1e-5);
     // Empty axes with noop_with_empty_axes: the input unchanged.
     let o = op("ReduceMean", 18, &[("noop_with_empty_axes", int(1))]);
-    check(
+    check_all_placements(
         &*o,
         &[x.clone(), Tensor::i64(&[0], vec![])],
         std::slice::from_ref(&x),
@@ -308,7 +286,7 @@ fn reduce_sum_old_opset_attribute_noop_and_empty() {
     let e = Tensor::f32(&[3, 0, 2], vec![]);
     let o = op("ReduceSum", 13, &[]);
     let want = Tensor::f32(&[3, 1, 2], vec![0.0; 6]);
-    check(&*o, &[e, Tensor::i64(&[1], vec![1])], &[want], 0.0);
+    check_all_placements(&*o, &[e, Tensor::i64(&[1], vec![1])], &[want], 0.0);
 }
 
 fn naive_arg(x: &Tensor, a: usize, max: bool, last: bool) -> Vec<i64> {
@@ -364,7 +342,7 @@ fn argmax_argmin_with_ties() {
                 let mut shape = x.shape.clone();
                 shape.remove(a);
                 let want = Tensor::i64(&shape, want);
-                check(&*o, std::slice::from_ref(&x), &[want], 0.0);
+                check_all_placements(&*o, std::slice::from_ref(&x), &[want], 0.0);
             }
         }
     }
@@ -437,21 +415,21 @@ fn max_and_average_pool_2d() {
             ]
         };
         let max = FirstOutputs(op("MaxPool", 12, &attrs(0)), 1);
-        check(
+        check_all_placements(
             &max,
             std::slice::from_ref(&x),
             &[naive_pool(&x, k, s, d, pads, 0)],
             1e-6,
         );
         let avg = op("AveragePool", 19, &attrs(0));
-        check(
+        check_all_placements(
             &*avg,
             std::slice::from_ref(&x),
             &[naive_pool(&x, k, s, d, pads, 1)],
             1e-5,
         );
         let avg = op("AveragePool", 19, &attrs(1));
-        check(
+        check_all_placements(
             &*avg,
             std::slice::from_ref(&x),
             &[naive_pool(&x, k, s, d, pads, 2)],
@@ -498,14 +476,14 @@ fn pools_1d_3d_ceil_and_auto_pad() {
         ("ceil_mode", int(1)),
     ];
     let want = Tensor::f32(&[1, 1, 2, 2], vec![11., 12., 15., 16.]);
-    check(
+    check_all_placements(
         &FirstOutputs(op("MaxPool", 12, &a), 1),
         std::slice::from_ref(&x),
         &[want],
         0.0,
     );
     let want = Tensor::f32(&[1, 1, 2, 2], vec![6., 7.5, 12., 13.5]);
-    check(
+    check_all_placements(
         &*op("AveragePool", 19, &a),
         std::slice::from_ref(&x),
         &[want],
@@ -519,7 +497,7 @@ fn pools_1d_3d_ceil_and_auto_pad() {
         ("ceil_mode", int(1)),
         ("count_include_pad", int(1)),
     ];
-    check(
+    check_all_placements(
         &*op("AveragePool", 19, &a),
         std::slice::from_ref(&x),
         &[Tensor::f32(&[1, 1, 3], vec![1.5, 3.5, 5.0])],
@@ -554,7 +532,7 @@ fn pools_1d_3d_ceil_and_auto_pad() {
             }
         }
     }
-    check(
+    check_all_placements(
         &o,
         std::slice::from_ref(&x),
         &[Tensor::f32(&[1, 2, 1, 2, 2], want)],
@@ -580,7 +558,7 @@ fn global_pools() {
     let x = fill(&[3, 7, 9, 11], 9);
     let red = [false, false, true, true];
     let want = naive_reduce(&x, &red, true, |g| g.iter().sum::<f64>() / g.len() as f64);
-    check(
+    check_all_placements(
         &*op("GlobalAveragePool", 1, &[]),
         std::slice::from_ref(&x),
         &[want],
@@ -589,7 +567,7 @@ fn global_pools() {
     let want = naive_reduce(&x, &red, true, |g| {
         g.iter().cloned().fold(f64::MIN, f64::max)
     });
-    check(
+    check_all_placements(
         &*op("GlobalMaxPool", 1, &[]),
         std::slice::from_ref(&x),
         &[want],
@@ -645,8 +623,8 @@ fn layer_norm_with_stats_scalar_bias_and_offset_data() {
         tensor(&[3, 5, 1], m),
         tensor(&[3, 5, 1], inv),
     ];
-    check(&*o, &ins, &want, 2e-4);
-    check(
+    check_all_placements(&*o, &ins, &want, 2e-4);
+    check_all_placements(
         &FirstOutputs(op("LayerNormalization", 17, &[]), 1),
         &ins,
         &want[..1],
@@ -663,7 +641,7 @@ fn layer_norm_with_stats_scalar_bias_and_offset_data() {
         1,
     );
     let (y, _, _) = naive_rows(&x, 75, 1e-2, &|_, _| (1.5, 0.0));
-    check(
+    check_all_placements(
         &o,
         &[x.clone(), Tensor::f32(&[1], vec![1.5])],
         &[tensor(&x.shape, y)],
@@ -678,7 +656,7 @@ fn instance_and_batch_norm() {
     let (sv, bv) = (f64s(&s), f64s(&b));
     let (y, _, _) = naive_rows(&x, 63, 1e-5, &|r, _| (sv[r % 5], bv[r % 5]));
     let o = op("InstanceNormalization", 6, &[]);
-    check(
+    check_all_placements(
         &*o,
         &[x.clone(), s.clone(), b.clone()],
         &[tensor(&x.shape, y)],
@@ -707,7 +685,7 @@ fn instance_and_batch_norm() {
         15,
         &[("epsilon", AttrValue::Float(1e-3))],
     );
-    check(
+    check_all_placements(
         &*o,
         &[x.clone(), s, b, m, var],
         &[tensor(&x.shape, y)],
@@ -740,7 +718,7 @@ fn lrn_across_channels() {
                 xv[i] / (bias + alpha / size as f64 * sq).powf(beta)
             })
             .collect();
-        check(&*o, std::slice::from_ref(&x), &[tensor(&x.shape, y)], 1e-5);
+        check_all_placements(&*o, std::slice::from_ref(&x), &[tensor(&x.shape, y)], 1e-5);
     }
 }
 
