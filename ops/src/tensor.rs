@@ -203,6 +203,25 @@ impl Tensor {
         (0..self.numel()).map(|i| self.data.get_f64(i)).collect()
     }
 
+    /// Copy elements `range` of `src` into the same positions of `self`. Both must have the
+    /// same dtype and hold the range (a caller bug otherwise: panics saying which).
+    pub fn copy_from(&mut self, src: &Tensor, range: std::ops::Range<usize>) {
+        fn copy<T: Copy>(s: &[T], d: &mut [T], r: std::ops::Range<usize>) {
+            d[r.clone()].copy_from_slice(&s[r]);
+        }
+        match (&src.data, &mut self.data) {
+            (Data::F32(s), Data::F32(d)) => copy(s, d, range),
+            (Data::F16(s), Data::F16(d)) => copy(s, d, range),
+            (Data::F64(s), Data::F64(d)) => copy(s, d, range),
+            (Data::I64(s), Data::I64(d)) => copy(s, d, range),
+            (Data::I32(s), Data::I32(d)) => copy(s, d, range),
+            (Data::I8(s), Data::I8(d)) => copy(s, d, range),
+            (Data::U8(s), Data::U8(d)) => copy(s, d, range),
+            (Data::Bool(s), Data::Bool(d)) => copy(s, d, range),
+            (s, d) => panic!("copy_from: dtype {} into {}", s.dtype(), d.dtype()),
+        }
+    }
+
     pub fn as_f32(&self) -> Option<&[f32]> {
         match &self.data {
             Data::F32(v) => Some(v),

@@ -12,7 +12,6 @@ use crate::gpu::{to_gpu_bytes, Batch, Gpu, GpuTensor, Submitted};
 use crate::graph::Graph;
 use crate::plan::{input_metas, node_error, Device, Plan, StepKind};
 use crate::report::{NodeReport, Ran, RunReport, Transfer};
-use crate::testing::copy_elements;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -339,7 +338,7 @@ impl<'a> Run<'a> {
             (Some(g), Some(at)) => {
                 let host = slot.host.expect("a split value has a host half");
                 let mut part = Tensor::zeros(host.dtype(), &[at]);
-                copy_range(&host, &mut part, at);
+                part.copy_from(&host, 0..at);
                 let bytes = to_gpu_bytes(&part).map_err(Error::Gpu)?;
                 gpu.write(&g, 0, &bytes);
                 self.report.uploads += 1;
@@ -473,7 +472,7 @@ impl<'a> Run<'a> {
                 });
                 let slot = &mut self.slots[v];
                 if let (Some(at), Some(host)) = (slot.split, &slot.host) {
-                    copy_range(host, &mut t, at);
+                    t.copy_from(host, 0..at);
                     slot.split = None;
                     slot.gpu = None;
                 }
@@ -485,9 +484,4 @@ impl<'a> Run<'a> {
             .map(|&v| self.slot(v).host.expect("downloaded above"))
             .collect())
     }
-}
-
-/// Copy the first `n` elements of `src` into `dst` (same dtype).
-fn copy_range(src: &Tensor, dst: &mut Tensor, n: usize) {
-    copy_elements(src, dst, 0..n);
 }

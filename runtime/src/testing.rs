@@ -8,7 +8,7 @@ use crate::gpu::{Gpu, GpuTensor};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use tandem_ops::shape::{row_count, row_len};
-use tandem_ops::{Data, Op, Tensor, TensorMeta};
+use tandem_ops::{Op, Tensor, TensorMeta};
 
 /// The GPU shared by all tests of a process. Panics if no adapter exists: in CI a missing
 /// adapter is a failure, never a skip.
@@ -142,27 +142,9 @@ pub fn run_split(op: &dyn Op, ins: &[Tensor], cut: usize) -> Vec<Tensor> {
             .unwrap_or_else(|e| panic!("{}: gpu failed: {e}", op.name()));
         let mrefs: Vec<&TensorMeta> = metas.iter().collect();
         let len = row_len(&outs[0].shape, op.split_axis(&mrefs, &outs));
-        copy_elements(&from_gpu[0], &mut out[0], cut * len..rows * len);
+        out[0].copy_from(&from_gpu[0], cut * len..rows * len);
     }
     out
-}
-
-/// Copy elements `range` of `src` into the same positions of `dst` (same dtype and size).
-pub fn copy_elements(src: &Tensor, dst: &mut Tensor, range: Range<usize>) {
-    fn copy<T: Copy>(s: &[T], d: &mut [T], r: Range<usize>) {
-        d[r.clone()].copy_from_slice(&s[r]);
-    }
-    match (&src.data, &mut dst.data) {
-        (Data::F32(s), Data::F32(d)) => copy(s, d, range),
-        (Data::F16(s), Data::F16(d)) => copy(s, d, range),
-        (Data::F64(s), Data::F64(d)) => copy(s, d, range),
-        (Data::I64(s), Data::I64(d)) => copy(s, d, range),
-        (Data::I32(s), Data::I32(d)) => copy(s, d, range),
-        (Data::I8(s), Data::I8(d)) => copy(s, d, range),
-        (Data::U8(s), Data::U8(d)) => copy(s, d, range),
-        (Data::Bool(s), Data::Bool(d)) => copy(s, d, range),
-        (s, d) => panic!("copy_elements: dtype {} into {}", s.dtype(), d.dtype()),
-    }
 }
 
 /// Largest violation of `|got - want| <= atol + rtol * |want|`, as (index, got, want), if any.

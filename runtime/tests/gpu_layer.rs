@@ -29,7 +29,7 @@ impl Op for CopyOp {
         outs[0].shape.len().checked_sub(1)
     }
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
-        tandem::testing::copy_elements(ins[0], &mut outs[0], rows);
+        outs[0].copy_from(ins[0], rows);
         Ok(())
     }
     fn gpu(
