@@ -10,7 +10,7 @@
 
 use crate::gpu::{to_gpu_bytes, Batch, Gpu, GpuTensor, Submitted};
 use crate::graph::Graph;
-use crate::plan::{input_metas, node_error, Device, Plan, StepKind};
+use crate::plan::{node_error, Device, Plan, StepKind};
 use crate::report::{NodeReport, Ran, RunReport, Transfer};
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -240,8 +240,9 @@ impl<'a> Run<'a> {
     /// Host copies of step `s`'s inputs (omitted optional inputs as empty constants).
     fn host_inputs(&mut self, s: usize) -> Result<Vec<Arc<Tensor>>> {
         let cx = self.cx;
-        let node = &cx.graph.nodes[cx.plan.steps[s].node];
-        let metas = input_metas(node, &cx.plan.metas);
+        let step = &cx.plan.steps[s];
+        let node = &cx.graph.nodes[step.node];
+        let metas = &step.inputs;
         let given: Vec<usize> = (0..metas.len()).filter_map(|i| node.inputs[i]).collect();
         let mut hosts = self.host_tensors(&given)?.into_iter();
         Ok(metas
@@ -287,7 +288,7 @@ impl<'a> Run<'a> {
         let gpu = cx.gpu.ok_or_else(|| Error::Gpu("no GPU adapter".into()))?;
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
-        let metas = input_metas(node, &cx.plan.metas);
+        let metas = &step.inputs;
         // Only inputs some kernel binds go to the GPU.
         let bound: std::collections::BTreeSet<usize> = kernels
             .iter()

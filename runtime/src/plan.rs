@@ -61,8 +61,9 @@ pub struct Step {
     pub fallback: Option<String>,
     /// The scheduler's predictions and reason (placement `auto` only).
     pub explain: Option<Explain>,
-    /// Every output the op produces, including those the model does not ask for (kernels
-    /// write them all; only the model's are kept).
+    /// Metas of the node's inputs as the op sees them (see [`input_metas`]).
+    pub inputs: Vec<TensorMeta>,
+    /// Metas of the outputs the model asks for (a prefix of the op's outputs).
     pub outputs: Vec<TensorMeta>,
 }
 
@@ -336,6 +337,7 @@ fn place(
             rows: 0..p.rows,
             fallback,
             explain,
+            inputs: p.ins.clone(),
             outputs: p.outs.clone(),
         };
     if request.placement != Placement::Auto {
@@ -474,6 +476,7 @@ fn order_views(graph: &Graph, pending: &[Pending], steps: &mut Vec<Step>) {
                     rows: 0..p.rows,
                     fallback: None,
                     explain: None,
+                    inputs: p.ins.clone(),
                     outputs: p.outs.clone(),
                 });
             }

@@ -19,7 +19,7 @@ pub use persist::ProfileError;
 
 use crate::costs::{Costs, NodeCostQuery};
 use crate::graph::Graph;
-use crate::plan::{input_metas, Device, Plan, StepKind};
+use crate::plan::{Device, Plan, StepKind};
 use crate::report::{Ran, RunReport};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -437,7 +437,7 @@ impl CostModel {
             if r.op_type != node.op_type || matches!(step.kind, StepKind::View) {
                 continue;
             }
-            let ins = input_metas(node, &plan.metas);
+            let ins = &step.inputs;
             let outs: Vec<TensorMeta> = node
                 .outputs
                 .iter()
