@@ -301,14 +301,7 @@ impl Session {
         costs.observe_report(&self.graph, plan, report);
         let measured = report.total.as_secs_f64();
         let missed = (measured - predicted).abs() > REPLAN_MARGIN * predicted.max(1e-6);
-        let key = if self
-            .plans_by_value
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            Self::value_signature(ordered)
-        } else {
-            Self::signature(ordered)
-        };
+        let key = self.plan_key(ordered, self.by_value());
         let mut plans = self.plans.lock().unwrap();
         if let Some(c) = plans.get_mut(&key) {
             c.misses = if missed { c.misses + 1 } else { 0 };
@@ -318,22 +311,27 @@ impl Session {
         }
     }
 
-    fn signature(ordered: &[Tensor]) -> Vec<Vec<usize>> {
-        ordered.iter().map(|t| t.shape.clone()).collect()
+    /// True once a plan of this session needed the contents of small integer inputs.
+    fn by_value(&self) -> bool {
+        self.plans_by_value
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The plan-cache key: shapes, plus the contents of shape-like inputs when `by_value`.
+    fn plan_key(&self, ordered: &[Tensor], by_value: bool) -> Vec<Vec<usize>> {
+        if by_value {
+            Self::value_signature(ordered)
+        } else {
+            ordered.iter().map(|t| t.shape.clone()).collect()
+        }
     }
 
     /// The plan for these inputs (built once per shape signature). A model whose shapes depend
     /// on the contents of small integer inputs (axes, shapes fed as inputs) is planned with
     /// those contents, and its plans are keyed by them too.
     pub fn plan_for(&self, ordered: &[Tensor]) -> Result<Arc<Plan>> {
-        let by_value = self
-            .plans_by_value
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let key = if by_value {
-            Self::value_signature(ordered)
-        } else {
-            Self::signature(ordered)
-        };
+        let by_value = self.by_value();
+        let key = self.plan_key(ordered, by_value);
         if let Some(c) = self.plans.lock().unwrap().get(&key) {
             return Ok(c.plan.clone());
         }
@@ -345,7 +343,7 @@ impl Session {
                 },
             ) if !by_value && ordered.iter().any(Self::is_shape_like) => {
                 // Perhaps a shape depends on an input's contents: plan with them.
-                match self.build_plan(ordered, Self::value_signature(ordered), true) {
+                match self.build_plan(ordered, self.plan_key(ordered, true), true) {
                     Ok(plan) => {
                         self.plans_by_value
                             .store(true, std::sync::atomic::Ordering::Relaxed);
