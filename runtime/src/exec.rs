@@ -7,6 +7,11 @@
 //! GPU only when a CPU step reads a GPU result (a join), or at the end of the run. A split step
 //! submits its GPU rows first, computes its CPU rows meanwhile, and leaves its output in two
 //! parts that are joined where they are read.
+//!
+//! The core is async ([`execute_async`]): its only waits are for the GPU (a batch's completion,
+//! a readback), and in the browser those complete only when the JS event loop runs, so they must
+//! be awaited, never blocked on. On native targets the awaited futures are already complete when
+//! first polled (the GPU layer waits inside them), so [`execute`] is a plain `block_on`.
 
 use crate::gpu::{to_gpu_bytes, Batch, Gpu, GpuTensor, Submitted};
 use crate::graph::Graph;
@@ -15,8 +20,9 @@ use crate::report::{NodeReport, Ran, RunReport, Transfer};
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tandem_ops::{GpuKernel, Tensor, TensorMeta};
+use web_time::Instant;
 
 /// GPU copies of constant tensors, uploaded once per session (keyed by the tensor's address;
 /// the cache holds the tensor so the address stays valid).
@@ -82,7 +88,16 @@ struct Run<'a> {
 }
 
 /// Run the plan on `inputs` (in `graph.inputs` order); outputs in `graph.outputs` order.
+/// Blocks until done; native targets only (in the browser use [`execute_async`]).
 pub fn execute(cx: &Context<'_>, inputs: Vec<Tensor>) -> Result<(Vec<Tensor>, RunReport)> {
+    pollster::block_on(execute_async(cx, inputs))
+}
+
+/// [`execute`] without blocking: GPU completions and readbacks are awaited.
+pub async fn execute_async(
+    cx: &Context<'_>,
+    inputs: Vec<Tensor>,
+) -> Result<(Vec<Tensor>, RunReport)> {
     let start = Instant::now();
     let mut run = Run {
         cx,
@@ -109,14 +124,23 @@ pub fn execute(cx: &Context<'_>, inputs: Vec<Tensor>) -> Result<(Vec<Tensor>, Ru
     for (&v, t) in cx.graph.inputs.iter().zip(inputs) {
         run.slots[v].host = Some(Arc::new(t));
     }
-    let result = (0..cx.plan.steps.len()).try_for_each(|s| run.step(s));
+    let mut result = Ok(());
+    for s in 0..cx.plan.steps.len() {
+        result = run.step(s).await;
+        if result.is_err() {
+            break;
+        }
+    }
     // Whatever happened, let the GPU finish before buffers go back to the pool.
-    let drained = run.submit().and_then(|_| run.wait_all());
+    let drained = match run.submit() {
+        Ok(()) => run.wait_all().await,
+        Err(e) => Err(e),
+    };
     result?;
     drained?;
     let outs = cx.graph.outputs.clone();
-    let tensors = run.host_tensors(&outs)?;
-    run.wait_all()?;
+    let tensors = run.host_tensors(&outs).await?;
+    run.wait_all().await?;
     let outputs = tensors.into_iter().map(Arc::unwrap_or_clone).collect();
     run.report.total = start.elapsed();
     Ok((outputs, run.report))
@@ -129,7 +153,7 @@ impl<'a> Run<'a> {
             .expect("every value is planned")
     }
 
-    fn step(&mut self, s: usize) -> Result<()> {
+    async fn step(&mut self, s: usize) -> Result<()> {
         let cx = self.cx;
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
@@ -153,7 +177,7 @@ impl<'a> Run<'a> {
                     self.orphan_last_label();
                     entry.fallback = Some(reason);
                     entry.ran = Ran::On(Device::Cpu);
-                    entry.time = self.cpu_step(s, None)?;
+                    entry.time = self.cpu_step(s, None).await?;
                 }
                 Err(e) => return Err(e),
             },
@@ -162,7 +186,7 @@ impl<'a> Run<'a> {
                 ..
             } => {
                 entry.ran = Ran::On(Device::Cpu);
-                entry.time = self.cpu_step(s, None)?;
+                entry.time = self.cpu_step(s, None).await?;
             }
             StepKind::Split {
                 cut,
@@ -170,7 +194,7 @@ impl<'a> Run<'a> {
                 kernels,
             } => {
                 // Inputs on both sides first, so neither half waits on the other.
-                self.host_inputs(s)?;
+                self.host_inputs(s).await?;
                 match self.gpu_step(s, kernels, true) {
                     Ok(()) => {
                         self.submit()?;
@@ -178,7 +202,7 @@ impl<'a> Run<'a> {
                             cut: *cut,
                             rows: step.rows.end,
                         };
-                        entry.time = self.cpu_step(s, Some(0..*cut))?;
+                        entry.time = self.cpu_step(s, Some(0..*cut)).await?;
                         for &v in &node.outputs[..1] {
                             self.slots[v].split = Some(cut * row_len);
                         }
@@ -187,7 +211,7 @@ impl<'a> Run<'a> {
                         self.orphan_last_label();
                         entry.fallback = Some(reason);
                         entry.ran = Ran::On(Device::Cpu);
-                        entry.time = self.cpu_step(s, None)?;
+                        entry.time = self.cpu_step(s, None).await?;
                     }
                     Err(e) => return Err(e),
                 }
@@ -238,13 +262,13 @@ impl<'a> Run<'a> {
     }
 
     /// Host copies of step `s`'s inputs (omitted optional inputs as empty constants).
-    fn host_inputs(&mut self, s: usize) -> Result<Vec<Arc<Tensor>>> {
+    async fn host_inputs(&mut self, s: usize) -> Result<Vec<Arc<Tensor>>> {
         let cx = self.cx;
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
         let metas = &step.inputs;
         let given: Vec<usize> = (0..metas.len()).filter_map(|i| node.inputs[i]).collect();
-        let mut hosts = self.host_tensors(&given)?.into_iter();
+        let mut hosts = self.host_tensors(&given).await?.into_iter();
         Ok(metas
             .iter()
             .enumerate()
@@ -256,13 +280,17 @@ impl<'a> Run<'a> {
     }
 
     /// Run step `s` on the CPU: all its rows, or `rows` of them (the CPU half of a split).
-    fn cpu_step(&mut self, s: usize, rows: Option<std::ops::Range<usize>>) -> Result<Duration> {
+    async fn cpu_step(
+        &mut self,
+        s: usize,
+        rows: Option<std::ops::Range<usize>>,
+    ) -> Result<Duration> {
         let cx = self.cx;
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
         // GPU work recorded so far starts now and overlaps this kernel.
         self.submit()?;
-        let ins = self.host_inputs(s)?;
+        let ins = self.host_inputs(s).await?;
         let refs: Vec<&Tensor> = ins.iter().map(|t| t.as_ref()).collect();
         let mut outs: Vec<Tensor> = step
             .outputs
@@ -395,9 +423,9 @@ impl<'a> Run<'a> {
     }
 
     /// Wait for every submitted batch and put its GPU times in the report.
-    fn wait_all(&mut self) -> Result<()> {
+    async fn wait_all(&mut self) -> Result<()> {
         for sub in std::mem::take(&mut self.inflight) {
-            let timing = sub.wait()?;
+            let timing = sub.wait_async().await?;
             let labelled: Vec<usize> = timing.per_label.iter().map(|(l, _)| *l).collect();
             if labelled.is_empty() {
                 continue;
@@ -425,7 +453,7 @@ impl<'a> Run<'a> {
 
     /// Values `vs` whole on the host: downloading (in one submit) what is only on the GPU and
     /// joining split values.
-    fn host_tensors(&mut self, vs: &[usize]) -> Result<Vec<Arc<Tensor>>> {
+    async fn host_tensors(&mut self, vs: &[usize]) -> Result<Vec<Arc<Tensor>>> {
         let missing: Vec<usize> = vs
             .iter()
             .copied()
@@ -459,9 +487,9 @@ impl<'a> Run<'a> {
                 .map(|(g, s)| (g, s.as_slice()))
                 .collect();
             let began = Instant::now();
-            let got = gpu.download(&req)?;
+            let got = gpu.download_async(&req).await?;
             let took = began.elapsed();
-            self.wait_all()?;
+            self.wait_all().await?;
             for (&v, mut t) in missing.iter().zip(got) {
                 self.report.downloads += 1;
                 self.report.download_bytes += t.numel() as u64 * 4;

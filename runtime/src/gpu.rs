@@ -5,14 +5,23 @@
 //! it runs [`GpuKernel`]s on [`GpuTensor`]s. Every element on the GPU is 4 bytes (see
 //! `tandem_shaders`); [`to_gpu_bytes`] and [`from_gpu_bytes`] convert at the boundary, narrowing
 //! int64 to i32 with a range check (never silently).
+//!
+//! Faults: a lost device (the driver's callback, or a wait that times out) sets [`Gpu::is_lost`]
+//! and every later call fails; [`Gpu::replacement`] opens its successor, shared by every holder
+//! of the lost one. Buffer creation fails as out of memory past the driver's memory or the pool's
+//! cap ([`GpuOptions::max_memory`]), after unused pooled buffers were released. Validation errors
+//! are caught with error scopes. [`Gpu::inject`] makes each of these happen on purpose (tests).
 
 use crate::{Error, Result};
 use half::f16;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tandem_ops::{DType, Data, GpuKernel, Tensor};
+use web_time::Instant;
+
+mod wait;
 
 /// What identifies an adapter, as reported by the driver.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -68,6 +77,45 @@ pub fn list_adapters() -> Vec<(AdapterDesc, wgpu::Limits, wgpu::Features)> {
         .collect()
 }
 
+/// How to open a GPU: limits lower than the adapter's (an app's budget, or tests that make a
+/// node exceed them) and a cap on the memory the buffer pool may hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Largest storage buffer binding (bytes); `None`: the adapter's limit.
+    pub max_binding_bytes: Option<u64>,
+    /// Most workgroups per dispatch dimension; `None`: the adapter's limit.
+    pub max_workgroups_per_dimension: Option<u32>,
+    /// Most bytes of buffers the device may hold; `None`: no cap but the driver's.
+    pub max_memory: Option<u64>,
+}
+
+/// A GPU failure made to happen on purpose (tests); the runtime's ordinary error paths meet it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The next `n` buffer creations fail as out of memory.
+    OutOfMemory(usize),
+    /// The next `n` pipeline creations fail: their shader is swapped for one that does not
+    /// compile, so the real validation error path runs.
+    PipelineCreation(usize),
+    /// The device is destroyed right after the `at_submit`-th batch from now (0: the next one)
+    /// was submitted, while it is in flight.
+    DeviceLost { at_submit: usize },
+    /// The `at_submit`-th batch from now records an invalid copy, so the whole batch fails
+    /// validation and none of its dispatches run.
+    InvalidBatch { at_submit: usize },
+}
+
+/// Pending injected faults (see [`Fault`]).
+#[derive(Debug, Default)]
+struct Injected {
+    pipelines: usize,
+    lose_at: Option<usize>,
+    invalid_at: Option<usize>,
+}
+
+/// How long a wait for the GPU may take before the device is treated as lost.
+pub const GPU_WAIT_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// One GPU device with its queue, pipeline cache and buffer pool. Shared (`Arc`) by sessions.
 pub struct Gpu {
     device: wgpu::Device,
@@ -80,6 +128,11 @@ pub struct Gpu {
     pool: Arc<BufferPool>,
     lost: Arc<AtomicBool>,
     uncaptured: Arc<Mutex<Vec<String>>>,
+    options: GpuOptions,
+    backends: wgpu::Backends,
+    injected: Mutex<Injected>,
+    /// The device opened to replace this one once it was lost (see [`Gpu::replacement`]).
+    successor: Mutex<Option<Arc<Gpu>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -99,17 +152,22 @@ impl Gpu {
     /// only tried when nothing else exists (its shader compiles take seconds). The backend can be
     /// forced with `WGPU_BACKEND` (e.g. `vulkan`).
     pub fn new() -> Result<Gpu> {
+        Self::with_options(GpuOptions::default())
+    }
+
+    /// [`Gpu::new`] with lower limits and a memory cap (see [`GpuOptions`]).
+    pub fn with_options(options: GpuOptions) -> Result<Gpu> {
         let primary = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
-        Self::with_backends(primary).or_else(|e| {
+        Self::with_backends(primary, options).or_else(|e| {
             if wgpu::Backends::from_env().is_none() {
-                Self::with_backends(wgpu::Backends::GL)
+                Self::with_backends(wgpu::Backends::GL, options)
             } else {
                 Err(e)
             }
         })
     }
 
-    fn with_backends(backends: wgpu::Backends) -> Result<Gpu> {
+    fn with_backends(backends: wgpu::Backends, options: GpuOptions) -> Result<Gpu> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends,
             ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
@@ -119,27 +177,54 @@ impl Gpu {
             ..Default::default()
         }))
         .map_err(|e| Error::Gpu(format!("no GPU adapter for backends {backends:?}: {e}")))?;
-        Self::from_adapter(&adapter)
+        Self::from_adapter(&adapter, backends, options)
     }
 
-    fn from_adapter(adapter: &wgpu::Adapter) -> Result<Gpu> {
+    fn from_adapter(
+        adapter: &wgpu::Adapter,
+        backends: wgpu::Backends,
+        options: GpuOptions,
+    ) -> Result<Gpu> {
+        pollster::block_on(Self::from_adapter_async(adapter, backends, options))
+    }
+
+    /// [`Gpu::from_adapter`] without blocking (the browser opens its device this way).
+    async fn from_adapter_async(
+        adapter: &wgpu::Adapter,
+        backends: wgpu::Backends,
+        options: GpuOptions,
+    ) -> Result<Gpu> {
         let info = adapter.get_info();
-        let limits = adapter.limits();
+        let mut limits = adapter.limits();
+        if let Some(b) = options.max_binding_bytes {
+            limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.min(b);
+            limits.max_buffer_size = limits.max_buffer_size.min(b.max(256));
+        }
+        if let Some(w) = options.max_workgroups_per_dimension {
+            limits.max_compute_workgroups_per_dimension =
+                limits.max_compute_workgroups_per_dimension.min(w);
+        }
         let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let mut required_features = wgpu::Features::empty();
         if timestamps {
             required_features |= wgpu::Features::TIMESTAMP_QUERY;
         }
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("tandem"),
-            required_features,
-            required_limits: limits.clone(),
-            ..Default::default()
-        }))
-        .map_err(|e| Error::Gpu(format!("cannot open {}: {e}", info.name)))?;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("tandem"),
+                required_features,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::Gpu(format!("cannot open {}: {e}", info.name)))?;
         let lost = Arc::new(AtomicBool::new(false));
         let lost_flag = lost.clone();
-        device.set_device_lost_callback(move |_, _| lost_flag.store(true, Ordering::SeqCst));
+        let name = info.name.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            lost_flag.store(true, Ordering::SeqCst);
+            eprintln!("tandem: GPU device {name} lost ({reason:?}): {message}");
+        });
         let uncaptured = Arc::new(Mutex::new(Vec::new()));
         let sink = uncaptured.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -153,10 +238,93 @@ impl Gpu {
             timestamps,
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
-            pool: Arc::new(BufferPool::default()),
+            pool: Arc::new(BufferPool::with_cap(options.max_memory)),
             lost,
             uncaptured,
+            options,
+            backends,
+            injected: Mutex::new(Injected::default()),
+            successor: Mutex::new(None),
         })
+    }
+
+    /// The device to use instead of this one once it is lost: opened on first call (same
+    /// backends and [`GpuOptions`]) and shared by every caller, so sessions that shared this
+    /// device share its successor. Returns `self` while it is not lost.
+    pub fn replacement(self: &Arc<Self>) -> Result<Arc<Gpu>> {
+        if !self.is_lost() {
+            return Ok(self.clone());
+        }
+        let mut next = self.successor.lock().unwrap();
+        if let Some(n) = next.as_ref() {
+            return n.replacement();
+        }
+        let gpu = Arc::new(Self::with_backends(self.backends, self.options)?);
+        eprintln!("tandem: opened {} to replace the lost GPU device", gpu.desc);
+        *next = Some(gpu.clone());
+        Ok(gpu)
+    }
+
+    /// The options this device was opened with.
+    pub fn options(&self) -> GpuOptions {
+        self.options
+    }
+
+    /// Cap (or uncap, with `None`) the bytes of buffers this device may hold; allocations past
+    /// it fail as out of memory after unused pooled buffers were released.
+    pub fn set_memory_cap(&self, bytes: Option<u64>) {
+        self.pool.cap.store(bytes.unwrap_or(u64::MAX), Ordering::SeqCst);
+    }
+
+    /// Make a failure happen (tests of the fault handling; see [`Fault`]).
+    pub fn inject(&self, fault: Fault) {
+        let mut inj = self.injected.lock().unwrap();
+        match fault {
+            Fault::OutOfMemory(n) => self.pool.fail_next.store(n, Ordering::SeqCst),
+            Fault::PipelineCreation(n) => inj.pipelines = n,
+            Fault::DeviceLost { at_submit } => inj.lose_at = Some(at_submit),
+            Fault::InvalidBatch { at_submit } => inj.invalid_at = Some(at_submit),
+        }
+    }
+
+    /// The injected faults due at this submit: (lose the device, record an invalid copy).
+    fn submit_faults(&self) -> (bool, bool) {
+        let mut inj = self.injected.lock().unwrap();
+        let due = |at: &mut Option<usize>| match at {
+            Some(0) => {
+                *at = None;
+                true
+            }
+            Some(k) => {
+                *k -= 1;
+                false
+            }
+            None => false,
+        };
+        let lose = due(&mut inj.lose_at);
+        let invalid = due(&mut inj.invalid_at);
+        (lose, invalid)
+    }
+
+    /// Wait for every submitted command; a wait past [`GPU_WAIT_TIMEOUT`] marks the device lost.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))] // the browser waits in gpu/wait.rs
+    fn wait_idle(&self) -> Result<()> {
+        let poll = self.device.poll(wgpu::PollType::Wait {
+            submission_index: None,
+            timeout: Some(GPU_WAIT_TIMEOUT),
+        });
+        match poll {
+            Ok(_) => Ok(()),
+            Err(wgpu::PollError::Timeout) => {
+                self.lost.store(true, Ordering::SeqCst);
+                Err(Error::Gpu(format!(
+                    "device {} lost: the GPU did not finish within {} s",
+                    self.desc.name,
+                    GPU_WAIT_TIMEOUT.as_secs()
+                )))
+            }
+            Err(e) => Err(Error::Gpu(format!("waiting for the GPU: {e}"))),
+        }
     }
 
     pub fn adapter(&self) -> &AdapterDesc {
@@ -249,8 +417,21 @@ impl Gpu {
         if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
             return Ok(p.clone());
         }
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = {
+        let scope = wait::push_scope(&self.device, wgpu::ErrorFilter::Validation);
+        let broken = {
+            let mut inj = self.injected.lock().unwrap();
+            let due = inj.pipelines > 0;
+            inj.pipelines = inj.pipelines.saturating_sub(1);
+            due
+        };
+        let module = if broken {
+            // Injected fault: a shader that fails validation, never cached.
+            self.device
+                .create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some("injected-broken-shader"),
+                    source: wgpu::ShaderSource::Wgsl(BROKEN_SHADER.into()),
+                })
+        } else {
             let mut modules = self.modules.lock().unwrap();
             modules
                 .entry(kernel.shader.name)
@@ -277,9 +458,12 @@ impl Gpu {
                 },
                 cache: None,
             });
-        if let Some(e) = pollster::block_on(scope.pop()) {
+        if let Some(e) = wait::pop_scope(scope) {
             self.modules.lock().unwrap().remove(kernel.shader.name);
-            return Err(Error::Gpu(format!("pipeline {}: {e}", kernel.shader.name)));
+            return Err(Error::Gpu(format!(
+                "pipeline creation failed for shader {}: {e}",
+                kernel.shader.name
+            )));
         }
         self.pipelines.lock().unwrap().insert(key, pipeline.clone());
         Ok(pipeline)
@@ -295,6 +479,11 @@ impl Gpu {
 
     /// Read tensors back to the host: one submit, one wait for all of them.
     pub fn download(&self, tensors: &[(&GpuTensor, &[usize])]) -> Result<Vec<Tensor>> {
+        pollster::block_on(self.download_async(tensors))
+    }
+
+    /// [`Gpu::download`] without blocking (the readback is awaited; see `gpu/wait.rs`).
+    pub async fn download_async(&self, tensors: &[(&GpuTensor, &[usize])]) -> Result<Vec<Tensor>> {
         self.check_alive()?;
         let mut encoder = self.device.create_command_encoder(&Default::default());
         let mut staging = Vec::with_capacity(tensors.len());
@@ -305,7 +494,9 @@ impl Gpu {
             staging.push((s, bytes));
         }
         self.queue.submit([encoder.finish()]);
-        let results = self.map_all(staging.iter().map(|(s, b)| (&s.buffer, *b)).collect())?;
+        let results = self
+            .map_all_async(staging.iter().map(|(s, b)| (&s.buffer, *b)).collect())
+            .await?;
         tensors
             .iter()
             .zip(results)
@@ -313,6 +504,7 @@ impl Gpu {
             .collect()
     }
 
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))] // the browser waits in gpu/wait.rs
     fn map_all(&self, buffers: Vec<(&wgpu::Buffer, u64)>) -> Result<Vec<Vec<u8>>> {
         let failed = Arc::new(AtomicBool::new(false));
         for (b, size) in &buffers {
@@ -323,9 +515,7 @@ impl Gpu {
                 }
             });
         }
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        self.wait_idle()?;
         self.check_alive()?;
         if failed.load(Ordering::SeqCst) {
             return Err(Error::Gpu("mapping a readback buffer failed".into()));
@@ -351,6 +541,9 @@ impl Gpu {
     }
 }
 
+/// The shader of an injected pipeline-creation fault: it does not type-check.
+const BROKEN_SHADER: &str = "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }";
+
 const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
@@ -370,6 +563,11 @@ pub struct GpuTensor {
 }
 
 impl GpuTensor {
+    /// True when this tensor's buffer belongs to `gpu` (not to a device it replaced).
+    pub fn is_on(&self, gpu: &Gpu) -> bool {
+        std::ptr::eq(self.buffer.pool.as_ptr(), Arc::as_ptr(&gpu.pool))
+    }
+
     fn binding_size(&self) -> u64 {
         (self.elems as u64 * 4).max(16).min(self.buffer.size)
     }
@@ -379,7 +577,12 @@ impl GpuTensor {
 #[derive(Default)]
 struct BufferPool {
     free: Mutex<HashMap<(u64, u32), Vec<wgpu::Buffer>>>,
-    total: std::sync::atomic::AtomicU64,
+    /// Bytes of all buffers created and not yet released (free and in use).
+    total: AtomicU64,
+    /// Most bytes `total` may reach (`u64::MAX`: no cap).
+    cap: AtomicU64,
+    /// Injected faults: this many next creations fail as out of memory.
+    fail_next: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -404,7 +607,7 @@ impl Drop for PooledBuffer {
 }
 
 /// Round up to one of 8 sizes per power of two (at most 12.5% waste), multiple of 16.
-fn size_class(bytes: u64) -> u64 {
+pub(crate) fn size_class(bytes: u64) -> u64 {
     let b = bytes.max(16);
     let k = 63 - b.leading_zeros() as u64;
     let step = if k < 4 { 16 } else { (1u64 << (k - 3)).max(16) };
@@ -412,6 +615,83 @@ fn size_class(bytes: u64) -> u64 {
 }
 
 impl BufferPool {
+    fn with_cap(cap: Option<u64>) -> BufferPool {
+        BufferPool {
+            cap: AtomicU64::new(cap.unwrap_or(u64::MAX)),
+            ..BufferPool::default()
+        }
+    }
+
+    /// Release unused pooled buffers until `need` more bytes fit under the cap (all of them
+    /// when `need` is `None`). Returns whether they fit.
+    fn make_room(&self, need: Option<u64>) -> bool {
+        let cap = self.cap.load(Ordering::SeqCst);
+        let fits = |total: u64| need.is_some_and(|n| total.saturating_add(n) <= cap);
+        if fits(self.total.load(Ordering::SeqCst)) {
+            return true;
+        }
+        let mut free = self.free.lock().unwrap();
+        for ((size, _), buffers) in free.iter_mut() {
+            while let Some(b) = buffers.pop() {
+                b.destroy();
+                self.total.fetch_sub(*size, Ordering::SeqCst);
+                if fits(self.total.load(Ordering::SeqCst)) {
+                    return true;
+                }
+            }
+        }
+        fits(self.total.load(Ordering::SeqCst))
+    }
+
+    /// A new buffer of `size` bytes, within the cap; after a driver out-of-memory error the
+    /// unused pooled buffers are released and the creation tried once more.
+    fn create(
+        &self,
+        device: &wgpu::Device,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer> {
+        let injected = self
+            .fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if injected {
+            return Err(Error::Gpu(format!(
+                "out of memory allocating {size} bytes (injected fault)"
+            )));
+        }
+        if !self.make_room(Some(size)) {
+            return Err(Error::Gpu(format!(
+                "out of memory allocating {size} bytes: {} of the device's {}-byte cap in use",
+                self.total.load(Ordering::SeqCst),
+                self.cap.load(Ordering::SeqCst)
+            )));
+        }
+        let mut last = String::new();
+        for attempt in 0..2 {
+            let scope = wait::push_scope(device, wgpu::ErrorFilter::OutOfMemory);
+            let b = device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size,
+                usage,
+                mapped_at_creation: false,
+            });
+            match wait::pop_scope(scope) {
+                None => {
+                    self.total.fetch_add(size, Ordering::SeqCst);
+                    return Ok(b);
+                }
+                Some(e) => last = e.to_string(),
+            }
+            if attempt == 0 {
+                self.make_room(None);
+            }
+        }
+        Err(Error::Gpu(format!(
+            "out of memory allocating {size} bytes: {last}"
+        )))
+    }
+
     fn take(
         self: &Arc<Self>,
         device: &wgpu::Device,
@@ -427,20 +707,7 @@ impl BufferPool {
             .and_then(|v| v.pop());
         let buffer = match reused {
             Some(b) => b,
-            None => {
-                let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-                let b = device.create_buffer(&wgpu::BufferDescriptor {
-                    label: None,
-                    size,
-                    usage,
-                    mapped_at_creation: false,
-                });
-                if let Some(e) = pollster::block_on(scope.pop()) {
-                    return Err(Error::Gpu(format!("allocating {size} bytes: {e}")));
-                }
-                self.total.fetch_add(size, Ordering::Relaxed);
-                b
-            }
+            None => self.create(device, size, usage)?,
         };
         Ok(PooledBuffer {
             buffer,
@@ -562,7 +829,7 @@ impl<'g> Batch<'g> {
             });
             (set, 2 * n as u64 * 8)
         });
-        let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let scope = wait::push_scope(&gpu.device, wgpu::ErrorFilter::Validation);
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         for (i, (p, off)) in self.pending.iter().zip(&offsets).enumerate() {
             let Some(pipeline) = &p.pipeline else {
@@ -630,9 +897,17 @@ impl<'g> Batch<'g> {
             }
             None => None,
         };
+        let (lose, invalid) = gpu.submit_faults();
+        if invalid {
+            // Injected fault: a copy past the end of the uniforms invalidates the whole batch.
+            encoder.copy_buffer_to_buffer(&uniforms.buffer, 0, &uniforms.buffer, 0, 1 << 40);
+        }
         let start = Instant::now();
         gpu.queue.submit([encoder.finish()]);
-        if let Some(e) = pollster::block_on(scope.pop()) {
+        if lose {
+            gpu.destroy_for_test();
+        }
+        if let Some(e) = wait::pop_scope(scope) {
             return Err(Error::Gpu(format!("recording dispatches: {e}")));
         }
         let labels = self
@@ -664,6 +939,11 @@ pub struct Submitted<'g> {
 
 impl Submitted<'_> {
     pub fn wait(self) -> Result<BatchTiming> {
+        pollster::block_on(self.wait_async())
+    }
+
+    /// [`Submitted::wait`] without blocking (see `gpu/wait.rs`).
+    pub async fn wait_async(self) -> Result<BatchTiming> {
         let gpu = self.gpu;
         let mut timing = BatchTiming {
             submitted: Some(self.start),
@@ -671,7 +951,10 @@ impl Submitted<'_> {
         };
         match &self.stamps {
             Some((read, bytes)) => {
-                let stamps = gpu.map_all(vec![(&read.buffer, *bytes)])?.remove(0);
+                let stamps = gpu
+                    .map_all_async(vec![(&read.buffer, *bytes)])
+                    .await?
+                    .remove(0);
                 timing.wall = self.start.elapsed();
                 let period = gpu.queue.get_timestamp_period() as f64;
                 let ts: &[u64] = bytemuck::cast_slice(&stamps);
@@ -699,9 +982,7 @@ impl Submitted<'_> {
                 }
             }
             None => {
-                gpu.device
-                    .poll(wgpu::PollType::wait_indefinitely())
-                    .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+                gpu.wait_idle_async().await?;
                 gpu.check_alive()?;
                 timing.wall = self.start.elapsed();
             }

@@ -108,7 +108,7 @@ pub struct Session {
     gpu: Option<Arc<Gpu>>,
     /// Why `auto` runs without a GPU, when it does.
     gpu_missing: Option<String>,
-    pool: rayon::ThreadPool,
+    pool: Arc<rayon::ThreadPool>,
     placement: Placement,
     overrides: Vec<(Selector, Device)>,
     policy: Policy,
@@ -164,12 +164,7 @@ impl Session {
             },
             (None, false, _) => None,
         };
-        let threads = options.cpu_threads.unwrap_or(0);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("tandem-cpu-{i}"))
-            .build()
-            .map_err(|e| Error::Usage(format!("cannot start {threads} CPU threads: {e}")))?;
+        let pool = cpu_pool(options.cpu_threads.unwrap_or(0))?;
         let mut warnings = Vec::new();
         let costs = match (options.placement, options.cost_model) {
             (_, Some(c)) => Some(c),
@@ -262,13 +257,23 @@ impl Session {
         Ok(self.run_with_report(inputs)?.0)
     }
 
-    /// `run`, for callers that cannot block (the browser); the same work on native targets.
+    /// `run`, for callers that cannot block (the browser): GPU completions and readbacks are
+    /// awaited. The same work as `run` on native targets.
     pub async fn run_async(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
-        self.run(inputs)
+        Ok(self.run_with_report_async(inputs).await?.0)
     }
 
-    /// Run the model and report, per node, where it ran and how long it took.
+    /// Run the model and report, per node, where it ran and how long it took. Blocks; native
+    /// targets only (in the browser use [`Session::run_with_report_async`]).
     pub fn run_with_report(
+        &self,
+        inputs: &[(&str, Tensor)],
+    ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
+        pollster::block_on(self.run_with_report_async(inputs))
+    }
+
+    /// [`Session::run_with_report`] without blocking.
+    pub async fn run_with_report_async(
         &self,
         inputs: &[(&str, Tensor)],
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
@@ -281,7 +286,7 @@ impl Session {
             pool: &self.pool,
             constants: &self.constants,
         };
-        let (outs, report) = exec::execute(&cx, ordered.clone())?;
+        let (outs, report) = exec::execute_async(&cx, ordered.clone()).await?;
         self.learn(&ordered, &plan, &report);
         let names = self
             .graph
@@ -482,6 +487,40 @@ impl Session {
         }
         Ok(out)
     }
+}
+
+/// The rayon pool of a session's CPU kernels (`threads` 0: one per core).
+#[cfg(not(target_arch = "wasm32"))]
+fn cpu_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tandem-cpu-{i}"))
+        .build()
+        .map(Arc::new)
+        .map_err(|e| Error::Usage(format!("cannot start {threads} CPU threads: {e}")))
+}
+
+/// The rayon pool of a session's CPU kernels, in the browser: wasm32 without atomics cannot
+/// spawn threads (rayon-core 1.13 refuses to build a pool there; only its global pool falls back
+/// to the current thread), so every session shares one pool whose single worker is the calling
+/// thread (`use_current_thread`), and kernels run inline on it. `threads` is ignored.
+#[cfg(target_arch = "wasm32")]
+fn cpu_pool(_threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+    thread_local! {
+        static POOL: std::cell::OnceCell<Arc<rayon::ThreadPool>> = const { std::cell::OnceCell::new() };
+    }
+    POOL.with(|cell| {
+        if let Some(p) = cell.get() {
+            return Ok(p.clone());
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .use_current_thread()
+            .build()
+            .map(Arc::new)
+            .map_err(|e| Error::Usage(format!("cannot make this thread a CPU pool: {e}")))?;
+        Ok(cell.get_or_init(|| pool).clone())
+    })
 }
 
 /// `[1, 3, height, width]`-style text for a declared shape.
