@@ -1,0 +1,141 @@
+//! The machine a run measures: host memory high-water mark, the CPU clock and its f32 peak,
+//! and the keys (`CpuInfo`, `AdapterKey`) reports are pooled by.
+//!
+//! Sits between the OS (`/proc/self/status`, `/proc/self/clear_refs`), the CPU (a timed
+//! dependent add chain) and the report's `Machine` and `Peak`.
+
+use crate::schema::{Machine, Peak};
+use std::time::Instant;
+use tandem::cost::keys::AdapterKey;
+use tandem::cpu_info::CpuInfo;
+
+/// Reset this process's peak-RSS counter (VmHWM) to the current RSS (Linux >= 4.0); returns
+/// false where that is not possible (then peaks include earlier rows).
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// This process's peak resident memory (VmHWM) in MiB, where the OS reports it.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// The clock of the core this thread runs on, GHz: a chain of dependent integer adds retires
+/// one add per cycle on every x86-64 core of the last decade.
+#[cfg(target_arch = "x86_64")]
+pub fn measure_clock_ghz() -> Option<f64> {
+    const ITERS: u64 = 50_000_000;
+    let run = || {
+        let t = Instant::now();
+        let mut x: u64 = 0;
+        let mut n = ITERS;
+        // SAFETY: register-only arithmetic, no memory access.
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+                "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+                "dec {n}",
+                "jnz 2b",
+                x = inout(reg) x,
+                n = inout(reg) n,
+                options(nomem, nostack),
+            );
+        }
+        std::hint::black_box((x, n));
+        t.elapsed().as_secs_f64()
+    };
+    // best of a few (another process may take the core for a while)
+    let best = (0..5).map(|_| run()).fold(f64::INFINITY, f64::min);
+    Some(8.0 * ITERS as f64 / best / 1e9)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn measure_clock_ghz() -> Option<f64> {
+    None
+}
+
+/// f32 lanes of the widest SIMD the kernels use (from `CpuInfo::simd`).
+pub fn simd_lanes(simd: &str) -> usize {
+    if simd.starts_with("avx512") {
+        16
+    } else if simd.starts_with("avx") {
+        8
+    } else if simd.starts_with("sse") || simd.starts_with("neon") || simd == "simd128" {
+        4
+    } else {
+        1
+    }
+}
+
+/// FMA pipes per core assumed for the peak: 2 (Zen 4/5, Intel server cores, Apple M-series
+/// NEON has 4 but 4-lane). Not detectable portably: documented in docs/bench.md.
+pub const FMA_UNITS: usize = 2;
+
+/// The f32 peak of `cores` cores: `cores x clock x lanes x FMA_UNITS x 2` flops per second.
+pub fn f32_peak(info: &CpuInfo, cores: usize) -> Option<Peak> {
+    let clock_ghz = measure_clock_ghz()?;
+    let lanes = simd_lanes(&info.simd);
+    let fma = if info.simd.contains("fma") || info.simd == "neon" {
+        FMA_UNITS
+    } else {
+        1
+    };
+    Some(Peak {
+        lanes,
+        fma_units: fma,
+        cores,
+        clock_ghz,
+        gflops: cores as f64 * clock_ghz * lanes as f64 * fma as f64 * 2.0,
+    })
+}
+
+/// `git describe --always --dirty` of the working tree, if git and a repository are there.
+pub fn git_describe() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// This machine as the report keys it.
+pub fn describe(adapter: Option<AdapterKey>) -> Machine {
+    let info = CpuInfo::detect();
+    Machine {
+        cpu_model: info.model,
+        cores: info.cores,
+        simd: info.simd,
+        adapter,
+        os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+        git: git_describe(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_follow_the_simd_level() {
+        assert_eq!(simd_lanes("avx512f+fma"), 16);
+        assert_eq!(simd_lanes("avx2+fma"), 8);
+        assert_eq!(simd_lanes("neon"), 4);
+        assert_eq!(simd_lanes("scalar"), 1);
+    }
+
+    #[test]
+    fn peak_rss_is_read_and_at_least_the_allocation() {
+        let before = peak_rss_mib().expect("Linux reports VmHWM");
+        let v = vec![1u8; 64 << 20];
+        std::hint::black_box(&v);
+        let after = peak_rss_mib().unwrap();
+        assert!(after >= before);
+        assert!(after >= 64.0, "64 MiB touched, VmHWM {after} MiB");
+    }
+}

@@ -1,0 +1,49 @@
+//! The `tandem-bench` command: `run` (models x placements x peers -> reports) and `compare`
+//! (two reports, changes beyond noise).
+//!
+//! Sits between the command line and the `tandem_bench` library. Each subcommand is a module
+//! whose `Args` (clap) implements [`tandem_bench::Subcommand`]; adding one is one line in the
+//! `subcommands!` list below (its doc comment becomes the help text).
+
+use clap::Parser;
+use tandem_bench::Subcommand;
+
+macro_rules! subcommands {
+    ($($(#[$doc:meta])* $variant:ident => $args:ty),* $(,)?) => {
+        #[derive(clap::Subcommand)]
+        enum Command {
+            $($(#[$doc])* $variant($args),)*
+        }
+        impl Command {
+            fn main(self) -> anyhow::Result<()> {
+                match self {
+                    $(Command::$variant(a) => a.main(),)*
+                }
+            }
+        }
+    };
+}
+
+subcommands! {
+    /// Measure models on tandem (cpu, gpu, auto, auto-nosplit) and on the installed peers.
+    Run => tandem_bench::run::Args,
+    /// Compare two JSON reports; flag only changes beyond each series' own noise.
+    Compare => tandem_bench::compare::Args,
+    /// The hybrid scheduler's benchmarks on the test bed: split vs grid, auto vs best device, held-out accuracy, overhead per node.
+    Coexec => tandem_bench::coexec::Args,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "tandem-bench",
+    version,
+    about = "tandem against its peers, side by side"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+fn main() -> anyhow::Result<()> {
+    Cli::parse().command.main()
+}

@@ -1,0 +1,148 @@
+//! onnxruntime (CPU execution provider, the PyPI wheel) as a peer: `scripts/ort_driver.py`
+//! runs in a child Python process on the same inputs (written as .npy), under the same rule,
+//! and hands back its timings as JSON and its outputs as .npy.
+//!
+//! Sits between the suite and the pip-installed onnxruntime; no binary download at build time.
+//! The Python is `$TANDEM_BENCH_PYTHON`, else `<repo>/.venv/bin/python` (made by setup.sh).
+
+use crate::models::{max_abs_diff, Named};
+use crate::schema::{Cold, Row};
+use crate::stats::{Latency, RunRule};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The repository root this binary was built from.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("bench-suite/ has a parent")
+        .to_path_buf()
+}
+
+/// The Python with onnxruntime.
+pub fn python() -> PathBuf {
+    std::env::var_os("TANDEM_BENCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv/bin/python"))
+}
+
+#[derive(Deserialize)]
+struct DriverOut {
+    version: String,
+    load_ms: f64,
+    first_run_ms: f64,
+    samples_ms: Vec<f64>,
+    outputs: Vec<DriverOutput>,
+    peak_rss_kb: f64,
+}
+
+#[derive(Deserialize)]
+struct DriverOutput {
+    name: String,
+    path: PathBuf,
+}
+
+/// `name` as a file name (characters outside `[A-Za-z0-9._-]` become `_`).
+fn safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Measure `model` on onnxruntime with `threads` intra-op threads. Returns the row and
+/// onnxruntime's outputs (the reference where the model has no stored one). `work` is a
+/// scratch folder for the .npy files.
+pub fn bench(
+    model: &Path,
+    inputs: &Named,
+    reference: Option<&Named>,
+    threads: usize,
+    rule: &RunRule,
+    work: &Path,
+) -> (Row, Option<Named>) {
+    match run(model, inputs, reference, threads, rule, work) {
+        Ok(r) => r,
+        Err(e) => (Row::failed("onnxruntime", "cpu", "?", e), None),
+    }
+}
+
+fn run(
+    model: &Path,
+    inputs: &Named,
+    reference: Option<&Named>,
+    threads: usize,
+    rule: &RunRule,
+    work: &Path,
+) -> Result<(Row, Option<Named>), String> {
+    let in_dir = work.join("in");
+    let out_dir = work.join("ort_out");
+    std::fs::create_dir_all(&in_dir).map_err(|e| format!("{}: {e}", in_dir.display()))?;
+    let mut cmd = Command::new(python());
+    cmd.arg(repo_root().join("scripts/ort_driver.py"))
+        .arg("--model")
+        .arg(model)
+        .arg("--out-dir")
+        .arg(&out_dir)
+        .args(["--iters", &rule.min_iters.to_string()])
+        .args(["--secs", &rule.min_secs.to_string()])
+        .args(["--max-secs", &rule.max_secs.to_string()])
+        .args(["--threads", &threads.to_string()]);
+    for (k, (name, t)) in inputs.iter().enumerate() {
+        let p = in_dir.join(format!("{k}_{}.npy", safe(name)));
+        std::fs::write(&p, tandem::npy::to_npy(t)).map_err(|e| format!("{}: {e}", p.display()))?;
+        cmd.arg("--input").arg(format!("{name}={}", p.display()));
+    }
+    let out = cmd.output().map_err(|e| {
+        format!(
+            "cannot start {}: {e} (run scripts/setup.sh)",
+            python().display()
+        )
+    })?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last: Vec<&str> = err.lines().rev().take(3).collect();
+        return Err(format!(
+            "ort_driver.py failed ({}): {}",
+            out.status,
+            last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    let d: DriverOut = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("ort_driver.py printed no report: {e}"))?;
+    let mut got = Vec::new();
+    for o in &d.outputs {
+        let bytes = std::fs::read(&o.path).map_err(|e| format!("{}: {e}", o.path.display()))?;
+        let t = tandem::npy::from_npy(&bytes).map_err(|e| format!("output `{}`: {e}", o.name))?;
+        got.push((o.name.clone(), t));
+    }
+    let mut row = Row::failed("onnxruntime", "cpu", &d.version, String::new());
+    row.error = None;
+    if let Some(want) = reference {
+        match max_abs_diff(&got, want) {
+            Ok(x) => row.max_abs_diff = Some(x),
+            Err(e) => row.notes.push(format!("outputs not compared: {e}")),
+        }
+    } else {
+        row.max_abs_diff = Some(0.0);
+        row.notes
+            .push("this run's outputs are the reference".into());
+    }
+    let latency = Latency::from_samples(d.samples_ms, rule);
+    row.cold = Some(Cold {
+        load_ms: d.load_ms,
+        first_run_ms: d.first_run_ms,
+    });
+    row.throughput_per_s = Some(latency.throughput());
+    row.latency = Some(latency);
+    row.peak_rss_mib = Some(d.peak_rss_kb / 1024.0);
+    row.notes
+        .push("peak RSS includes the Python interpreter and numpy".into());
+    Ok((row, Some(got)))
+}

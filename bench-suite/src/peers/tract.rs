@@ -1,0 +1,179 @@
+//! tract (sonos/tract, `tract-onnx`) as a peer, in-process: load, optimise, run on the same
+//! tensors as tandem with the same number of threads.
+//!
+//! Sits between the suite's tensors (`tandem::Tensor`) and tract's; models whose declared
+//! output shapes tract disagrees with are retried with `with_ignore_output_shapes(true)` (noted
+//! in the row).
+
+use crate::machine::{peak_rss_mib, reset_peak_rss};
+use crate::models::{max_abs_diff, Named};
+use crate::schema::{Cold, Row};
+use crate::stats::{measure, Latency, RunRule};
+use crate::tandem_row::panic_text;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Once;
+use std::time::Instant;
+use tandem::{Data, Tensor};
+use tract_onnx::prelude::{
+    DatumType, Framework, InferenceFact, InferenceModelExt, IntoTValue, TValue, TVec,
+    Tensor as TTensor, TractResult,
+};
+
+/// tract-onnx's version as built.
+pub const VERSION: &str = "0.23";
+
+fn to_tract(t: &Tensor) -> TractResult<TTensor> {
+    let s = &t.shape;
+    match &t.data {
+        Data::F32(v) => TTensor::from_shape(s, v),
+        Data::F64(v) => TTensor::from_shape(s, v),
+        Data::I64(v) => TTensor::from_shape(s, v),
+        Data::I32(v) => TTensor::from_shape(s, v),
+        Data::I8(v) => TTensor::from_shape(s, v),
+        Data::U8(v) => TTensor::from_shape(s, v),
+        Data::Bool(v) => TTensor::from_shape(s, v),
+        Data::F16(v) => {
+            let f: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+            TTensor::from_shape(s, &f)?
+                .cast_to_dt(DatumType::F16)
+                .map(|c| c.into_owned())
+        }
+    }
+}
+
+/// A tract output as an f64 tandem tensor (values compared, dtypes not).
+fn from_tract(t: &TTensor) -> TractResult<Tensor> {
+    let f = t.cast_to::<f64>()?;
+    let v = f.try_as_plain_ram()?.as_slice::<f64>()?.to_vec();
+    Ok(Tensor::new(t.shape().to_vec(), Data::F64(v)))
+}
+
+type Plan = std::sync::Arc<tract_onnx::prelude::TypedSimplePlan>;
+
+fn load(
+    model: &Path,
+    inputs: &Named,
+    ignore_output_shapes: bool,
+) -> TractResult<(Plan, Vec<usize>)> {
+    let mut m = tract_onnx::onnx()
+        .with_ignore_output_shapes(ignore_output_shapes)
+        .model_for_path(model)?;
+    // feed order: the model's inputs, matched to ours by name
+    let mut order = Vec::new();
+    for (i, outlet) in m.input_outlets()?.to_vec().into_iter().enumerate() {
+        let name = m.node(outlet.node).name.clone();
+        let k = inputs
+            .iter()
+            .position(|(n, _)| *n == name)
+            .unwrap_or(i.min(inputs.len().saturating_sub(1)));
+        let t = &inputs[k].1;
+        let dt = to_tract(&Tensor::zeros(t.dtype(), &[0]))?.datum_type();
+        m.set_input_fact(i, InferenceFact::dt_shape(dt, t.shape.clone()))?;
+        order.push(k);
+    }
+    use tract_onnx::prelude::IntoRunnable;
+    Ok((m.into_optimized()?.into_runnable()?, order))
+}
+
+/// Measure `model` on tract with `threads` threads; never panics.
+pub fn bench(
+    model: &Path,
+    inputs: &Named,
+    reference: Option<&Named>,
+    threads: usize,
+    rule: &RunRule,
+    tick: &mut dyn FnMut(usize),
+) -> (Row, Option<Named>) {
+    match catch_unwind(AssertUnwindSafe(|| {
+        bench_inner(model, inputs, reference, threads, rule, tick)
+    })) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => (Row::failed("tract", "cpu", VERSION, e), None),
+        Err(p) => (
+            Row::failed(
+                "tract",
+                "cpu",
+                VERSION,
+                format!("panicked: {}", panic_text(p)),
+            ),
+            None,
+        ),
+    }
+}
+
+fn bench_inner(
+    model: &Path,
+    inputs: &Named,
+    reference: Option<&Named>,
+    threads: usize,
+    rule: &RunRule,
+    tick: &mut dyn FnMut(usize),
+) -> Result<(Row, Option<Named>), String> {
+    static EXECUTOR: Once = Once::new();
+    EXECUTOR.call_once(|| {
+        if threads > 1 {
+            tract_linalg::multithread::set_default_executor(
+                tract_linalg::multithread::Executor::multithread(threads),
+            );
+        }
+    });
+    let mut row = Row::failed("tract", "cpu", VERSION, String::new());
+    row.error = None;
+    reset_peak_rss();
+    let t = Instant::now();
+    let (plan, order) = match load(model, inputs, false) {
+        Ok(p) => p,
+        Err(first) => {
+            let p =
+                load(model, inputs, true).map_err(|e| format!("load: {e:#} (first: {first:#})"))?;
+            row.notes
+                .push("loaded with with_ignore_output_shapes(true)".to_string());
+            p
+        }
+    };
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let feed: Vec<TTensor> = order
+        .iter()
+        .map(|&k| to_tract(&inputs[k].1))
+        .collect::<TractResult<_>>()
+        .map_err(|e| format!("inputs: {e:#}"))?;
+    let args = || -> TVec<TValue> { feed.iter().map(|t| t.clone().into_tvalue()).collect() };
+    let t = Instant::now();
+    let outs = plan.run(args()).map_err(|e| format!("first run: {e:#}"))?;
+    let first_run_ms = t.elapsed().as_secs_f64() * 1e3;
+    let names: Vec<String> = plan
+        .model()
+        .output_outlets()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|o| {
+            plan.model()
+                .outlet_label(*o)
+                .map_or_else(|| plan.model().node(o.node).name.clone(), str::to_string)
+        })
+        .collect();
+    let got: Named = names
+        .into_iter()
+        .zip(outs.iter())
+        .map(|(n, v)| from_tract(v).map(|t| (n, t)))
+        .collect::<TractResult<_>>()
+        .map_err(|e| format!("outputs: {e:#}"))?;
+    if let Some(want) = reference {
+        match max_abs_diff(&got, want) {
+            Ok(d) => row.max_abs_diff = Some(d),
+            Err(e) => row.notes.push(format!("outputs not compared: {e}")),
+        }
+    }
+    let samples =
+        measure(rule, || plan.run(args()).map(|_| ()), tick).map_err(|e| format!("run: {e:#}"))?;
+    let latency = Latency::from_samples(samples, rule);
+    row.cold = Some(Cold {
+        load_ms,
+        first_run_ms,
+    });
+    row.throughput_per_s = Some(latency.throughput());
+    row.latency = Some(latency);
+    row.peak_rss_mib = peak_rss_mib();
+    Ok((row, Some(got)))
+}

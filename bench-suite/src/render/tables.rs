@@ -1,0 +1,378 @@
+//! The report as tables: a summary (one line per model: tandem against each peer, ratios, cold
+//! start per placement), then every row of every model. Written as aligned text for the
+//! terminal or as Markdown.
+//!
+//! Sits between the report schema and `render::{terminal, markdown}`; the HTML page reuses the
+//! cells.
+
+use crate::schema::{GemmResult, ModelResult, Report, Row};
+
+/// A table: header and rows of cells.
+pub struct Table {
+    pub title: String,
+    pub head: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+fn ms(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x.is_finite() && x >= 100.0 => format!("{x:.0}"),
+        Some(x) if x.is_finite() && x >= 10.0 => format!("{x:.1}"),
+        Some(x) if x.is_finite() => format!("{x:.2}"),
+        _ => "-".into(),
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if a.is_finite() && b > 0.0 => format!("{:.2}x", a / b),
+        _ => "-".into(),
+    }
+}
+
+fn sci(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| {
+        if x == 0.0 {
+            "0".into()
+        } else {
+            format!("{x:.1e}")
+        }
+    })
+}
+
+/// The row of `runtime placement` in `m`, if it ran.
+pub fn find<'a>(m: &'a ModelResult, runtime: &str, placement: &str) -> Option<&'a Row> {
+    m.rows
+        .iter()
+        .find(|r| r.runtime == runtime && r.placement == placement && r.error.is_none())
+}
+
+/// Median latency of `runtime placement` in `m`, ms.
+pub fn p50(m: &ModelResult, runtime: &str, placement: &str) -> Option<f64> {
+    find(m, runtime, placement).and_then(|r| r.latency.as_ref().map(|l| l.p50_ms))
+}
+
+/// Cold start (load + first run) of `runtime placement` in `m`, ms.
+pub fn cold(m: &ModelResult, runtime: &str, placement: &str) -> Option<f64> {
+    find(m, runtime, placement).and_then(|r| r.cold.as_ref().map(|c| c.load_ms + c.first_run_ms))
+}
+
+/// One line per model: steady-state medians, tandem/peer ratios.
+pub fn summary(r: &Report) -> Table {
+    let head = [
+        "model",
+        "tandem cpu",
+        "onnxruntime",
+        "tract",
+        "cpu/ORT",
+        "cpu/tract",
+        "tandem gpu",
+        "burn wgpu",
+        "gpu/burn",
+        "tandem auto",
+        "auto-nosplit",
+        "auto/cpu",
+    ];
+    let rows = r
+        .models
+        .iter()
+        .map(|m| {
+            let cpu = p50(m, "tandem", "cpu");
+            let gpu = p50(m, "tandem", "gpu");
+            let auto = p50(m, "tandem", "auto");
+            let burn = p50(m, "burn-wgpu", "gpu");
+            vec![
+                m.name.clone(),
+                ms(cpu),
+                ms(p50(m, "onnxruntime", "cpu")),
+                ms(p50(m, "tract", "cpu")),
+                ratio(cpu, p50(m, "onnxruntime", "cpu")),
+                ratio(cpu, p50(m, "tract", "cpu")),
+                ms(gpu),
+                ms(burn),
+                ratio(gpu, burn),
+                ms(auto),
+                ms(p50(m, "tandem", "auto-nosplit")),
+                ratio(auto, cpu),
+            ]
+        })
+        .collect();
+    Table {
+        title: "Steady state: median latency, ms (ratios < 1 mean tandem is faster)".into(),
+        head: head.iter().map(|s| s.to_string()).collect(),
+        rows,
+    }
+}
+
+/// Cold start (load + first run, ms) per model and row.
+pub fn cold_starts(r: &Report) -> Table {
+    let mut labels: Vec<String> = Vec::new();
+    for m in &r.models {
+        for x in &m.rows {
+            if !labels.contains(&x.label()) {
+                labels.push(x.label());
+            }
+        }
+    }
+    let mut head = vec!["model".to_string()];
+    head.extend(labels.iter().cloned());
+    let rows = r
+        .models
+        .iter()
+        .map(|m| {
+            let mut cells = vec![m.name.clone()];
+            for l in &labels {
+                let c = m
+                    .rows
+                    .iter()
+                    .find(|x| x.label() == *l && x.error.is_none())
+                    .and_then(|x| x.cold.as_ref());
+                cells.push(c.map_or("-".into(), |c| {
+                    format!(
+                        "{} ({} + {})",
+                        ms(Some(c.load_ms + c.first_run_ms)),
+                        ms(Some(c.load_ms)),
+                        ms(Some(c.first_run_ms))
+                    )
+                }));
+            }
+            cells
+        })
+        .collect();
+    Table {
+        title: "Cold start, ms: total (load + first run)".into(),
+        head,
+        rows,
+    }
+}
+
+/// Every row of one model.
+pub fn model_rows(m: &ModelResult) -> Table {
+    let head = [
+        "row",
+        "load",
+        "1st run",
+        "p50",
+        "p90",
+        "p99",
+        "runs",
+        "inf/s",
+        "RSS MiB",
+        "GPU MiB",
+        "max|diff|",
+        "nodes cpu/gpu/split",
+        "time cpu/gpu/split",
+        "predicted",
+        "status",
+    ];
+    let rows = m
+        .rows
+        .iter()
+        .map(|x| {
+            let l = x.latency.as_ref();
+            let n = x.nodes.as_ref();
+            let mut status = x.error.clone().unwrap_or_else(|| "ok".into());
+            if l.is_some_and(|l| l.capped) {
+                status += " (capped)";
+            }
+            vec![
+                x.label(),
+                ms(x.cold.as_ref().map(|c| c.load_ms)),
+                ms(x.cold.as_ref().map(|c| c.first_run_ms)),
+                ms(l.map(|l| l.p50_ms)),
+                ms(l.map(|l| l.p90_ms)),
+                ms(l.map(|l| l.p99_ms)),
+                l.map_or("-".into(), |l| l.iterations.to_string()),
+                x.throughput_per_s.map_or("-".into(), |t| format!("{t:.1}")),
+                x.peak_rss_mib.map_or("-".into(), |v| format!("{v:.0}")),
+                x.gpu_buffers_mib.map_or("-".into(), |v| format!("{v:.1}")),
+                sci(x.max_abs_diff),
+                n.map_or("-".into(), |n| format!("{}/{}/{}", n.cpu, n.gpu, n.split)),
+                n.map_or("-".into(), |n| {
+                    format!(
+                        "{:.0}/{:.0}/{:.0}%",
+                        100.0 * n.cpu_time_share,
+                        100.0 * n.gpu_time_share,
+                        100.0 * n.split_time_share
+                    )
+                }),
+                ms(x.predicted_ms),
+                status,
+            ]
+        })
+        .collect();
+    Table {
+        title: format!(
+            "{} (reference: {}; inputs: {})",
+            m.name,
+            m.reference,
+            m.inputs.join(", ")
+        ),
+        head: head.iter().map(|s| s.to_string()).collect(),
+        rows,
+    }
+}
+
+/// Top `k` op types by time of `runtime placement` in `m`: `Op 12.3 ms (40%)`.
+pub fn top_ops(m: &ModelResult, placement: &str, k: usize) -> String {
+    let Some(row) = find(m, "tandem", placement) else {
+        return "-".into();
+    };
+    let total: f64 = row.op_times.iter().map(|o| o.ms).sum();
+    row.op_times
+        .iter()
+        .take(k)
+        .map(|o| {
+            format!(
+                "{} {:.2} ms ({:.0}%, {}x)",
+                o.op,
+                o.ms,
+                100.0 * o.ms / total.max(1e-12),
+                o.count
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where tandem cpu is slower than onnxruntime: the top three op types by time.
+pub fn misses(r: &Report) -> Table {
+    let rows = r
+        .models
+        .iter()
+        .filter_map(|m| {
+            let (c, o) = (p50(m, "tandem", "cpu")?, p50(m, "onnxruntime", "cpu")?);
+            (c > o).then(|| {
+                vec![
+                    m.name.clone(),
+                    format!("{:.2}x", c / o),
+                    top_ops(m, "cpu", 3),
+                ]
+            })
+        })
+        .collect();
+    Table {
+        title: "Where tandem cpu misses onnxruntime: top three op types by time (cpu row)".into(),
+        head: vec!["model".into(), "cpu/ORT".into(), "top ops".into()],
+        rows,
+    }
+}
+
+/// The GEMM comparison.
+pub fn gemm(g: &GemmResult) -> Table {
+    let p = &g.peak;
+    let rows = g
+        .gflops
+        .iter()
+        .map(|(name, v)| {
+            vec![
+                name.clone(),
+                format!("{v:.1}"),
+                format!("{:.0}%", 100.0 * v / p.gflops),
+            ]
+        })
+        .collect();
+    Table {
+        title: format!(
+            "CPU GEMM {} f32, {} threads; peak {:.0} GFLOP/s = {} cores x {:.2} GHz (measured) x {} lanes x {} FMA units (assumed) x 2",
+            g.shape, g.threads, p.gflops, p.cores, p.clock_ghz, p.lanes, p.fma_units
+        ),
+        head: vec!["implementation".into(), "GFLOP/s".into(), "of peak".into()],
+        rows,
+    }
+}
+
+/// Every table of the report, in reading order.
+pub fn all(r: &Report) -> Vec<Table> {
+    let mut t = vec![summary(r), cold_starts(r), misses(r)];
+    t.extend(r.gemm.iter().map(gemm));
+    t.extend(r.models.iter().map(model_rows));
+    t
+}
+
+fn header(r: &Report) -> String {
+    let m = &r.machine;
+    format!(
+        "{} | CPU {} ({} cores, {}) | GPU {} | {} threads | rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){} | tree {}",
+        r.schema,
+        m.cpu_model,
+        m.cores,
+        m.simd,
+        m.adapter.as_ref().map_or("none".into(), |a| format!("{} ({}, {})", a.name, a.backend, a.driver_info)),
+        r.config.threads,
+        r.config.cpu_rule.min_iters,
+        r.config.cpu_rule.min_secs,
+        r.config.cpu_rule.max_secs,
+        r.config.gpu_rule.min_iters,
+        r.config.gpu_rule.min_secs,
+        r.config.gpu_rule.max_secs,
+        if r.config.quick { " | quick" } else { "" },
+        m.git.as_deref().unwrap_or("?"),
+    )
+}
+
+/// Aligned text tables.
+pub fn terminal(r: &Report) -> String {
+    let mut s = header(r) + "\n";
+    for t in all(r) {
+        if t.rows.is_empty() {
+            continue;
+        }
+        let mut w: Vec<usize> = t.head.iter().map(|h| h.chars().count()).collect();
+        for row in &t.rows {
+            for (i, c) in row.iter().enumerate() {
+                w[i] = w[i].max(c.chars().count().min(90));
+            }
+        }
+        s += &format!("\n{}\n", t.title);
+        let line = |cells: &[String]| {
+            cells
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let c: String = c.chars().take(90).collect();
+                    if i == 0 {
+                        format!("{c:<0$}", w[i])
+                    } else {
+                        format!("{c:>0$}", w[i])
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        s += &(line(&t.head) + "\n");
+        for row in &t.rows {
+            s += &(line(row) + "\n");
+        }
+    }
+    s
+}
+
+/// Markdown: the same tables, plus every row's notes.
+pub fn markdown(r: &Report) -> String {
+    let mut s = format!("# tandem-bench report\n\n{}\n", header(r));
+    for t in all(r) {
+        if t.rows.is_empty() {
+            continue;
+        }
+        s += &format!(
+            "\n## {}\n\n| {} |\n|{}|\n",
+            t.title,
+            t.head.join(" | "),
+            " --- |".repeat(t.head.len())
+        );
+        for row in &t.rows {
+            let cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
+            s += &format!("| {} |\n", cells.join(" | "));
+        }
+    }
+    s += "\n## Notes\n\n";
+    for m in &r.models {
+        for x in &m.rows {
+            for n in &x.notes {
+                s += &format!("- {} {}: {}\n", m.name, x.label(), n.replace('|', "\\|"));
+            }
+        }
+    }
+    s
+}

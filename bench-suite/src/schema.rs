@@ -1,0 +1,201 @@
+//! The JSON report of `tandem-bench run`: a documented, versioned schema (docs/bench.md) keyed
+//! by the GPU adapter (`AdapterKey`) and the CPU model, so results from different machines can
+//! be pooled and compared.
+//!
+//! Sits between the runners (tandem and peer rows) and the writers (terminal, Markdown, HTML)
+//! and `tandem-bench compare`, which reads two of these files back.
+
+use crate::stats::{Latency, RunRule};
+use serde::{Deserialize, Serialize};
+use tandem::cost::keys::AdapterKey;
+
+/// `schema` field of every report this version writes. Bump the number on any change that an
+/// older reader would misread (renamed or re-meant fields); adding optional fields does not.
+pub const SCHEMA: &str = "tandem-bench/1";
+
+/// One `tandem-bench run`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    /// Seconds since the Unix epoch when the run started.
+    pub started_unix_s: u64,
+    pub machine: Machine,
+    pub config: Config,
+    pub models: Vec<ModelResult>,
+    /// CPU GEMM throughput next to the machine's f32 peak (absent with `--no-gemm`).
+    pub gemm: Option<GemmResult>,
+}
+
+/// What ran the benchmark: the keys results are pooled by.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    /// CPU model name as the OS reports it (`cpu_info::CpuInfo::model`).
+    pub cpu_model: String,
+    pub cores: usize,
+    /// Widest SIMD the kernels use, e.g. `avx512f+fma`.
+    pub simd: String,
+    /// The adapter the gpu/auto rows used, `None` when none was opened.
+    pub adapter: Option<AdapterKey>,
+    pub os: String,
+    /// `git describe --always --dirty` of the tree, when available.
+    pub git: Option<String>,
+}
+
+/// How the run was configured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Config {
+    /// Rule of the CPU rows (tandem cpu and CPU peers).
+    pub cpu_rule: RunRule,
+    /// Rule of the rows that use the GPU adapter (gpu, auto), usually capped lower.
+    pub gpu_rule: RunRule,
+    /// CPU threads of tandem and of every CPU peer.
+    pub threads: usize,
+    pub quick: bool,
+}
+
+/// Every row of one model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelResult {
+    pub name: String,
+    pub path: String,
+    /// Inputs as `name dtype [shape]`.
+    pub inputs: Vec<String>,
+    /// Where `max_abs_diff` compares to: `test_data` (onnxruntime outputs stored by
+    /// scripts/fetch_models.py) or `onnxruntime` (this run's onnxruntime outputs).
+    pub reference: String,
+    pub rows: Vec<Row>,
+}
+
+/// One (runtime, placement) measured on one model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    /// `tandem`, `onnxruntime`, `tract`, `burn-ndarray`, `burn-wgpu`.
+    pub runtime: String,
+    /// `cpu`, `gpu`, `auto` (HEFT with row splits), `auto-nosplit` (HEFT, no splits).
+    pub placement: String,
+    /// Name of the GPU adapter this row used, if any.
+    pub adapter: Option<String>,
+    /// Runtime version (crate or wheel).
+    pub version: String,
+    /// `None` when the row ran; else why it did not (load or run error, peer missing).
+    pub error: Option<String>,
+    pub cold: Option<Cold>,
+    pub latency: Option<Latency>,
+    /// Inferences per second at the mean latency.
+    pub throughput_per_s: Option<f64>,
+    /// Peak resident host memory while this row ran (VmHWM after resetting it), MiB.
+    pub peak_rss_mib: Option<f64>,
+    /// GPU buffer-pool bytes after the timed runs (`Gpu::pooled_bytes`), MiB.
+    pub gpu_buffers_mib: Option<f64>,
+    /// Max |output - reference| over every element of every output; `None` when not compared.
+    pub max_abs_diff: Option<f64>,
+    /// tandem only: where nodes ran, from the report of the median run.
+    pub nodes: Option<NodeSummary>,
+    /// tandem auto only: the plan's predicted makespan, ms (compare with `latency.p50_ms`).
+    pub predicted_ms: Option<f64>,
+    /// tandem only: time per op type in the median run, largest first.
+    pub op_times: Vec<OpTime>,
+    /// tandem only: the median run's CPU / GPU / transfer timeline.
+    pub timeline: Vec<Span>,
+    /// Notes a reader needs (fallbacks, recalibrated cost profile, capped loop).
+    pub notes: Vec<String>,
+}
+
+impl Row {
+    /// A row that did not run, with why.
+    pub fn failed(runtime: &str, placement: &str, version: &str, why: String) -> Row {
+        Row {
+            runtime: runtime.into(),
+            placement: placement.into(),
+            adapter: None,
+            version: version.into(),
+            error: Some(why),
+            cold: None,
+            latency: None,
+            throughput_per_s: None,
+            peak_rss_mib: None,
+            gpu_buffers_mib: None,
+            max_abs_diff: None,
+            nodes: None,
+            predicted_ms: None,
+            op_times: Vec::new(),
+            timeline: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// `runtime placement` (e.g. `tandem auto`), the row's label in tables and plots.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.runtime, self.placement)
+    }
+}
+
+/// Cold start, reported apart from steady state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cold {
+    /// Load: parse, import, open the device (and for `auto` load or calibrate the cost
+    /// model), ms.
+    pub load_ms: f64,
+    /// First run: planning, pipeline compilation, weight uploads, the run itself, ms.
+    pub first_run_ms: f64,
+}
+
+/// Where a run's nodes ran and their share of the summed node time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeSummary {
+    pub cpu: usize,
+    pub gpu: usize,
+    pub split: usize,
+    pub view: usize,
+    pub folded: usize,
+    /// Nodes not where the placement asked (each reason is in `Row::notes`).
+    pub fallbacks: usize,
+    pub cpu_time_share: f64,
+    pub gpu_time_share: f64,
+    pub split_time_share: f64,
+}
+
+/// Summed time of one op type in one run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpTime {
+    pub op: String,
+    pub count: usize,
+    pub ms: f64,
+}
+
+/// One interval of a run's timeline.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Span {
+    /// `cpu`, `gpu` or `transfer`.
+    pub lane: String,
+    pub name: String,
+    pub op: String,
+    pub start_ms: f64,
+    pub dur_ms: f64,
+}
+
+/// CPU GEMM (MatMul 1024^3 unless stated) next to the f32 peak and the other GEMMs measured in
+/// the same run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GemmResult {
+    /// `m x k x n`.
+    pub shape: String,
+    pub threads: usize,
+    pub peak: Peak,
+    /// GFLOP/s by implementation: `tandem MatMul` (through a session), `gemm crate`,
+    /// `numpy BLAS`.
+    pub gflops: Vec<(String, f64)>,
+}
+
+/// The machine's f32 peak: `cores x clock x lanes x fma_units x 2`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Peak {
+    /// f32 lanes per SIMD register (16 with AVX-512).
+    pub lanes: usize,
+    /// FMA issue ports per core: assumed, not detected (2 on Zen 4/5 and Skylake-SP).
+    pub fma_units: usize,
+    pub cores: usize,
+    /// Measured with a dependent add chain (1 cycle per add), GHz.
+    pub clock_ghz: f64,
+    pub gflops: f64,
+}

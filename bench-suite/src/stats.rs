@@ -1,0 +1,160 @@
+//! Latency statistics and the measurement rule every row (tandem or peer) is timed with.
+//!
+//! Sits between a closure that runs a model once and the report: MLPerf SingleStream style, a
+//! row runs until it has at least `min_iters` iterations AND at least `min_secs` seconds, and
+//! stops early only at the hard cap `max_secs` (then `capped` says so).
+
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// When a timed loop stops.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunRule {
+    /// At least this many timed iterations...
+    pub min_iters: usize,
+    /// ...and at least this long (seconds)...
+    pub min_secs: f64,
+    /// ...unless this hard cap (seconds) is reached first, after at least one iteration.
+    pub max_secs: f64,
+}
+
+impl RunRule {
+    /// This rule with a lower hard cap (slow devices: lavapipe runs of big models).
+    pub fn capped(self, max_secs: f64) -> RunRule {
+        RunRule {
+            max_secs: self.max_secs.min(max_secs),
+            ..self
+        }
+    }
+
+    /// True when a loop that has done `iters` iterations in `elapsed` should stop.
+    pub fn done(&self, iters: usize, elapsed: Duration) -> bool {
+        let s = elapsed.as_secs_f64();
+        (iters >= self.min_iters && s >= self.min_secs) || (iters >= 1 && s >= self.max_secs)
+    }
+}
+
+/// Run `f` under `rule` (no warm-up here: the caller's first run is the cold one) and return
+/// the per-iteration times in ms. `tick` is called after every iteration (progress bars).
+pub fn measure<E>(
+    rule: &RunRule,
+    mut f: impl FnMut() -> Result<(), E>,
+    mut tick: impl FnMut(usize),
+) -> Result<Vec<f64>, E> {
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    while !rule.done(samples.len(), start.elapsed()) {
+        let t = Instant::now();
+        f()?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+        tick(samples.len());
+    }
+    Ok(samples)
+}
+
+/// Summary of one row's steady-state latencies (milliseconds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    pub iterations: usize,
+    /// Sum of the samples, seconds.
+    pub wall_s: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub mean_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    /// True when the hard cap stopped the loop before `min_iters` or `min_secs`.
+    pub capped: bool,
+    /// Every sample, in run order (the HTML report plots their distribution).
+    pub samples_ms: Vec<f64>,
+}
+
+/// The `q`-quantile (0..=1) of sorted `v` by the nearest-rank method; NaN when empty.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Latency {
+    /// Statistics of `samples_ms`; `rule` tells whether the loop was capped.
+    pub fn from_samples(samples_ms: Vec<f64>, rule: &RunRule) -> Latency {
+        let mut sorted = samples_ms.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let sum: f64 = sorted.iter().sum();
+        Latency {
+            iterations: n,
+            wall_s: sum / 1e3,
+            p50_ms: percentile(&sorted, 0.50),
+            p90_ms: percentile(&sorted, 0.90),
+            p99_ms: percentile(&sorted, 0.99),
+            mean_ms: if n == 0 { f64::NAN } else { sum / n as f64 },
+            min_ms: sorted.first().copied().unwrap_or(f64::NAN),
+            max_ms: sorted.last().copied().unwrap_or(f64::NAN),
+            capped: n < rule.min_iters || sum / 1e3 < rule.min_secs,
+            samples_ms,
+        }
+    }
+
+    /// Inferences per second at the mean latency (one stream).
+    pub fn throughput(&self) -> f64 {
+        1e3 / self.mean_ms
+    }
+
+    /// The noise measure the compare rule uses: p90 - p50.
+    pub fn spread_ms(&self) -> f64 {
+        self.p90_ms - self.p50_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles_match_hand_values() {
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 5.0);
+        assert_eq!(percentile(&v, 0.9), 9.0);
+        assert_eq!(percentile(&v, 0.99), 10.0);
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn summary_of_unsorted_samples() {
+        let rule = RunRule {
+            min_iters: 4,
+            min_secs: 0.0,
+            max_secs: 1.0,
+        };
+        let l = Latency::from_samples(vec![4.0, 1.0, 3.0, 2.0], &rule);
+        assert_eq!(
+            (l.min_ms, l.max_ms, l.p50_ms, l.mean_ms),
+            (1.0, 4.0, 2.0, 2.5)
+        );
+        assert_eq!(l.samples_ms, vec![4.0, 1.0, 3.0, 2.0]);
+        assert!(!l.capped);
+        assert!(Latency::from_samples(vec![1.0], &rule).capped);
+    }
+
+    #[test]
+    fn rule_needs_both_iterations_and_time_unless_capped() {
+        let r = RunRule {
+            min_iters: 10,
+            min_secs: 2.0,
+            max_secs: 5.0,
+        };
+        let s = Duration::from_secs_f64;
+        assert!(!r.done(10, s(1.0)));
+        assert!(!r.done(5, s(3.0)));
+        assert!(r.done(10, s(2.0)));
+        assert!(r.done(1, s(5.0)));
+        assert!(!r.done(0, s(9.0)));
+        assert_eq!(r.capped(1.0).max_secs, 1.0);
+    }
+}

@@ -1,0 +1,301 @@
+//! tandem's rows: one session per (model, placement), timed cold and under the run rule, with
+//! where each node ran, time per op type, the plan's prediction and the timeline of the median
+//! run.
+//!
+//! Sits between the public `tandem` API (`Session`, `RunReport`, `Gpu::pooled_bytes`) and the
+//! report schema.
+
+use crate::machine::{peak_rss_mib, reset_peak_rss};
+use crate::models::{max_abs_diff, Named};
+use crate::schema::{Cold, NodeSummary, OpTime, Row, Span};
+use crate::stats::{measure, Latency, RunRule};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::time::Instant;
+use tandem::report::Ran;
+use tandem::schedule::Policy;
+use tandem::{Device, Placement, RunReport, Session, SessionOptions};
+
+/// A placement as the suite names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Cpu,
+    Gpu,
+    /// `auto` with row splits (HEFT+split, the default).
+    Auto,
+    /// `auto` without row splits (HEFT).
+    AutoNoSplit,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [
+        Variant::Cpu,
+        Variant::Gpu,
+        Variant::Auto,
+        Variant::AutoNoSplit,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Cpu => "cpu",
+            Variant::Gpu => "gpu",
+            Variant::Auto => "auto",
+            Variant::AutoNoSplit => "auto-nosplit",
+        }
+    }
+
+    /// True when the row opens the GPU adapter.
+    pub fn uses_gpu(self) -> bool {
+        self != Variant::Cpu
+    }
+
+    /// Parse `cpu`, `gpu`, `auto`, `auto-nosplit`.
+    pub fn parse(s: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    fn options(self, threads: usize) -> SessionOptions {
+        let o = SessionOptions::default().cpu_threads(threads);
+        match self {
+            Variant::Cpu => o.placement(Placement::Cpu),
+            Variant::Gpu => o.placement(Placement::Gpu),
+            Variant::Auto => o.placement(Placement::Auto).policy(Policy::HeftSplit),
+            Variant::AutoNoSplit => o.placement(Placement::Auto).policy(Policy::Heft),
+        }
+    }
+}
+
+/// The text of a caught panic payload.
+pub fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic".into())
+}
+
+/// Measure `model` on `variant` with `threads` CPU threads; never panics (a failure is a row
+/// with `error` set). `tick(done)` reports timed iterations (progress bars).
+pub fn bench(
+    model: &Path,
+    inputs: &Named,
+    reference: Option<&Named>,
+    variant: Variant,
+    threads: usize,
+    rule: &RunRule,
+    tick: &mut dyn FnMut(usize),
+) -> Row {
+    let version = env!("CARGO_PKG_VERSION");
+    match catch_unwind(AssertUnwindSafe(|| {
+        bench_inner(model, inputs, reference, variant, threads, rule, tick)
+    })) {
+        Ok(Ok(row)) => row,
+        Ok(Err(e)) => Row::failed("tandem", variant.name(), version, e),
+        Err(p) => Row::failed(
+            "tandem",
+            variant.name(),
+            version,
+            format!("panicked: {}", panic_text(p)),
+        ),
+    }
+}
+
+fn bench_inner(
+    model: &Path,
+    inputs: &Named,
+    reference: Option<&Named>,
+    variant: Variant,
+    threads: usize,
+    rule: &RunRule,
+    tick: &mut dyn FnMut(usize),
+) -> Result<Row, String> {
+    reset_peak_rss();
+    let args: Vec<(&str, tandem::Tensor)> = inputs
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect();
+    let t = Instant::now();
+    let session =
+        Session::new(model, variant.options(threads)).map_err(|e| format!("load: {e}"))?;
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let (outs, _) = session
+        .run_with_report(&args)
+        .map_err(|e| format!("first run: {e}"))?;
+    let first_run_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut row = Row::failed(
+        "tandem",
+        variant.name(),
+        env!("CARGO_PKG_VERSION"),
+        String::new(),
+    );
+    row.error = None;
+    row.adapter = session.gpu().map(|g| g.adapter().name.clone());
+    row.notes.extend(session.warnings().iter().cloned());
+    if let Some(want) = reference {
+        match max_abs_diff(&outs, want) {
+            Ok(d) => row.max_abs_diff = Some(d),
+            Err(e) => row.notes.push(format!("outputs not compared: {e}")),
+        }
+    }
+    drop(outs);
+    let mut reports: Vec<RunReport> = Vec::new();
+    let samples = measure(
+        rule,
+        || {
+            let (_, r) = session.run_with_report(&args)?;
+            reports.push(r);
+            Ok::<(), tandem::Error>(())
+        },
+        tick,
+    )
+    .map_err(|e| format!("run: {e}"))?;
+    let latency = Latency::from_samples(samples, rule);
+    if latency.capped {
+        row.notes.push(format!(
+            "capped at {:.0} s after {} runs",
+            rule.max_secs, latency.iterations
+        ));
+    }
+    let median = latency
+        .samples_ms
+        .iter()
+        .enumerate()
+        .min_by(|a, b| {
+            (a.1 - latency.p50_ms)
+                .abs()
+                .total_cmp(&(b.1 - latency.p50_ms).abs())
+        })
+        .map(|(i, _)| i)
+        .unwrap_or(0);
+    if let Some(r) = reports.get(median) {
+        row.nodes = Some(node_summary(r));
+        row.op_times = op_times(r);
+        row.timeline = timeline(r);
+        let mut why: Vec<String> = r
+            .fallbacks()
+            .map(|n| {
+                format!(
+                    "{} not on gpu: {}",
+                    n.op_type,
+                    n.fallback.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        why.sort();
+        why.dedup();
+        row.notes.extend(why);
+    }
+    if let Ok(plan) = session.plan(&args) {
+        row.predicted_ms = plan.predicted.map(|s| s * 1e3);
+    }
+    row.gpu_buffers_mib = session
+        .gpu()
+        .map(|g| g.pooled_bytes() as f64 / (1024.0 * 1024.0));
+    row.cold = Some(Cold {
+        load_ms,
+        first_run_ms,
+    });
+    row.throughput_per_s = Some(latency.throughput());
+    row.latency = Some(latency);
+    row.peak_rss_mib = peak_rss_mib();
+    Ok(row)
+}
+
+/// Node counts by where they ran and each device's share of the summed node time.
+pub fn node_summary(r: &RunReport) -> NodeSummary {
+    let mut s = NodeSummary::default();
+    let (mut cpu_t, mut gpu_t, mut split_t) = (0.0, 0.0, 0.0);
+    for n in &r.nodes {
+        let t = n.time.as_secs_f64();
+        match n.ran {
+            Ran::On(Device::Cpu) => {
+                s.cpu += 1;
+                cpu_t += t;
+            }
+            Ran::On(Device::Gpu) => {
+                s.gpu += 1;
+                gpu_t += t;
+            }
+            Ran::Split { .. } => {
+                s.split += 1;
+                split_t += t + n.gpu_time.map_or(0.0, |g| g.as_secs_f64());
+            }
+            Ran::View => s.view += 1,
+            Ran::Folded => s.folded += 1,
+        }
+        s.fallbacks += n.fallback.is_some() as usize;
+    }
+    let total = (cpu_t + gpu_t + split_t).max(1e-12);
+    s.cpu_time_share = cpu_t / total;
+    s.gpu_time_share = gpu_t / total;
+    s.split_time_share = split_t / total;
+    s
+}
+
+/// Summed node time per op type, largest first (split nodes count both halves).
+pub fn op_times(r: &RunReport) -> Vec<OpTime> {
+    let mut by: Vec<OpTime> = Vec::new();
+    for n in &r.nodes {
+        if matches!(n.ran, Ran::View | Ran::Folded) {
+            continue;
+        }
+        let ms = (n.time + n.gpu_time.unwrap_or_default()).as_secs_f64() * 1e3;
+        match by.iter_mut().find(|o| o.op == n.op_type) {
+            Some(o) => {
+                o.count += 1;
+                o.ms += ms;
+            }
+            None => by.push(OpTime {
+                op: n.op_type.clone(),
+                count: 1,
+                ms,
+            }),
+        }
+    }
+    by.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    by
+}
+
+/// The run as lanes of spans (what `tandem::trace::chrome_trace` writes, as data).
+pub fn timeline(r: &RunReport) -> Vec<Span> {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let mut spans = Vec::new();
+    for n in &r.nodes {
+        let mut push = |lane: &str, dur: f64| {
+            spans.push(Span {
+                lane: lane.into(),
+                name: n.name.clone(),
+                op: n.op_type.clone(),
+                start_ms: ms(n.start),
+                dur_ms: dur,
+            })
+        };
+        match n.ran {
+            Ran::On(Device::Cpu) => push("cpu", ms(n.time)),
+            Ran::On(Device::Gpu) => push("gpu", ms(n.time)),
+            Ran::Split { .. } => {
+                push("cpu", ms(n.time));
+                push("gpu", n.gpu_time.map_or(0.0, ms));
+            }
+            Ran::View | Ran::Folded => {}
+        }
+    }
+    for t in &r.transfers {
+        spans.push(Span {
+            lane: "transfer".into(),
+            name: format!(
+                "{} {} B",
+                if t.to == Device::Gpu {
+                    "upload"
+                } else {
+                    "download"
+                },
+                t.bytes
+            ),
+            op: "transfer".into(),
+            start_ms: ms(t.start),
+            dur_ms: ms(t.time),
+        });
+    }
+    spans
+}

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""onnxruntime CPU peer of tandem-bench: load one model, run it on the given inputs under the
+suite's rule (warm-up, then at least N iterations AND at least T seconds, stopping at a hard cap),
+write its outputs as .npy, and print one JSON object on stdout.
+
+Sits between tandem-bench (bench-suite/src/peers/ort.rs spawns it with .venv/bin/python) and the
+pip-installed onnxruntime. Nothing else is printed on stdout; errors go to stderr and the exit
+status is non-zero.
+
+Usage:
+  ort_driver.py --numpy-gemm N [--threads 2] [--secs T]   (numpy's BLAS on an N^3 f32 matmul)
+  ort_driver.py --model M.onnx --input NAME=FILE.npy ... --out-dir DIR
+                [--iters N] [--secs T] [--max-secs X] [--threads 2]
+
+Output JSON: {"runtime": "onnxruntime", "version", "threads", "load_ms", "first_run_ms",
+"samples_ms": [...], "outputs": [{"name", "path"}], "peak_rss_kb"}. peak_rss_kb is the
+process's ru_maxrss (Python + numpy + onnxruntime + the model), so it is an upper bound on
+what onnxruntime itself needs. With --numpy-gemm: {"numpy": version, "gflops": best,
+"blas": the BLAS numpy links}; the thread count is set through the BLAS environment variables
+before numpy loads.
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import sys
+import time
+
+
+def numpy_gemm(n, threads, secs):
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.random((n, n), dtype=np.float32)
+    b = rng.random((n, n), dtype=np.float32)
+    a @ b  # warm-up
+    best = float("inf")
+    start = time.perf_counter()
+    while time.perf_counter() - start < secs:
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    try:
+        cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        blas = f"{cfg.get('name')} {cfg.get('version')}"
+    except Exception:  # older numpy: no dict mode
+        blas = "unknown"
+    json.dump({"numpy": np.__version__, "gflops": 2 * n**3 / best / 1e9, "blas": blas}, sys.stdout)
+    sys.stdout.write("\n")
+
+
+def safe(name):
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def main():
+    global np, ort
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--numpy-gemm", type=int, metavar="N")
+    p.add_argument("--model")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    p.add_argument("--out-dir")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--secs", type=float, default=2.0)
+    p.add_argument("--max-secs", type=float, default=60.0)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    if a.numpy_gemm:
+        return numpy_gemm(a.numpy_gemm, a.threads, a.secs)
+    if not a.model or not a.out_dir:
+        p.error("--model and --out-dir are required")
+    import numpy as np
+    import onnxruntime as ort
+
+    feeds = {}
+    for item in a.input:
+        name, _, path = item.partition("=")
+        feeds[name] = np.load(path)
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = a.threads
+    opts.inter_op_num_threads = 1
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(a.model, opts, providers=["CPUExecutionProvider"])
+    load_ms = (time.perf_counter() - t0) * 1e3
+    names = [o.name for o in sess.get_outputs()]
+
+    t0 = time.perf_counter()
+    outs = sess.run(names, feeds)
+    first_ms = (time.perf_counter() - t0) * 1e3
+
+    samples = []
+    start = time.perf_counter()
+    while True:
+        elapsed = time.perf_counter() - start
+        if len(samples) >= a.iters and elapsed >= a.secs:
+            break
+        if elapsed >= a.max_secs and samples:
+            break
+        t0 = time.perf_counter()
+        sess.run(names, feeds)
+        samples.append((time.perf_counter() - t0) * 1e3)
+
+    os.makedirs(a.out_dir, exist_ok=True)
+    written = []
+    for name, value in zip(names, outs):
+        path = os.path.join(a.out_dir, safe(name) + ".npy")
+        np.save(path, np.ascontiguousarray(value))
+        written.append({"name": name, "path": path})
+
+    json.dump(
+        {
+            "runtime": "onnxruntime",
+            "version": ort.__version__,
+            "threads": a.threads,
+            "load_ms": load_ms,
+            "first_run_ms": first_ms,
+            "samples_ms": samples,
+            "outputs": written,
+            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        },
+        sys.stdout,
+    )
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
