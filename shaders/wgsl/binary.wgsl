@@ -35,9 +35,33 @@ fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
+fn is_inf(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) == 0x7f800000u;
+}
+
+// pow with C99 / IEEE 754 special cases (what onnxruntime's std::pow gives): NaN, infinities
+// and signed zeros are decided here on the bits, never left to exp2/log2 (lavapipe's exp2 of
+// NaN is 0).
 fn pow_f(x: f32, y: f32) -> f32 {
-    if (y == 0.0) {
-        return 1.0;
+    if (y == 0.0 || x == 1.0) {
+        return 1.0; // even for a NaN x or y
+    }
+    if (is_nan(x) || is_nan(y)) {
+        return bitcast<f32>(0x7fc00000u);
+    }
+    let odd = abs(y) < 16777216.0 && floor(y) == y && abs(y) % 2.0 == 1.0;
+    if (is_inf(y)) {
+        let ax = abs(x);
+        if (ax == 1.0) {
+            return 1.0;
+        }
+        return select(0.0, bitcast<f32>(0x7f800000u), (ax > 1.0) == (y > 0.0));
+    }
+    if (x == 0.0 || is_inf(x)) {
+        // |x|^y is 0 or inf; the sign of x survives odd integer powers.
+        let big = (x == 0.0) == (y < 0.0);
+        let m = select(0.0, bitcast<f32>(0x7f800000u), big);
+        return select(m, -m, odd && (bitcast<u32>(x) >> 31u) == 1u);
     }
     if (y == 1.0) {
         return x;
@@ -45,17 +69,87 @@ fn pow_f(x: f32, y: f32) -> f32 {
     if (y == 2.0) {
         return x * x;
     }
-    if (x == 0.0) {
-        return select(0.0, bitcast<f32>(0x7f800000u), y < 0.0);
-    }
     let m = exp2(y * log2(abs(x)));
     if (x < 0.0) {
         if (floor(y) != y) {
             return bitcast<f32>(0x7fc00000u); // NaN
         }
-        return select(m, -m, abs(y) % 2.0 == 1.0);
+        return select(m, -m, odd);
     }
     return m;
+}
+
+// Mantissa of a finite non-zero |v| (bits `u`) as a 24-bit integer, and its exponent (below 1 for
+// subnormals, which are normalised).
+fn fmod_parts(u: u32) -> vec2<i32> {
+    var e = i32(u >> 23u);
+    if (e == 0) {
+        var i = u << 9u;
+        loop {
+            if ((i >> 31u) != 0u) {
+                break;
+            }
+            e = e - 1;
+            i = i << 1u;
+        }
+        return vec2<i32>(bitcast<i32>(u << u32(1 - e)), e);
+    }
+    return vec2<i32>(bitcast<i32>((u & 0x7fffffu) | 0x800000u), e);
+}
+
+// C fmod on the bits (musl's fmodf): exact, with the sign of x; x for an infinite y; NaN for a
+// zero y or an infinite x. Float arithmetic (x - y * trunc(x / y)) is off by one y when x / y
+// rounds up to an integer, and lavapipe's fma is not fused, so it cannot repair that.
+fn fmod_f(x: f32, y: f32) -> f32 {
+    let sx = bitcast<u32>(x) & 0x80000000u;
+    let ux = bitcast<u32>(x) & 0x7fffffffu;
+    let uy = bitcast<u32>(y) & 0x7fffffffu;
+    if (uy == 0u || ux >= 0x7f800000u || uy > 0x7f800000u) {
+        return bitcast<f32>(0x7fc00000u);
+    }
+    if (ux < uy) {
+        return x;
+    }
+    if (ux == uy) {
+        return bitcast<f32>(sx);
+    }
+    let px = fmod_parts(ux);
+    let py = fmod_parts(uy);
+    var mx = u32(px.x);
+    let my = u32(py.x);
+    var ex = px.y;
+    loop {
+        if (ex <= py.y) {
+            break;
+        }
+        if (mx >= my) {
+            mx = mx - my;
+            if (mx == 0u) {
+                return bitcast<f32>(sx);
+            }
+        }
+        mx = mx << 1u;
+        ex = ex - 1;
+    }
+    if (mx >= my) {
+        mx = mx - my;
+        if (mx == 0u) {
+            return bitcast<f32>(sx);
+        }
+    }
+    loop {
+        if ((mx >> 23u) != 0u) {
+            break;
+        }
+        mx = mx << 1u;
+        ex = ex - 1;
+    }
+    if (ex > 0) {
+        mx = (mx - 0x800000u) | (u32(ex) << 23u);
+    } else {
+        mx = mx >> u32(1 - ex);
+    }
+    return bitcast<f32>(mx | sx);
 }
 
 fn float_op(x: f32, y: f32) -> u32 {
@@ -72,7 +166,7 @@ fn float_op(x: f32, y: f32) -> u32 {
             let t = x % y;
             r = select(t, t + y, t != 0.0 && ((t < 0.0) != (y < 0.0)));
         }
-        case 8u: { r = x % y; } // Fmod: x - y * trunc(x / y)
+        case 8u: { r = fmod_f(x, y); }
         case 9u: { r = select(x, x * y, x < 0.0); }
         case 10u: { return select(0u, 1u, x == y); }
         case 11u: { return select(0u, 1u, x < y); }

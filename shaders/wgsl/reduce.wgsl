@@ -29,6 +29,11 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 @group(0) @binding(2) var<uniform> params: Params;
 
+// NaN on the bits: lavapipe's LLVM folds `v != v` to false (see README.md, "Numerics").
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
 fn base_offset(e: u32) -> u32 {
     var rem = e;
     var off = 0u;
@@ -96,10 +101,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let v = x[base + reduced_offset(r)];
         switch op {
             case 2u: {
-                if (v > acc || v != v) { acc = v; }
+                if ((v > acc || is_nan(v)) && !is_nan(acc)) { acc = v; }
             }
             case 3u: {
-                if (v < acc || v != v) { acc = v; }
+                if ((v < acc || is_nan(v)) && !is_nan(acc)) { acc = v; }
             }
             case 4u: {
                 acc = acc * v;
@@ -111,7 +116,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 acc = acc + v * v;
             }
             case 8u: {
-                if (v > m) {
+                if (is_nan(v) || is_nan(m)) {
+                    m = bitcast<f32>(0x7fc00000u); // NaN wins
+                    acc = m;
+                } else if (v > m) {
                     acc = acc * exp(m - v) + 1.0;
                     m = v;
                 } else if (v != -inf) {
@@ -130,7 +138,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     } else if (op == 11u) {
         acc = log(acc);
     } else if (op == 8u) {
-        if (m == -inf || m == inf || m != m) {
+        if (m == -inf || m == inf || is_nan(m)) {
             acc = m;
         } else {
             acc = log(acc) + m;

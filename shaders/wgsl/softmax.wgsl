@@ -48,10 +48,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
         return;
     }
-    // An all -inf (or +inf) lane: shift by 0 like the CPU kernel.
-    if (m - m != 0.0) {
-        m = 0.0;
-    }
+    // No fix-up for an infinite max: a lane with +inf (or only -inf) gives NaN everywhere, like
+    // the CPU kernel and onnxruntime (README.md, "Numerics").
     var s = 0.0;
     for (var k = 0u; k < n; k = k + 1u) {
         s = s + exp(x[base + k * inner] - m);

@@ -29,9 +29,20 @@ struct Params {
 const FRAC_1_SQRT_2: f32 = 0.70710678;
 const SQRT_2_OVER_PI: f32 = 0.7978846;
 
+// NaN tests and clamps on the bits: WGSL leaves clamp/min/max of NaN to the implementation, and
+// lavapipe's LLVM folds `v != v` to false (see README.md, "Numerics").
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// clamp(v, lo, hi) that keeps NaN.
+fn clamp_nan(v: f32, lo: f32, hi: f32) -> f32 {
+    return select(clamp(v, lo, hi), v, is_nan(v));
+}
+
 // Rational approximation of erf (same coefficients as erf_f32 in ops/src/unary.rs).
 fn erf_approx(v: f32) -> f32 {
-    let x = clamp(v, -4.0, 4.0);
+    let x = clamp_nan(v, -4.0, 4.0);
     let x2 = x * x;
     var p = -2.7261423e-10;
     p = p * x2 + 2.7706814e-8;
@@ -45,12 +56,12 @@ fn erf_approx(v: f32) -> f32 {
     q = q * x2 - 1.682827e-3;
     q = q * x2 - 7.3733293e-3;
     q = q * x2 - 1.426474e-2;
-    return select(x * p / q, sign(x), abs(x) > 3.9);
+    return select(x * p / q, sign(x), abs(x) > 3.9 && !is_nan(x));
 }
 
 // tanh without overflow in exp-based implementations.
 fn tanh_safe(v: f32) -> f32 {
-    return tanh(clamp(v, -15.0, 15.0));
+    return tanh(clamp_nan(v, -15.0, 15.0));
 }
 
 fn float_op(v: f32) -> f32 {
@@ -66,8 +77,8 @@ fn float_op(v: f32) -> f32 {
         case 6u: {                                                        // Gelu (tanh)
             return 0.5 * v * (1.0 + tanh_safe(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)));
         }
-        case 7u: { return clamp(a * v + b, 0.0, 1.0); }                   // HardSigmoid
-        case 8u: { return v * clamp(v / 6.0 + 0.5, 0.0, 1.0); }           // HardSwish
+        case 7u: { return clamp_nan(a * v + b, 0.0, 1.0); }               // HardSigmoid
+        case 8u: { return v * clamp_nan(v / 6.0 + 0.5, 0.0, 1.0); }       // HardSwish
         case 9u: {                                                        // Clip (NaN stays)
             let y = select(v, a, v < a);
             return select(y, b, y > b);
@@ -81,7 +92,7 @@ fn float_op(v: f32) -> f32 {
         case 16u: { return ceil(v); }
         case 17u: { return round(v); }                                    // ties to even
         case 18u: { return abs(v); }
-        case 19u: { return sign(v); }
+        case 19u: { return select(sign(v), v, is_nan(v)); }
         case 20u: { return sin(v); }
         case 21u: { return cos(v); }
         case 22u: { return max(v, 0.0) + log(1.0 + exp(-abs(v))); }      // Softplus
