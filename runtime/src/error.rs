@@ -41,6 +41,14 @@ pub enum Error {
     /// Anything else a caller asked for that cannot be done (bad option, unknown node name...).
     #[error("{0}")]
     Usage(String),
+    /// A run would need more of a resource than the session allows (checked before allocating).
+    #[error("{resource} limit: the run needs {needed} bytes, the limit is {limit} ({detail})")]
+    ResourceLimit {
+        resource: &'static str,
+        needed: u64,
+        limit: u64,
+        detail: String,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

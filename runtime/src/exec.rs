@@ -13,6 +13,8 @@
 //! be awaited, never blocked on. On native targets the awaited futures are already complete when
 //! first polled (the GPU layer waits inside them), so [`execute`] is a plain `block_on`.
 
+mod fault;
+
 use crate::gpu::{to_gpu_bytes, Batch, Gpu, GpuTensor, Submitted};
 use crate::graph::Graph;
 use crate::plan::{node_error, Device, Plan, StepKind};
@@ -35,7 +37,9 @@ impl GpuConstants {
     fn get(&self, gpu: &Gpu, t: &Arc<Tensor>, report: &mut RunReport) -> Result<GpuTensor> {
         let key = Arc::as_ptr(t) as usize;
         if let Some((_, g)) = self.map.lock().unwrap().get(&key) {
-            return Ok(g.clone());
+            if g.is_on(gpu) {
+                return Ok(g.clone());
+            }
         }
         let g = gpu.upload(t)?;
         report.uploads += 1;
@@ -85,6 +89,10 @@ struct Run<'a> {
     report: RunReport,
     /// Start of the last CPU kernel, from the start of the run.
     cpu_started: Duration,
+    /// Why the GPU is off for the rest of this run (a fault; see `exec/fault.rs`).
+    gpu_off: Option<String>,
+    /// Host copies past their last use, kept until the GPU work in flight is done.
+    released: Vec<usize>,
 }
 
 /// Run the plan on `inputs` (in `graph.inputs` order); outputs in `graph.outputs` order.
@@ -108,6 +116,8 @@ pub async fn execute_async(
         inflight: Vec::new(),
         report: RunReport::default(),
         cpu_started: Duration::ZERO,
+        gpu_off: None,
+        released: Vec::new(),
     };
     for &n in &cx.plan.folded {
         let node = &cx.graph.nodes[n];
@@ -127,6 +137,10 @@ pub async fn execute_async(
     let mut result = Ok(());
     for s in 0..cx.plan.steps.len() {
         result = run.step(s).await;
+        if let Err(e) = result {
+            // A GPU fault: finish on the CPU (exec/fault.rs).
+            result = run.recover(Some(s), e).await;
+        }
         if result.is_err() {
             break;
         }
@@ -137,9 +151,17 @@ pub async fn execute_async(
         Err(e) => Err(e),
     };
     result?;
-    drained?;
+    if let Err(e) = drained {
+        run.recover(None, e).await?;
+    }
     let outs = cx.graph.outputs.clone();
-    let tensors = run.host_tensors(&outs).await?;
+    let tensors = match run.host_tensors(&outs).await {
+        Ok(t) => t,
+        Err(e) => {
+            run.recover(None, e).await?;
+            run.host_tensors(&outs).await?
+        }
+    };
     run.wait_all().await?;
     let outputs = tensors.into_iter().map(Arc::unwrap_or_clone).collect();
     run.report.total = start.elapsed();
@@ -173,9 +195,9 @@ impl<'a> Run<'a> {
                 kernels,
             } => match self.gpu_step(s, kernels, false) {
                 Ok(()) => entry.ran = Ran::On(Device::Gpu),
-                Err(Error::Gpu(reason)) if !reason.contains("lost") => {
+                Err(Error::Gpu(reason)) if self.node_fault_is_local() => {
                     self.orphan_last_label();
-                    entry.fallback = Some(reason);
+                    entry.fallback = Some(self.gpu_refused(&node.name, reason));
                     entry.ran = Ran::On(Device::Cpu);
                     entry.time = self.cpu_step(s, None).await?;
                 }
@@ -207,9 +229,9 @@ impl<'a> Run<'a> {
                             self.slots[v].split = Some(cut * row_len);
                         }
                     }
-                    Err(Error::Gpu(reason)) if !reason.contains("lost") => {
+                    Err(Error::Gpu(reason)) if self.node_fault_is_local() => {
                         self.orphan_last_label();
-                        entry.fallback = Some(reason);
+                        entry.fallback = Some(self.gpu_refused(&node.name, reason));
                         entry.ran = Ran::On(Device::Cpu);
                         entry.time = self.cpu_step(s, None).await?;
                     }
@@ -223,7 +245,8 @@ impl<'a> Run<'a> {
         self.report.nodes.push(entry);
         for v in node.inputs.iter().flatten() {
             if cx.plan.last_use[*v] == Some(s) && !cx.graph.outputs.contains(v) {
-                self.slots[*v] = Slot::default();
+                // Host copies may outlive their last use while GPU work is unfinished.
+                self.release(*v);
             }
         }
         Ok(())
@@ -300,8 +323,7 @@ impl<'a> Run<'a> {
         let start = Instant::now();
         self.cpu_started = start - self.started;
         let rows = rows.unwrap_or_else(|| step.rows.clone());
-        cx.pool
-            .install(|| node.op.cpu(&refs, &mut outs, rows))
+        crate::limits::install(cx.pool, || node.op.cpu(&refs, &mut outs, rows))
             .map_err(|e| node_error(node, e))?;
         let took = start.elapsed();
         for (&v, t) in node.outputs.iter().zip(outs) {
@@ -313,6 +335,7 @@ impl<'a> Run<'a> {
     /// Record step `s`'s GPU kernels into the open batch.
     fn gpu_step(&mut self, s: usize, kernels: &[GpuKernel], split: bool) -> Result<()> {
         let cx = self.cx;
+        self.gpu_usable()?;
         let gpu = cx.gpu.ok_or_else(|| Error::Gpu("no GPU adapter".into()))?;
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
@@ -448,6 +471,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
+        self.drop_released();
         Ok(())
     }
 

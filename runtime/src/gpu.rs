@@ -273,7 +273,9 @@ impl Gpu {
     /// Cap (or uncap, with `None`) the bytes of buffers this device may hold; allocations past
     /// it fail as out of memory after unused pooled buffers were released.
     pub fn set_memory_cap(&self, bytes: Option<u64>) {
-        self.pool.cap.store(bytes.unwrap_or(u64::MAX), Ordering::SeqCst);
+        self.pool
+            .cap
+            .store(bytes.unwrap_or(u64::MAX), Ordering::SeqCst);
     }
 
     /// Make a failure happen (tests of the fault handling; see [`Fault`]).

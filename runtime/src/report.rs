@@ -1,5 +1,5 @@
 //! What a run did: per node, where it ran, how long it took, and why it is not where the policy
-//! asked; plus transfer counts.
+//! asked; plus transfer counts and the GPU faults the run met and survived.
 //!
 //! Sits between the executor (which fills it) and callers (the CLI prints it, the cost model
 //! learns from it).
@@ -61,6 +61,96 @@ pub struct Transfer {
     pub time: Duration,
 }
 
+/// What kind of GPU failure a run met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The device was lost (driver reset, destroyed, or a wait that never finished).
+    DeviceLost,
+    /// A buffer could not be created: the driver's memory or the device's cap.
+    OutOfMemory,
+    /// A shader module or compute pipeline failed to build.
+    PipelineCreation,
+    /// A tensor or a dispatch over the adapter's limits.
+    AdapterLimit,
+    /// The session's `max_gpu_memory` kept the node off the GPU.
+    MemoryCap,
+    /// Any other GPU error (a batch that failed validation, a failed readback).
+    Other,
+}
+
+impl FaultKind {
+    /// The kind of a GPU error message of this crate; `lost` when the device is known lost.
+    pub fn classify(reason: &str, lost: bool) -> FaultKind {
+        if lost || reason.contains(" lost") {
+            FaultKind::DeviceLost
+        } else if reason.contains("out of memory") {
+            FaultKind::OutOfMemory
+        } else if reason.contains("pipeline creation") {
+            FaultKind::PipelineCreation
+        } else if reason.contains("GPU memory cap") {
+            FaultKind::MemoryCap
+        } else if reason.contains("limit") || reason.contains("workgroups") {
+            FaultKind::AdapterLimit
+        } else {
+            FaultKind::Other
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FaultKind::DeviceLost => "device lost",
+            FaultKind::OutOfMemory => "out of memory",
+            FaultKind::PipelineCreation => "pipeline creation failed",
+            FaultKind::AdapterLimit => "adapter limit",
+            FaultKind::MemoryCap => "GPU memory cap",
+            FaultKind::Other => "GPU error",
+        })
+    }
+}
+
+/// A GPU failure a run met and what the runtime did about it.
+#[derive(Debug, Clone)]
+pub struct GpuFault {
+    pub kind: FaultKind,
+    /// The node being run when it happened (`None`: between nodes, e.g. while waiting).
+    pub node: Option<String>,
+    pub reason: String,
+    /// What was done (e.g. "ran on the CPU", "recomputed 3 nodes on the CPU").
+    pub action: String,
+}
+
+/// `text` on one line: runs of whitespace (driver messages span lines) become one space.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl GpuFault {
+    /// A fault classified from `reason` (`lost`: the device is known lost), written to the log
+    /// (stderr) as it is made.
+    pub fn logged(node: Option<&str>, reason: &str, lost: bool, action: &str) -> GpuFault {
+        let fault = GpuFault {
+            kind: FaultKind::classify(reason, lost),
+            node: node.map(str::to_string),
+            reason: one_line(reason),
+            action: action.to_string(),
+        };
+        eprintln!("tandem: {fault}");
+        fault
+    }
+}
+
+impl fmt::Display for GpuFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "gpu fault ({})", self.kind)?;
+        if let Some(n) = &self.node {
+            write!(f, " at node `{n}`")?;
+        }
+        write!(f, ": {}; {}", self.reason, self.action)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
     pub nodes: Vec<NodeReport>,
@@ -71,6 +161,8 @@ pub struct RunReport {
     pub downloads: usize,
     pub download_bytes: u64,
     pub gpu_submits: usize,
+    /// GPU failures met during the run, in order, each also written to the log (stderr).
+    pub faults: Vec<GpuFault>,
 }
 
 impl RunReport {
@@ -82,6 +174,12 @@ impl RunReport {
     /// Nodes with a fallback reason.
     pub fn fallbacks(&self) -> impl Iterator<Item = &NodeReport> {
         self.nodes.iter().filter(|n| n.fallback.is_some())
+    }
+
+    /// Record a GPU fault (see [`GpuFault::logged`]).
+    pub fn record_fault(&mut self, node: Option<&str>, reason: &str, lost: bool, action: &str) {
+        self.faults
+            .push(GpuFault::logged(node, reason, lost, action));
     }
 }
 
@@ -116,6 +214,9 @@ impl fmt::Display for RunReport {
                 write!(f, "  (not on gpu: {r})")?;
             }
             writeln!(f)?;
+        }
+        for fault in &self.faults {
+            writeln!(f, "{fault}")?;
         }
         write!(
             f,

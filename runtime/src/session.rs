@@ -35,6 +35,10 @@ pub struct SessionOptions {
     pub policy: Policy,
     /// Time `auto` may spend calibrating when no saved profile fits this adapter and CPU.
     pub calibration_budget: std::time::Duration,
+    /// Most bytes of GPU buffers a plan may hold (see [`SessionOptions::max_gpu_memory`]).
+    pub max_gpu_memory: Option<u64>,
+    /// Most host bytes a run may need (see [`SessionOptions::max_host_memory`]).
+    pub max_host_memory: Option<u64>,
 }
 
 impl Default for SessionOptions {
@@ -47,6 +51,8 @@ impl Default for SessionOptions {
             cost_model: None,
             policy: Policy::HeftSplit,
             calibration_budget: std::time::Duration::from_secs(10),
+            max_gpu_memory: None,
+            max_host_memory: None,
         }
     }
 }
@@ -82,6 +88,23 @@ impl SessionOptions {
         self.policy = policy;
         self
     }
+
+    /// Keep each plan's GPU buffers (uploaded constants + live intermediates) within `bytes`:
+    /// nodes past it run on the CPU, each with the reason in the run report. A device the
+    /// session opens itself is also capped at `bytes` (allocations past it fail as out of
+    /// memory and that node runs on the CPU); a shared device's cap is its owner's
+    /// (`Gpu::set_memory_cap`).
+    pub fn max_gpu_memory(mut self, bytes: u64) -> Self {
+        self.max_gpu_memory = Some(bytes);
+        self
+    }
+
+    /// Refuse, with `Error::ResourceLimit` and before allocating, a run whose host working set
+    /// (inputs + constants + peak live intermediates, from the plan) exceeds `bytes`.
+    pub fn max_host_memory(mut self, bytes: u64) -> Self {
+        self.max_host_memory = Some(bytes);
+        self
+    }
 }
 
 /// Where a model comes from.
@@ -105,7 +128,9 @@ impl<'a> From<&'a [u8]> for ModelSource<'a> {
 /// A loaded model, ready to run.
 pub struct Session {
     graph: Graph,
-    gpu: Option<Arc<Gpu>>,
+    /// The GPU, replaced by a new device after it was lost (see `recover.rs`).
+    gpu: crate::recover::GpuSlot,
+    limits: crate::limits::Limits,
     /// Why `auto` runs without a GPU, when it does.
     gpu_missing: Option<String>,
     pool: Arc<rayon::ThreadPool>,
@@ -152,10 +177,14 @@ impl Session {
         let wants_gpu = options.placement == Placement::Gpu
             || options.overrides.iter().any(|(_, d)| *d == Device::Gpu);
         let mut gpu_missing = None;
+        let own = crate::gpu::GpuOptions {
+            max_memory: options.max_gpu_memory,
+            ..Default::default()
+        };
         let gpu = match (options.gpu, wants_gpu, options.placement) {
             (Some(g), _, _) => Some(g),
-            (None, true, _) => Some(Arc::new(Gpu::new()?)),
-            (None, false, Placement::Auto) => match Gpu::new() {
+            (None, true, _) => Some(Arc::new(Gpu::with_options(own)?)),
+            (None, false, Placement::Auto) => match Gpu::with_options(own) {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
                     gpu_missing = Some(e.to_string());
@@ -187,7 +216,11 @@ impl Session {
         );
         Ok(Session {
             graph,
-            gpu,
+            gpu: crate::recover::GpuSlot::new(gpu),
+            limits: crate::limits::Limits {
+                gpu_memory: options.max_gpu_memory,
+                host_memory: options.max_host_memory,
+            },
             gpu_missing,
             pool,
             placement: options.placement,
@@ -205,8 +238,9 @@ impl Session {
         &self.graph
     }
 
-    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
-        self.gpu.as_ref()
+    /// The session's GPU now (after a device loss, the one that replaced it).
+    pub fn gpu(&self) -> Option<Arc<Gpu>> {
+        self.gpu.get()
     }
 
     /// What a user should know about how this session was set up (a recalibrated cost profile,
@@ -279,14 +313,18 @@ impl Session {
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         let ordered = self.order_inputs(inputs)?;
         let plan = self.plan_for(&ordered)?;
+        crate::limits::check_host_memory(&self.graph, &plan, self.limits.host_memory)?;
+        // A device lost in an earlier run is replaced here (recover.rs).
+        let (gpu, reopened) = self.gpu.for_run(&self.constants);
         let cx = exec::Context {
             graph: &self.graph,
             plan: &plan,
-            gpu: self.gpu.as_deref(),
+            gpu: gpu.as_deref(),
             pool: &self.pool,
             constants: &self.constants,
         };
-        let (outs, report) = exec::execute_async(&cx, ordered.clone()).await?;
+        let (outs, mut report) = exec::execute_async(&cx, ordered.clone()).await?;
+        report.faults.splice(0..0, reopened);
         self.learn(&ordered, &plan, &report);
         let names = self
             .graph
@@ -405,13 +443,15 @@ impl Session {
             policy: self.policy,
             assume_gpu: false,
         };
-        let plan = Arc::new(plan::build(
-            &self.graph,
-            &metas,
-            &request,
-            self.gpu.as_deref(),
-            &self.pool,
-        )?);
+        let gpu = self.gpu.get();
+        let mut plan = crate::limits::off_foreign_pool(&self.pool, || {
+            plan::build(&self.graph, &metas, &request, gpu.as_deref(), &self.pool)
+        })?;
+        if let Some(cap) = self.limits.gpu_memory {
+            crate::limits::fit_gpu_memory(&mut plan, &self.graph, cap);
+        }
+        crate::recover::log_limit_fallbacks(&self.graph, &plan);
+        let plan = Arc::new(plan);
         self.plans.lock().unwrap().insert(
             key,
             CachedPlan {
