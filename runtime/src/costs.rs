@@ -5,7 +5,8 @@
 //! learned, persisted model that answers them). Frozen cost tables in tests implement it too.
 
 use crate::plan::Device;
-use tandem_ops::{DType, Work};
+use std::borrow::Cow;
+use tandem_ops::{DType, TensorMeta, Work};
 
 /// What the scheduler needs to know of one node to predict its time.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +19,58 @@ pub struct NodeCostQuery<'a> {
     pub work: Work,
     /// Number of GPU dispatches (launch overhead), usually 1.
     pub dispatches: usize,
+    /// Which kernel path of the op runs (see [`kernel_variant`]); "" when the op has one.
+    pub variant: &'static str,
+}
+
+impl NodeCostQuery<'_> {
+    /// The cost model's key for this node: `op_type`, or `op_type/variant`.
+    pub fn cost_key(&self) -> Cow<'_, str> {
+        cost_key(self.op_type, self.variant)
+    }
+}
+
+/// `op`, or `op/variant` when the variant is not empty.
+pub fn cost_key<'a>(op: &'a str, variant: &str) -> Cow<'a, str> {
+    if variant.is_empty() {
+        Cow::Borrowed(op)
+    } else {
+        Cow::Owned(format!("{op}/{variant}"))
+    }
+}
+
+/// The kernel path an op takes for these shapes, where one op type runs kernels whose time
+/// per flop differs a lot, so that they get separate cost entries: Conv is `depthwise`,
+/// `grouped`, `1x1` or `kxk` (from the weight shape and the input channels); MatMul and Gemm
+/// with a single output row are `gemv` (bandwidth-bound, and a tiled GPU kernel computes a
+/// whole tile of rows for it). "" for everything else.
+pub fn kernel_variant(op_type: &str, ins: &[&TensorMeta], outs: &[TensorMeta]) -> &'static str {
+    match op_type {
+        "Conv" => {
+            let (Some(x), Some(w)) = (ins.first(), ins.get(1)) else {
+                return "";
+            };
+            if x.shape.len() < 3 || w.shape.len() != x.shape.len() || w.shape[1] == 0 {
+                return "";
+            }
+            let group = x.shape[1] / w.shape[1];
+            if group > 1 && w.shape[1] == 1 {
+                "depthwise"
+            } else if group > 1 {
+                "grouped"
+            } else if w.shape[2..].iter().product::<usize>() == 1 {
+                "1x1"
+            } else {
+                "kxk"
+            }
+        }
+        "MatMul" | "Gemm" => match outs.first().map(|o| o.shape.as_slice()) {
+            Some([.., m, _]) if *m == 1 => "gemv",
+            Some([_]) => "gemv",
+            _ => "",
+        },
+        _ => "",
+    }
 }
 
 /// Predicted times, in seconds.

@@ -5,7 +5,7 @@
 //! from [`Placer`] (forced placement here; the cost-model scheduler plugs in the same way); every
 //! refusal of the GPU is recorded with its reason so that no fallback is silent.
 
-use crate::costs::{Costs, NodeCostQuery};
+use crate::costs::{kernel_variant, Costs, NodeCostQuery};
 use crate::gpu::{to_gpu_bytes, Gpu};
 use crate::graph::{Graph, Node};
 use crate::schedule::{self, Choice, Explain, Policy, Task};
@@ -78,7 +78,7 @@ impl Step {
 }
 
 /// An executable plan for one input-shape signature.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Plan {
     /// Type and shape of every value; `value` is set for constants (initializers and folded).
     pub metas: Vec<Option<TensorMeta>>,
@@ -370,6 +370,7 @@ fn place(
                     dtype: p.outs[0].dtype,
                     work: node.op.work(&refs, &p.outs),
                     dispatches: k.as_ref().map_or(1, |k| k.len()),
+                    variant: kernel_variant(&node.op_type, &refs, &p.outs),
                 },
                 inputs: node
                     .inputs

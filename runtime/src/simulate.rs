@@ -8,7 +8,7 @@
 //! here runs a kernel: only shapes are planned (constants are folded on the CPU).
 
 use crate::cost::{family, CostModel};
-use crate::costs::{Costs, NodeCostQuery};
+use crate::costs::{kernel_variant, Costs, NodeCostQuery};
 use crate::graph::{Graph, Node, Value};
 use crate::plan::{self, Device, Placement, Request, StepKind};
 use crate::schedule::{self, Choice, Policy, Task};
@@ -499,6 +499,7 @@ pub fn layer_task<'g>(graph: &'g Graph, metas: &[TensorMeta]) -> Result<Task<'g>
                 .op
                 .gpu(&refs, &outs, 0..row_count(&outs[0].shape, axis))
                 .map_or(1, |k| k.len()),
+            variant: kernel_variant(&node.op_type, &refs, &outs),
         },
         inputs: vec![(0, metas[0].numel() as u64 * 4)],
         outputs: vec![(2, outs[0].numel() as u64 * 4)],

@@ -25,6 +25,7 @@ fn task(
                 bytes_written: 0,
             },
             dispatches: 1,
+            variant: "",
         },
         inputs: ins.to_vec(),
         outputs: outs.to_vec(),

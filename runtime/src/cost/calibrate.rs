@@ -6,15 +6,18 @@
 //! Sits between the operators (`tandem_ops::registry`), the GPU layer (`gpu.rs`) and the cost
 //! model (`cost/mod.rs`), which it fills with samples and priors.
 
+use super::suite::{describe, make, suite, Bench, Input, Lcg};
 use super::{
-    device_rank, fit, keys, median, rank_device, CostModel, EntryKey, Line, Links, Roofline, Sample,
+    device_rank, fit, fit_curve, keys, median, rank_device, CostModel, EntryKey, Line, Links,
+    Roofline, Sample,
 };
+use crate::costs::{cost_key, kernel_variant};
 use crate::gpu::{Gpu, GpuTensor};
 use crate::plan::Device;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tandem_ops::shape::row_count;
-use tandem_ops::{registry, AttrValue, Attrs, DType, Op, Tensor, TensorMeta};
+use tandem_ops::{registry, DType, Op, Tensor, TensorMeta};
 
 /// What to calibrate and for how long.
 #[derive(Debug, Clone)]
@@ -135,338 +138,10 @@ impl std::fmt::Display for CalibrationReport {
     }
 }
 
-/// One input of a benchmark.
-#[derive(Debug, Clone)]
-enum Input {
-    /// Pseudo-random f32 in [-1, 1).
-    Rand(Vec<usize>),
-    /// i64 indices in `0..max`.
-    Indices(Vec<usize>, i64),
-    F32(Vec<usize>, Vec<f32>),
-    I64(Vec<usize>, Vec<i64>),
-    /// An omitted optional input (empty f32 constant).
-    Omitted,
-}
-
-/// One op kind with its attributes and shapes (ascending size).
-struct Bench {
-    op: &'static str,
-    attrs: Attrs,
-    shapes: Vec<Vec<Input>>,
-}
-
-fn ints(v: &[i64]) -> AttrValue {
-    AttrValue::Ints(v.to_vec())
-}
-
-/// Element counts for elementwise and data movement benchmarks, as [rows, 256].
-const ELEMS: [usize; 12] = [
-    1 << 10,
-    1 << 12,
-    1 << 13,
-    1 << 14,
-    1 << 15,
-    3 << 14,
-    1 << 16,
-    1 << 17,
-    3 << 16,
-    1 << 18,
-    1 << 19,
-    1 << 20,
-];
-
-fn suite() -> Vec<Bench> {
-    use Input::*;
-    let rows = |n: usize| vec![n / 256, 256];
-    let mut v = Vec::new();
-    let mm = [
-        (16, 16, 16),
-        (32, 64, 32),
-        (64, 64, 64),
-        (128, 64, 96),
-        (128, 128, 128),
-        (192, 256, 128),
-        (256, 256, 256),
-        (384, 256, 384),
-        (256, 512, 384),
-        (1, 768, 768),
-        (512, 256, 512),
-        (512, 512, 512),
-    ];
-    v.push(Bench {
-        op: "MatMul",
-        attrs: Attrs::new(17),
-        shapes: mm
-            .iter()
-            .map(|&(m, k, n)| vec![Rand(vec![m, k]), Rand(vec![k, n])])
-            .collect(),
-    });
-    let gemm = [
-        (1, 256, 128),
-        (8, 256, 256),
-        (32, 256, 256),
-        (1, 1024, 512),
-        (64, 512, 256),
-        (128, 512, 256),
-        (128, 512, 512),
-        (256, 512, 512),
-        (1, 2048, 1000),
-        (256, 768, 768),
-        (16, 1024, 1024),
-        (384, 768, 768),
-    ];
-    v.push(Bench {
-        op: "Gemm",
-        attrs: Attrs::new(13).with("transB", AttrValue::Int(1)),
-        shapes: gemm
-            .iter()
-            .map(|&(m, k, n)| vec![Rand(vec![m, k]), Rand(vec![n, k]), Rand(vec![n])])
-            .collect(),
-    });
-    // Dense 3x3 (pad 1), depthwise 3x3 and pointwise 1x1 convolutions share the "Conv" entry.
-    let conv = |c: usize, co: usize, hw: usize, k: usize, group: usize| {
-        vec![
-            Rand(vec![1, c, hw, hw]),
-            Rand(vec![co, c / group, k, k]),
-            Rand(vec![co]),
-        ]
-    };
-    let conv_attrs = |k: i64, group: i64| {
-        let p = k / 2;
-        Attrs::new(13)
-            .with("kernel_shape", ints(&[k, k]))
-            .with("pads", ints(&[p, p, p, p]))
-            .with("group", AttrValue::Int(group))
-    };
-    for (k, depthwise) in [(3, false), (3, true), (1, false)] {
-        let sizes = [
-            (8, 16),
-            (16, 16),
-            (16, 32),
-            (32, 16),
-            (32, 32),
-            (16, 64),
-            (64, 32),
-            (32, 64),
-            (128, 16),
-            (64, 56),
-            (128, 28),
-            (96, 64),
-        ];
-        // One group count per benchmark keeps attributes fixed; depthwise uses group = C = 32
-        // and varies only the spatial size.
-        if depthwise {
-            v.push(Bench {
-                op: "Conv",
-                attrs: conv_attrs(k, 32),
-                shapes: [8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160]
-                    .iter()
-                    .map(|&hw| conv(32, 32, hw, k as usize, 32))
-                    .collect(),
-            });
-        } else {
-            v.push(Bench {
-                op: "Conv",
-                attrs: conv_attrs(k, 1),
-                shapes: sizes
-                    .iter()
-                    .map(|&(c, hw)| conv(c, c * (1 + k as usize % 2), hw, k as usize, 1))
-                    .collect(),
-            });
-        }
-    }
-    for op in ["Relu", "Sigmoid", "Tanh", "Erf"] {
-        v.push(Bench {
-            op,
-            attrs: Attrs::new(13),
-            shapes: ELEMS.iter().map(|&n| vec![Rand(rows(n))]).collect(),
-        });
-    }
-    for (op, broadcast) in [("Add", false), ("Mul", true), ("Sub", false), ("Div", true)] {
-        v.push(Bench {
-            op,
-            attrs: Attrs::new(14),
-            shapes: ELEMS
-                .iter()
-                .map(|&n| {
-                    let b = if broadcast { vec![256] } else { rows(n) };
-                    vec![Rand(rows(n)), Rand(b)]
-                })
-                .collect(),
-        });
-    }
-    let rc = [
-        (16, 64),
-        (64, 128),
-        (128, 256),
-        (256, 256),
-        (256, 512),
-        (512, 512),
-        (1024, 512),
-        (2048, 512),
-        (1024, 1000),
-        (4096, 128),
-        (4096, 512),
-        (2048, 2048),
-    ];
-    v.push(Bench {
-        op: "Softmax",
-        attrs: Attrs::new(13).with("axis", AttrValue::Int(-1)),
-        shapes: rc.iter().map(|&(r, c)| vec![Rand(vec![r, c])]).collect(),
-    });
-    let ln = [
-        (16, 128),
-        (64, 128),
-        (128, 384),
-        (256, 384),
-        (512, 384),
-        (512, 768),
-        (1024, 768),
-        (2048, 384),
-        (128, 768),
-        (4096, 384),
-        (2048, 768),
-        (4096, 768),
-    ];
-    v.push(Bench {
-        op: "LayerNormalization",
-        attrs: Attrs::new(17).with("axis", AttrValue::Int(-1)),
-        shapes: ln
-            .iter()
-            .map(|&(r, c)| vec![Rand(vec![r, c]), Rand(vec![c]), Rand(vec![c])])
-            .collect(),
-    });
-    v.push(Bench {
-        op: "ReduceMean",
-        attrs: Attrs::new(13).with("axes", ints(&[-1])),
-        shapes: rc.iter().map(|&(r, c)| vec![Rand(vec![r, c])]).collect(),
-    });
-    v.push(Bench {
-        op: "ReduceSum",
-        attrs: Attrs::new(13),
-        shapes: rc
-            .iter()
-            .map(|&(r, c)| vec![Rand(vec![c, r]), I64(vec![1], vec![0])])
-            .collect(),
-    });
-    let pools = [
-        (8, 16),
-        (16, 32),
-        (32, 32),
-        (16, 64),
-        (32, 64),
-        (64, 56),
-        (64, 112),
-        (32, 160),
-        (128, 56),
-        (256, 28),
-        (64, 224),
-        (128, 112),
-    ];
-    let nchw = |&(c, hw): &(usize, usize)| vec![Rand(vec![1, c, hw, hw])];
-    v.push(Bench {
-        op: "MaxPool",
-        attrs: Attrs::new(12)
-            .with("kernel_shape", ints(&[3, 3]))
-            .with("strides", ints(&[2, 2]))
-            .with("pads", ints(&[1, 1, 1, 1])),
-        shapes: pools.iter().map(nchw).collect(),
-    });
-    v.push(Bench {
-        op: "AveragePool",
-        attrs: Attrs::new(11)
-            .with("kernel_shape", ints(&[2, 2]))
-            .with("strides", ints(&[2, 2])),
-        shapes: pools.iter().map(nchw).collect(),
-    });
-    v.push(Bench {
-        op: "GlobalAveragePool",
-        attrs: Attrs::new(1),
-        shapes: pools.iter().map(nchw).collect(),
-    });
-    v.push(Bench {
-        op: "Transpose",
-        attrs: Attrs::new(13).with("perm", ints(&[0, 2, 1, 3])),
-        shapes: ELEMS
-            .iter()
-            .map(|&n| vec![Rand(vec![1, n / 512, 8, 64])])
-            .collect(),
-    });
-    v.push(Bench {
-        op: "Concat",
-        attrs: Attrs::new(13).with("axis", AttrValue::Int(1)),
-        shapes: ELEMS
-            .iter()
-            .map(|&n| vec![Rand(vec![1, 16, n / 512]), Rand(vec![1, 16, n / 512])])
-            .collect(),
-    });
-    v.push(Bench {
-        op: "Gather",
-        attrs: Attrs::new(13),
-        shapes: ELEMS
-            .iter()
-            .map(|&n| vec![Rand(vec![4096, 64]), Indices(vec![n / 64], 4096)])
-            .collect(),
-    });
-    v.push(Bench {
-        op: "Resize",
-        attrs: Attrs::new(13).with("mode", AttrValue::String("nearest".into())),
-        shapes: ELEMS
-            .iter()
-            .map(|&n| {
-                vec![
-                    Rand(vec![1, 16, 8, n / 512]),
-                    Omitted,
-                    F32(vec![4], vec![1.0, 1.0, 2.0, 2.0]),
-                ]
-            })
-            .collect(),
-    });
-    v
-}
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
-fn make(inputs: &[Input], rng: &mut Lcg) -> Vec<Tensor> {
-    inputs
-        .iter()
-        .map(|i| match i {
-            Input::Rand(s) => Tensor::f32(s, (0..s.iter().product()).map(|_| rng.next()).collect()),
-            Input::Indices(s, max) => Tensor::i64(
-                s,
-                (0..s.iter().product())
-                    .map(|_| ((rng.next() * 0.5 + 0.5) * *max as f32) as i64 % max)
-                    .collect(),
-            ),
-            Input::F32(s, v) => Tensor::f32(s, v.clone()),
-            Input::I64(s, v) => Tensor::i64(s, v.clone()),
-            Input::Omitted => Tensor::f32(&[0], vec![]),
-        })
-        .collect()
-}
-
-fn describe(inputs: &[Input]) -> String {
-    let shapes: Vec<String> = inputs
-        .iter()
-        .filter_map(|i| match i {
-            Input::Rand(s) | Input::Indices(s, _) => Some(format!("{s:?}")),
-            _ => None,
-        })
-        .collect();
-    shapes.join(" x ")
-}
-
 /// One prepared benchmark instance: op, inputs, inferred outputs and work features.
 struct Prepared {
+    /// The cost key: op type and kernel variant (`Conv/depthwise`).
+    key: String,
     op: Box<dyn Op>,
     ins: Vec<Tensor>,
     metas: Vec<TensorMeta>,
@@ -488,7 +163,9 @@ fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, Strin
     // are optional and computed on the CPU only).
     outs.truncate(1);
     let w = op.work(&refs, &outs);
+    let key = cost_key(b.op, kernel_variant(b.op, &refs, &outs)).into_owned();
     Ok(Prepared {
+        key,
         flops: w.flops as f64,
         bytes: (w.bytes_read + w.bytes_written) as f64,
         op,
@@ -504,6 +181,53 @@ fn reps_for(first: f64) -> usize {
     ((0.03 / first.max(1e-7)).ceil() as usize).clamp(3, 15)
 }
 
+/// How CPU kernels are timed: with a one-thread pool every kernel runs on the calling thread,
+/// so its CPU time (Linux `CLOCK_THREAD_CPUTIME_ID`) is the kernel's time without the time other
+/// processes held the core (this machine is shared with builds); otherwise wall time.
+#[derive(Clone, Copy)]
+enum KernelClock {
+    Wall(Instant),
+    #[cfg(target_os = "linux")]
+    Thread,
+}
+
+#[cfg(target_os = "linux")]
+fn thread_cpu_seconds() -> Option<f64> {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec (two 64-bit fields on 64-bit Linux) to a valid
+    // pointer and reads nothing else.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then_some(ts.sec as f64 + ts.nsec as f64 * 1e-9)
+}
+
+impl KernelClock {
+    fn for_current_pool() -> KernelClock {
+        #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+        if rayon::current_num_threads() == 1 && thread_cpu_seconds().is_some() {
+            return KernelClock::Thread;
+        }
+        KernelClock::Wall(Instant::now())
+    }
+
+    /// Seconds since an arbitrary origin.
+    fn now(&self) -> f64 {
+        match self {
+            KernelClock::Wall(origin) => origin.elapsed().as_secs_f64(),
+            #[cfg(target_os = "linux")]
+            KernelClock::Thread => thread_cpu_seconds().unwrap_or(0.0),
+        }
+    }
+}
+
 /// Median CPU time of all rows of `p` on the current rayon pool (one untimed warm-up).
 fn measure_cpu(p: &Prepared) -> Result<f64, String> {
     let refs: Vec<&TensorMeta> = p.metas.iter().collect();
@@ -514,14 +238,22 @@ fn measure_cpu(p: &Prepared) -> Result<f64, String> {
         .iter()
         .map(|m| Tensor::zeros(m.dtype, &m.shape))
         .collect();
-    let mut run = || -> Result<f64, String> {
-        let t = Instant::now();
-        p.op.cpu(&ins, &mut out, 0..rows)
-            .map_err(|e| e.to_string())?;
-        Ok(t.elapsed().as_secs_f64())
+    // Kernels under 20 us are timed `inner` calls at a time, so that the clock's own cost and
+    // resolution do not become part of the sample.
+    let clock = KernelClock::for_current_pool();
+    let mut run = |inner: usize| -> Result<f64, String> {
+        let t = clock.now();
+        for _ in 0..inner {
+            p.op.cpu(&ins, &mut out, 0..rows)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok((clock.now() - t) / inner as f64)
     };
+    let first = run(1)?;
+    let inner = ((20e-6 / first.max(1e-8)).ceil() as usize).clamp(1, 64);
+    let mut run = || run(inner);
     let first = run()?;
-    let n = reps_for(first);
+    let n = reps_for(first * inner as f64);
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         times.push(run()?);
@@ -664,6 +396,131 @@ fn held_out(tier: usize) -> bool {
     tier % 4 == 2
 }
 
+/// Measurement passes over the suite, some seconds apart: the sample of a point is the least
+/// of its passes' medians, so that a burst of load from other processes (which only ever adds
+/// time) during one pass does not become the model's truth. Later passes only repeat points
+/// the first pass measured, while the budget lasts.
+const PASSES: usize = 3;
+
+/// Run the suite's benchmarks on `devices` in [`PASSES`] passes (smallest shapes first,
+/// round-robin over op kinds) within `opts.budget` from `start`. Returns per (cost key, device
+/// rank) the (tier, sample) list. A lost GPU sets `gpu_error` and ends GPU measurements.
+fn measure_suite(
+    benches: &[Bench],
+    devices: &[Device],
+    gpu: Option<&Gpu>,
+    opts: &CalibrationOptions,
+    start: Instant,
+    gpu_error: &mut Option<String>,
+    progress: &mut dyn FnMut(&Progress),
+) -> BTreeMap<(String, u8), Vec<(usize, Sample)>> {
+    let per_pass: usize = benches.iter().map(|b| b.shapes.len()).sum::<usize>() * devices.len();
+    let planned = per_pass * PASSES;
+    let tiers = benches.iter().map(|b| b.shapes.len()).max().unwrap_or(0);
+    // (bench, device) -> last measured seconds in the first pass; None once skipped.
+    let mut last: HashMap<(usize, Device), Option<f64>> = HashMap::new();
+    // (bench, tier, device rank) -> seconds, one per pass.
+    let mut times: BTreeMap<(usize, usize, u8), Vec<f64>> = BTreeMap::new();
+    // (bench, tier) -> (cost key, flops, bytes)
+    let mut points: HashMap<(usize, usize), (String, f64, f64)> = HashMap::new();
+    let mut done = 0;
+    'passes: for pass in 0..PASSES {
+        for tier in 0..tiers {
+            for (bi, b) in benches.iter().enumerate() {
+                let Some(inputs) = b.shapes.get(tier) else {
+                    continue;
+                };
+                let rank_of = |d: Device| (bi, tier, device_rank(d));
+                if pass > 0 && !devices.iter().any(|&d| times.contains_key(&rank_of(d))) {
+                    continue;
+                }
+                // The same inputs in every pass.
+                let mut rng = Lcg(42 + (bi * 1000 + tier) as u64);
+                let Ok(prepared) = prepare(b, inputs, &mut rng) else {
+                    continue;
+                };
+                for &device in devices {
+                    let elapsed = start.elapsed();
+                    if elapsed >= opts.budget {
+                        break 'passes;
+                    }
+                    let remaining = (opts.budget - elapsed).as_secs_f64();
+                    if device == Device::Gpu && gpu_error.is_some() {
+                        continue;
+                    }
+                    if pass == 0 {
+                        let prev = last.entry((bi, device)).or_insert(Some(0.0));
+                        match *prev {
+                            // Skipped for good: the last size was too slow for what is left.
+                            None => continue,
+                            Some(t) if t * 8.0 > remaining => {
+                                *prev = None;
+                                continue;
+                            }
+                            _ => {}
+                        }
+                    } else {
+                        match times.get(&rank_of(device)) {
+                            Some(t) if t[0] * 4.0 <= remaining => {}
+                            _ => continue,
+                        }
+                    }
+                    let measured = match device {
+                        Device::Cpu => measure_cpu(&prepared),
+                        Device::Gpu => {
+                            measure_gpu(gpu.expect("gpu device only with a gpu"), &prepared)
+                        }
+                    };
+                    done += 1;
+                    match measured {
+                        Ok(seconds) if seconds > 0.0 => {
+                            if pass == 0 {
+                                last.insert((bi, device), Some(seconds));
+                            }
+                            times.entry(rank_of(device)).or_default().push(seconds);
+                            points.entry((bi, tier)).or_insert_with(|| {
+                                (prepared.key.clone(), prepared.flops, prepared.bytes)
+                            });
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            last.insert((bi, device), None);
+                            if device == Device::Gpu && gpu.is_some_and(|g| g.is_lost()) {
+                                *gpu_error = Some(e);
+                            }
+                        }
+                    }
+                    progress(&Progress {
+                        elapsed: start.elapsed(),
+                        budget: opts.budget,
+                        done,
+                        planned: planned.max(done),
+                        what: format!(
+                            "{} {} on {device} (pass {})",
+                            prepared.key,
+                            describe(inputs),
+                            pass + 1
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    let mut samples: BTreeMap<(String, u8), Vec<(usize, Sample)>> = BTreeMap::new();
+    for ((bi, tier, rank), t) in times {
+        let (key, flops, bytes) = &points[&(bi, tier)];
+        samples.entry((key.clone(), rank)).or_default().push((
+            tier,
+            Sample {
+                flops: *flops,
+                bytes: *bytes,
+                seconds: t.into_iter().fold(f64::INFINITY, f64::min),
+            },
+        ));
+    }
+    samples
+}
+
 /// Measure, fit and report. Uses the current rayon pool for CPU kernels (its thread count goes
 /// into the CPU key). `progress` is called after each measurement. Never panics on a failing
 /// op or device: a GPU error stops GPU measurements and is reported.
@@ -704,85 +561,20 @@ pub fn calibrate(
     if gpu.is_some() && gpu_error.is_none() {
         devices.push(Device::Gpu);
     }
-    let planned: usize = benches.iter().map(|b| b.shapes.len()).sum::<usize>() * devices.len();
-    let tiers = benches.iter().map(|b| b.shapes.len()).max().unwrap_or(0);
-    // (bench, device) -> last measured seconds; None once skipped for the rest.
-    let mut last: HashMap<(usize, Device), Option<f64>> = HashMap::new();
-    // (op, device) -> (tier, sample)
-    let mut samples: BTreeMap<(&'static str, u8), Vec<(usize, Sample)>> = BTreeMap::new();
-    let mut done = 0;
-    let mut rng = Lcg(42);
-    'tiers: for tier in 0..tiers {
-        for (bi, b) in benches.iter().enumerate() {
-            let Some(inputs) = b.shapes.get(tier) else {
-                continue;
-            };
-            let prepared = match prepare(b, inputs, &mut rng) {
-                Ok(p) => p,
-                Err(_) => continue,
-            };
-            for &device in &devices {
-                let elapsed = start.elapsed();
-                if elapsed >= opts.budget {
-                    break 'tiers;
-                }
-                let remaining = (opts.budget - elapsed).as_secs_f64();
-                let prev = last.entry((bi, device)).or_insert(Some(0.0));
-                match *prev {
-                    // Skipped for good: the last size was too slow for what is left.
-                    None => continue,
-                    Some(t) if t * 8.0 > remaining => {
-                        *prev = None;
-                        continue;
-                    }
-                    _ => {}
-                }
-                if device == Device::Gpu && gpu_error.is_some() {
-                    continue;
-                }
-                let measured = match device {
-                    Device::Cpu => measure_cpu(&prepared),
-                    Device::Gpu => measure_gpu(gpu.expect("gpu device only with a gpu"), &prepared),
-                };
-                done += 1;
-                match measured {
-                    Ok(seconds) if seconds > 0.0 => {
-                        *last.get_mut(&(bi, device)).unwrap() = Some(seconds);
-                        samples
-                            .entry((b.op, device_rank(device)))
-                            .or_default()
-                            .push((
-                                tier,
-                                Sample {
-                                    flops: prepared.flops,
-                                    bytes: prepared.bytes,
-                                    seconds,
-                                },
-                            ));
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        *last.get_mut(&(bi, device)).unwrap() = None;
-                        if device == Device::Gpu && gpu.is_some_and(|g| g.is_lost()) {
-                            gpu_error = Some(e);
-                        }
-                    }
-                }
-                progress(&Progress {
-                    elapsed: start.elapsed(),
-                    budget: opts.budget,
-                    done,
-                    planned,
-                    what: format!("{} {} on {device}", b.op, describe(inputs)),
-                });
-            }
-        }
-    }
+    let samples = measure_suite(
+        &benches,
+        &devices,
+        gpu,
+        opts,
+        start,
+        &mut gpu_error,
+        progress,
+    );
     // Held-out report: fit without the held-out tiers, predict them.
     let mut report_rows = Vec::new();
     let (mut hits, mut total) = (0usize, 0usize);
-    for (&(op, rank), s) in &samples {
-        let device = rank_device(rank);
+    for ((op, rank), s) in &samples {
+        let device = rank_device(*rank);
         let train: Vec<Sample> = s
             .iter()
             .filter(|(t, _)| !held_out(*t))
@@ -793,7 +585,9 @@ pub fn calibrate(
             .filter(|(t, _)| held_out(*t))
             .map(|(_, s)| *s)
             .collect();
-        let Some(c) = fit(&train) else { continue };
+        let Some(c) = fit_curve(&train) else {
+            continue;
+        };
         if test.is_empty() {
             continue;
         }
@@ -805,7 +599,7 @@ pub fn calibrate(
         hits += within;
         total += errs.len();
         report_rows.push(HeldOut {
-            op: op.to_string(),
+            op: op.clone(),
             device,
             count: errs.len(),
             within_10: within as f64 / errs.len() as f64,
@@ -815,14 +609,14 @@ pub fn calibrate(
     // The saved model uses every sample.
     let mut per_device: HashMap<Device, Vec<Sample>> = HashMap::new();
     let mut count = 0;
-    for (&(op, rank), s) in &samples {
-        let device = rank_device(rank);
+    for ((op, rank), s) in &samples {
+        let device = rank_device(*rank);
         let all: Vec<Sample> = s.iter().map(|(_, s)| *s).collect();
         count += all.len();
         per_device.entry(device).or_default().extend(&all);
         model.add_calibration(
             EntryKey {
-                op: op.to_string(),
+                op: op.clone(),
                 dtype: DType::F32,
                 device,
             },

@@ -1,5 +1,5 @@
-//! What a cost profile is valid for: the GPU adapter, the CPU (with the thread count in use) and
-//! the shader sources, and the file name derived from them.
+//! What a cost profile is valid for: the GPU adapter, the CPU (with the thread count in use), the
+//! shader sources and the CPU kernels' sources, and the file name derived from them.
 //!
 //! Sits between the device descriptions (`gpu::AdapterDesc`, `cpu_info::CpuInfo`) and the
 //! persisted profiles (`cost/persist.rs`).
@@ -81,9 +81,22 @@ pub fn shader_hash() -> String {
     format!("{h:016x}")
 }
 
-/// File stem of the profile for this (adapter, CPU, shaders) combination.
-pub fn profile_stem(adapter: Option<&AdapterKey>, cpu: &CpuKey, shaders: &str) -> String {
-    let text = serde_json::to_string(&(adapter, cpu, shaders)).expect("keys serialise");
+/// Hash of the CPU kernels' sources (every `.rs` file of the ops crate, computed by the build
+/// script). Changing any CPU kernel changes it, which makes saved profiles stale: a faster CPU
+/// kernel with an old profile would otherwise send work to the GPU for nothing.
+pub fn cpu_kernels_hash() -> &'static str {
+    env!("TANDEM_CPU_KERNELS_HASH")
+}
+
+/// File stem of the profile for this (adapter, CPU, shaders, CPU kernels) combination.
+pub fn profile_stem(
+    adapter: Option<&AdapterKey>,
+    cpu: &CpuKey,
+    shaders: &str,
+    cpu_kernels: &str,
+) -> String {
+    let text =
+        serde_json::to_string(&(adapter, cpu, shaders, cpu_kernels)).expect("keys serialise");
     format!("{:016x}", fnv1a(text.as_bytes(), FNV_OFFSET))
 }
 
@@ -114,15 +127,17 @@ mod tests {
             driver: "d".into(),
             driver_info: "i".into(),
         };
-        let base = profile_stem(Some(&a), &cpu, "h");
-        assert_ne!(base, profile_stem(None, &cpu, "h"));
-        assert_ne!(base, profile_stem(Some(&a), &cpu, "h2"));
+        let base = profile_stem(Some(&a), &cpu, "h", "k");
+        assert_ne!(base, profile_stem(None, &cpu, "h", "k"));
+        assert_ne!(base, profile_stem(Some(&a), &cpu, "h2", "k"));
+        assert_ne!(base, profile_stem(Some(&a), &cpu, "h", "k2"));
         let cpu2 = CpuKey {
             threads: 2,
             ..cpu.clone()
         };
-        assert_ne!(base, profile_stem(Some(&a), &cpu2, "h"));
-        assert_eq!(base, profile_stem(Some(&a.clone()), &cpu, "h"));
+        assert_ne!(base, profile_stem(Some(&a), &cpu2, "h", "k"));
+        assert_eq!(base, profile_stem(Some(&a.clone()), &cpu, "h", "k"));
         assert_eq!(shader_hash().len(), 16);
+        assert_eq!(cpu_kernels_hash().len(), 16, "built inside the workspace");
     }
 }

@@ -11,13 +11,14 @@ pub mod frozen;
 pub mod keys;
 pub mod nnls;
 pub mod persist;
+mod suite;
 
 pub use calibrate::{CalibrationOptions, CalibrationReport, HeldOut, Progress};
 pub use frozen::FrozenCosts;
 pub use keys::{AdapterKey, CpuKey};
 pub use persist::ProfileError;
 
-use crate::costs::{Costs, NodeCostQuery};
+use crate::costs::{kernel_variant, Costs, NodeCostQuery};
 use crate::graph::Graph;
 use crate::plan::{Device, Plan, StepKind};
 use crate::report::{Ran, RunReport};
@@ -124,10 +125,36 @@ impl Coeffs {
     }
 }
 
+/// A fitted time curve: the linear model, plus extra seconds per byte of work beyond a
+/// working-set size (a cache level that no longer holds the data: CPU elementwise ops run
+/// about 25% slower per byte past L2).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Curve {
+    pub coeffs: Coeffs,
+    /// Bytes of work where the extra cost starts (0 with no extra cost).
+    pub spill_at: f64,
+    pub per_spill_byte: f64,
+}
+
+impl Curve {
+    pub fn time(&self, flops: f64, bytes: f64) -> f64 {
+        self.coeffs.time(flops, bytes) + self.per_spill_byte * (bytes - self.spill_at).max(0.0)
+    }
+}
+
+/// Working-set sizes tried as the spill point of a [`Curve`] (bytes of work, inputs + outputs).
+pub const SPILL_CANDIDATES: [f64; 5] = [256e3, 512e3, 1e6, 2e6, 4e6];
+
 /// Fit `seconds ~ a*flops + b*bytes + c` with `a, b, c >= 0`, minimising squared *relative*
 /// error (each row weighted by 1/seconds), so that 10 us ops matter as much as 100 ms ones.
 /// `None` without samples.
 pub fn fit(samples: &[Sample]) -> Option<Coeffs> {
+    fit_spill(samples, None).map(|c| c.coeffs)
+}
+
+/// [`fit`] with a fourth non-negative term `d * max(0, bytes - spill_at)` when `spill_at` is
+/// given.
+fn fit_spill(samples: &[Sample], spill_at: Option<f64>) -> Option<Curve> {
     let good: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.seconds > 0.0 && s.seconds.is_finite())
@@ -135,31 +162,78 @@ pub fn fit(samples: &[Sample]) -> Option<Coeffs> {
     if good.is_empty() {
         return None;
     }
-    let mut a = Vec::with_capacity(good.len() * 3);
+    const N: usize = 4;
+    let mut a = Vec::with_capacity(good.len() * N);
     for s in &good {
         let w = 1.0 / s.seconds;
-        a.extend_from_slice(&[s.flops * w, s.bytes * w, w]);
+        let spill = spill_at.map_or(0.0, |c| (s.bytes - c).max(0.0));
+        a.extend_from_slice(&[s.flops * w, s.bytes * w, w, spill * w]);
     }
     // Column scales so the normal equations are well conditioned.
-    let mut scale = [0.0f64; 3];
-    for row in a.chunks_exact(3) {
+    let mut scale = [0.0f64; N];
+    for row in a.chunks_exact(N) {
         for (m, v) in scale.iter_mut().zip(row) {
             *m = m.max(v.abs());
         }
     }
     let scale = scale.map(|m| if m > 0.0 { m } else { 1.0 });
-    for row in a.chunks_exact_mut(3) {
+    for row in a.chunks_exact_mut(N) {
         for (v, m) in row.iter_mut().zip(&scale) {
             *v /= m;
         }
     }
     let b = vec![1.0; good.len()];
-    let x = nnls::nnls(&a, &b, 3);
-    Some(Coeffs {
-        per_flop: x[0] / scale[0],
-        per_byte: x[1] / scale[1],
-        fixed: x[2] / scale[2],
+    let x = nnls::nnls(&a, &b, N);
+    Some(Curve {
+        coeffs: Coeffs {
+            per_flop: x[0] / scale[0],
+            per_byte: x[1] / scale[1],
+            fixed: x[2] / scale[2],
+        },
+        spill_at: spill_at.unwrap_or(0.0),
+        per_spill_byte: x[3] / scale[3],
     })
+}
+
+/// Fit a [`Curve`]: the spill point (none, or one of [`SPILL_CANDIDATES`]) is chosen by
+/// leave-one-out cross-validation over the samples (each interior sample by bytes predicted
+/// from the others, error capped at 100%), and a spill point must cut that error by 10% (and
+/// by more than 1% in total) to be kept. With fewer than 6 samples, the plain linear fit.
+pub fn fit_curve(samples: &[Sample]) -> Option<Curve> {
+    let mut good: Vec<Sample> = samples
+        .iter()
+        .filter(|s| s.seconds > 0.0 && s.seconds.is_finite())
+        .copied()
+        .collect();
+    if good.len() < 6 {
+        return fit_spill(&good, None);
+    }
+    good.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
+    let loo = |spill_at: Option<f64>| -> f64 {
+        (1..good.len() - 1)
+            .map(|j| {
+                let rest: Vec<Sample> = good[..j].iter().chain(&good[j + 1..]).copied().collect();
+                let s = good[j];
+                fit_spill(&rest, spill_at).map_or(1.0, |c| {
+                    ((c.time(s.flops, s.bytes) - s.seconds).abs() / s.seconds).min(1.0)
+                })
+            })
+            .sum()
+    };
+    let mut best = (loo(None), None);
+    let plain = best.0;
+    for c in SPILL_CANDIDATES {
+        // Only spill points with samples on both sides can be told apart from a straight line.
+        let above = good.iter().filter(|s| s.bytes > c).count();
+        if above < 2 || good.len() - above < 2 {
+            continue;
+        }
+        let e = loo(Some(c));
+        if e < best.0 && e < 0.9 * plain && plain - e > 0.01 {
+            best = (e, Some(c));
+        }
+    }
+    fit_spill(&good, best.1)
 }
 
 /// The median of a non-empty list.
@@ -217,7 +291,7 @@ impl PartialOrd for EntryKey {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    pub(crate) coeffs: Option<Coeffs>,
+    pub(crate) coeffs: Option<Curve>,
     /// Median measured/fitted ratio over the run observations (1 without any): runs happen in
     /// a context calibration does not see (the other device busy, caches), so the recent
     /// evidence corrects the whole curve, not only the shapes it was measured at.
@@ -262,7 +336,7 @@ impl Entry {
     }
 
     fn refit(&mut self) {
-        self.coeffs = fit(&self.samples());
+        self.coeffs = fit_curve(&self.samples());
         self.scale = 1.0;
         if let (Some(c), false) = (self.coeffs, self.observed.is_empty()) {
             let ratios: Vec<f64> = self
@@ -286,6 +360,8 @@ pub struct CostModel {
     pub cpu: CpuKey,
     /// [`keys::shader_hash`] of the shaders the GPU entries were measured with.
     pub shaders: String,
+    /// [`keys::cpu_kernels_hash`] of the CPU kernels the CPU entries were measured with.
+    pub cpu_kernels: String,
     pub cpu_prior: Roofline,
     pub gpu_prior: Roofline,
     pub links: Links,
@@ -302,6 +378,7 @@ impl Clone for CostModel {
             adapter: self.adapter.clone(),
             cpu: self.cpu.clone(),
             shaders: self.shaders.clone(),
+            cpu_kernels: self.cpu_kernels.clone(),
             cpu_prior: self.cpu_prior,
             gpu_prior: self.gpu_prior,
             links: self.links,
@@ -312,8 +389,14 @@ impl Clone for CostModel {
     }
 }
 
+/// The op type of a cost key (`Conv/depthwise` -> `Conv`).
+pub fn base_op(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(op, _)| op)
+}
+
 /// The op family whose pooled fit answers op kinds of it that were never measured.
 pub fn family(op: &str) -> &'static str {
+    let op = base_op(op);
     match op {
         "MatMul" | "Gemm" => "matmul",
         "Conv" | "ConvTranspose" => "conv",
@@ -337,6 +420,7 @@ impl CostModel {
             adapter,
             cpu,
             shaders: keys::shader_hash(),
+            cpu_kernels: keys::cpu_kernels_hash().to_string(),
             cpu_prior: Roofline::default_cpu(threads),
             gpu_prior: Roofline::default_gpu(),
             links: Links::default(),
@@ -384,7 +468,7 @@ impl CostModel {
             seconds,
         };
         let key = EntryKey {
-            op: q.op_type.to_string(),
+            op: q.cost_key().into_owned(),
             dtype: q.dtype,
             device,
         };
@@ -453,6 +537,7 @@ impl CostModel {
                 dtype: outs[0].dtype,
                 work: node.op.work(&refs, &outs),
                 dispatches: 1,
+                variant: kernel_variant(&node.op_type, &refs, &outs),
             };
             // (device, fraction of the rows, measured time)
             let parts: Vec<(Device, f64, Option<std::time::Duration>)> = match r.ran {
@@ -515,8 +600,9 @@ impl CostModel {
         }
     }
 
-    /// Predicted seconds for `flops` and `bytes` of op kind `op` on `device`. Lookup order: the
-    /// (op, dtype, device) entry, the (op, f32, device) entry, the family's pooled fit, the
+    /// Predicted seconds for `flops` and `bytes` of cost key `op` (an op type, or
+    /// `op/variant`) on `device`. Lookup order: the (op, dtype, device) entry, the (op, f32,
+    /// device) entry, then the same two for the variant's op type, the family's pooled fit, the
     /// roofline prior. An entry with fewer than 3 distinct measured shapes only rescales the
     /// fallback by its median measured/fallback ratio.
     pub fn predict(
@@ -528,11 +614,19 @@ impl CostModel {
         bytes: f64,
         dispatches: usize,
     ) -> f64 {
-        let keys = [dtype, DType::F32].map(|d| EntryKey {
-            op: op.to_string(),
-            dtype: d,
-            device,
-        });
+        let mut keys = Vec::with_capacity(4);
+        for name in [op, base_op(op)] {
+            for d in [dtype, DType::F32] {
+                let key = EntryKey {
+                    op: name.to_string(),
+                    dtype: d,
+                    device,
+                };
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        }
         for key in &keys {
             let needs_refit = match self.entries.read().unwrap().get(key) {
                 None => continue,
@@ -568,6 +662,11 @@ impl CostModel {
     /// The fitted coefficients of a key, if it has any (refitting it if stale), before the
     /// correction by run observations.
     pub fn coeffs(&self, key: &EntryKey) -> Option<Coeffs> {
+        self.curve(key).map(|c| c.coeffs)
+    }
+
+    /// The fitted curve of a key (linear coefficients and spill term), refitting it if stale.
+    pub fn curve(&self, key: &EntryKey) -> Option<Curve> {
         let mut entries = self.entries.write().unwrap();
         let e = entries.get_mut(key)?;
         if e.dirty {
@@ -599,7 +698,7 @@ impl Costs for CostModel {
         let f = fraction.min(1.0);
         let flops = q.work.flops as f64 * f;
         let bytes = (q.work.bytes_read + q.work.bytes_written) as f64 * f;
-        self.predict(q.op_type, q.dtype, device, flops, bytes, q.dispatches)
+        self.predict(&q.cost_key(), q.dtype, device, flops, bytes, q.dispatches)
     }
 
     fn transfer_time(&self, bytes: u64, to: Device) -> f64 {
@@ -644,6 +743,38 @@ mod tests {
         ] {
             assert!((got - want).abs() <= 1e-6 * want, "{c:?} vs {truth:?}");
         }
+    }
+
+    #[test]
+    fn fit_curve_finds_a_cache_spill_and_keeps_lines_straight() {
+        // 100 GB/s up to 1 MB of work, 25% slower per byte beyond: the curve of a CPU
+        // elementwise op.
+        let per_byte = 1e-11;
+        let truth = |b: f64| 2e-7 + per_byte * b + 0.25 * per_byte * (b - 1e6).max(0.0);
+        let sizes: Vec<f64> = (0..12).map(|i| 12e3 * 1.6f64.powi(i)).collect();
+        let spilled: Vec<Sample> = sizes
+            .iter()
+            .map(|&b| Sample {
+                flops: b / 12.0,
+                bytes: b,
+                seconds: truth(b),
+            })
+            .collect();
+        let c = fit_curve(&spilled).unwrap();
+        assert_eq!(c.spill_at, 1e6, "{c:?}");
+        for b in [5e5, 3e6, 1e7] {
+            let rel = (c.time(b / 12.0, b) - truth(b)).abs() / truth(b);
+            assert!(rel < 0.01, "{b}: {rel}");
+        }
+        let straight: Vec<Sample> = sizes
+            .iter()
+            .map(|&b| Sample {
+                flops: b / 12.0,
+                bytes: b,
+                seconds: 2e-7 + per_byte * b,
+            })
+            .collect();
+        assert_eq!(fit_curve(&straight).unwrap().per_spill_byte, 0.0);
     }
 
     #[test]

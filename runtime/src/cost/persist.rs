@@ -6,7 +6,7 @@
 //! entry point sessions and the CLI use.
 
 use super::calibrate::{calibrate_on_threads, CalibrationOptions};
-use super::keys::{profile_stem, shader_hash, AdapterKey, CpuKey};
+use super::keys::{cpu_kernels_hash, profile_stem, shader_hash, AdapterKey, CpuKey};
 use super::{CostModel, Entry, EntryKey, Links, Roofline, Sample};
 use crate::gpu::Gpu;
 use crate::plan::Device;
@@ -17,7 +17,7 @@ use std::time::Duration;
 use tandem_ops::DType;
 
 /// Version of the profile format; a file of another version is recalibrated.
-pub const PROFILE_VERSION: u32 = 1;
+pub const PROFILE_VERSION: u32 = 2;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
 pub const PROFILE_ENV: &str = "TANDEM_PROFILE";
@@ -59,6 +59,7 @@ struct ProfileFile {
     adapter: Option<AdapterKey>,
     cpu: CpuKey,
     shader_hash: String,
+    cpu_kernels_hash: String,
     cpu_prior: Roofline,
     gpu_prior: Roofline,
     links: Links,
@@ -118,7 +119,7 @@ pub fn profile_path(
     if let Some(p) = std::env::var_os(PROFILE_ENV).filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
-    let stem = profile_stem(adapter, cpu, &shader_hash());
+    let stem = profile_stem(adapter, cpu, &shader_hash(), cpu_kernels_hash());
     cache_dir().map(|d| {
         d.join("tandem")
             .join("profiles")
@@ -151,6 +152,7 @@ impl CostModel {
             adapter: self.adapter.clone(),
             cpu: self.cpu.clone(),
             shader_hash: self.shaders.clone(),
+            cpu_kernels_hash: self.cpu_kernels.clone(),
             cpu_prior: self.cpu_prior,
             gpu_prior: self.gpu_prior,
             links: self.links,
@@ -167,7 +169,7 @@ impl CostModel {
     }
 
     /// Read a profile and check it was measured for `adapter` (with the current shaders) and
-    /// `cpu`. Every problem is an `Err`, never a panic.
+    /// `cpu` (with the current CPU kernels). Every problem is an `Err`, never a panic.
     pub fn load(
         path: &Path,
         adapter: Option<&AdapterKey>,
@@ -213,6 +215,13 @@ impl CostModel {
                 shader_hash()
             )));
         }
+        if file.cpu_kernels_hash != cpu_kernels_hash() {
+            return Err(mismatch(format!(
+                "CPU kernels {}, not the current {}",
+                file.cpu_kernels_hash,
+                cpu_kernels_hash()
+            )));
+        }
         let mut entries = BTreeMap::new();
         for e in file.entries {
             let (Some(dtype), Some(device)) = (parse_dtype(&e.dtype), parse_device(&e.device))
@@ -249,6 +258,7 @@ impl CostModel {
             links: file.links,
             gpu_timestamps: file.gpu_timestamps,
             shaders: file.shader_hash,
+            cpu_kernels: file.cpu_kernels_hash,
             ..CostModel::unmeasured(file.adapter, file.cpu)
         };
         model.set_entries(entries);
