@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# scripts/web.sh: the browser demo (web-demo/).
+#   build  rustup target wasm32, wasm-bindgen-cli at the version Cargo.lock pins (installed if
+#          missing, ~5 min), the wasm build (SIMD128), wasm-bindgen --target web, the page, the
+#          model (from models/, fetched by scripts/setup.sh) and onnxruntime-web into web-demo/dist/
+#   serve  serve web-demo/dist on http://127.0.0.1:${PORT:-8080}
+#   test   build, then headless Chromium (WebGPU on SwiftShader) through Playwright: tandem on
+#          cpu, gpu and auto and onnxruntime-web (wasm, webgpu) against onnxruntime's outputs;
+#          results and a screenshot in web-demo/out/. Fails when WebGPU has no adapter.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+DIST=web-demo/dist
+WASM=target/wasm32-unknown-unknown/release/tandem_web_demo.wasm
+
+npm_deps() {
+  if [ ! -d web-demo/node_modules/playwright-core ] || [ ! -d web-demo/node_modules/onnxruntime-web ]; then
+    (cd web-demo && npm install --no-audit --no-fund --loglevel=error)
+  fi
+}
+
+build() {
+  rustup target list --installed | grep -q '^wasm32-unknown-unknown$' || rustup target add wasm32-unknown-unknown
+  local ver
+  ver=$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')
+  if ! wasm-bindgen --version 2>/dev/null | grep -q " $ver\$"; then
+    echo "web: installing wasm-bindgen-cli $ver (the version in Cargo.lock)"
+    cargo install wasm-bindgen-cli --version "$ver" --locked || cargo install wasm-bindgen-cli --version "$ver"
+  fi
+  [ -f models/magika/model.onnx ] || bash scripts/setup.sh
+  # SIMD128: every browser with WebGPU has it (see README "Browser demo" for what it buys).
+  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${WEB_RUSTFLAGS--C target-feature=+simd128}" \
+    cargo build --release -p tandem-web-demo --target wasm32-unknown-unknown
+  rm -rf "$DIST"
+  mkdir -p "$DIST/models/magika" "$DIST/ort"
+  wasm-bindgen --target web --no-typescript --out-dir "$DIST/pkg" "$WASM"
+  cp web-demo/www/* "$DIST/"
+  cp models/magika/model.onnx models/magika/config.json "$DIST/models/magika/"
+  npm_deps
+  cp web-demo/node_modules/onnxruntime-web/dist/ort.all.min.mjs \
+    web-demo/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.jsep.{mjs,wasm} \
+    web-demo/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.{mjs,wasm} "$DIST/ort/"
+  echo "web: built $DIST ($(du -h "$DIST/pkg/tandem_web_demo_bg.wasm" | cut -f1) wasm)"
+}
+
+serve() {
+  local port=${PORT:-8080}
+  echo "web: http://127.0.0.1:$port/"
+  exec python3 -c '
+import functools, http.server, sys
+h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+h.func.extensions_map.update({".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm"})
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), h).serve_forever()
+' "$DIST" "$port"
+}
+
+test_() {
+  if [ ! -x /usr/bin/chromium ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+  build
+  mkdir -p web-demo/out
+  # The reference: onnxruntime (Python) on the same samples, with magika's preprocessing
+  # written again in Python (an independent check of the page's JS preprocessing too).
+  .venv/bin/python web-demo/test/reference.py web-demo/www/samples.json models/magika \
+    > web-demo/out/reference.json
+  local port=${PORT:-8089}
+  PORT=$port serve >/dev/null 2>&1 &
+  local server=$!
+  trap 'kill $server 2>/dev/null || true' EXIT
+  node web-demo/test/browser.mjs "http://127.0.0.1:$port/" web-demo/out
+}
+
+case "${1:-}" in
+  build) build ;;
+  serve) [ -d "$DIST" ] || build; serve ;;
+  test) test_ ;;
+  *) echo "usage: scripts/web.sh build|serve|test" >&2; exit 2 ;;
+esac

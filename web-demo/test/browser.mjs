@@ -1,0 +1,108 @@
+// Browser test of the web demo: headless Debian chromium (WebGPU on SwiftShader) through
+// playwright-core. Usage: node browser.mjs URL OUT_DIR (OUT_DIR/reference.json must exist).
+// 1. Fails loudly when WebGPU has no adapter (requestAdapter() returned null).
+// 2. Cold start per placement: a fresh browser profile per placement, page load to first result.
+// 3. One page: tandem cpu/gpu/auto and onnxruntime-web wasm/webgpu on every sample; p50 over
+//    RUNS runs; every output compared with onnxruntime's (Python) reference.
+// Writes OUT_DIR/results.json and OUT_DIR/screenshot.png.
+import { chromium } from "playwright-core";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+const [url, out] = process.argv.slice(2);
+const RUNS = Number(process.env.WEB_RUNS ?? 20);
+const TOL = 1e-4; // max |p - p_ref| over magika's 214 probabilities
+const reference = JSON.parse(fs.readFileSync(path.join(out, "reference.json"), "utf8"));
+const args = ["--headless", "--no-sandbox", "--no-first-run", "--disable-background-networking",
+  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--enable-unsafe-webgpu"];
+
+async function withPage(query, fn) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tandem-web-"));
+  const ctx = await chromium.launchPersistentContext(dir, { executablePath: "/usr/bin/chromium", headless: true, args });
+  try {
+    const page = await ctx.newPage();
+    const logs = [];
+    page.on("console", (m) => logs.push(`${m.type()}: ${m.text()}`));
+    page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
+    await page.goto(url + query);
+    try {
+      await page.waitForFunction(() => window.demo?.ready && (window.demo.error || !new URLSearchParams(location.search).get("placement") || window.demo.cold), null, { timeout: 300000 });
+    } catch (e) {
+      throw new Error(`page did not get ready: ${e.message}\n${logs.join("\n")}`);
+    }
+    const err = await page.evaluate(() => window.demo.error);
+    if (err) throw new Error(`page error: ${err}\n${logs.join("\n")}`);
+    return await fn(page, logs);
+  } finally {
+    await ctx.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const maxDiff = (a, b) => a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
+const failures = [];
+const results = { url, runs: RUNS, tolerance: TOL, cold: {}, tandem: {}, ort: {} };
+
+// Cold start, one fresh profile per placement.
+for (const p of ["cpu", "gpu", "auto"]) {
+  const cold = await withPage(`?placement=${p}`, async (page) => {
+    const gpu = await page.evaluate(() => window.demo.gpu);
+    if (!gpu.available) {
+      throw new Error(`WebGPU has no adapter in this Chromium (requestAdapter() returned null?): ${gpu.reason}`);
+    }
+    return page.evaluate(() => window.demo.cold);
+  });
+  results.cold[p] = cold;
+  console.log(`cold start ${p}: ${cold.ms.toFixed(0)} ms from page load to first result (${cold.label})`);
+}
+
+// Everything in one page.
+await withPage("", async (page, logs) => {
+  const r = await page.evaluate((runs) => window.demo.benchmark(runs), RUNS);
+  results.gpu = r.gpu;
+  results.userAgent = r.userAgent;
+  console.log(`adapter: ${r.gpu.adapter}; readback round trip ${r.gpu.links.syncMs.toFixed(2)} ms`);
+  const check = (who, outputs) => {
+    const diffs = {};
+    for (const [name, ref] of Object.entries(reference)) {
+      diffs[name] = maxDiff(outputs[name], ref.probs);
+      if (!(diffs[name] <= TOL)) failures.push(`${who} on ${name}: max |diff| ${diffs[name]} > ${TOL}`);
+    }
+    return Math.max(...Object.values(diffs));
+  };
+  for (const [p, t] of Object.entries(r.tandem)) {
+    const worst = check(`tandem ${p}`, t.outputs);
+    const nodes = t.report.run.nodes;
+    const on = (d) => nodes.filter((n) => n.device === d).length;
+    results.tandem[p] = { p50Ms: t.p50Ms, times: t.times, maxAbsDiffVsOrt: worst,
+      nodes: { cpu: on("cpu"), gpu: on("gpu"), split: on("split") }, setup: t.report.setup };
+    console.log(`tandem ${p}: p50 ${t.p50Ms.toFixed(2)} ms, max |diff| vs onnxruntime ${worst.toExponential(2)}, nodes cpu/gpu/split ${on("cpu")}/${on("gpu")}/${on("split")}`);
+  }
+  if (!r.tandem.gpu || on_all_cpu(r.tandem.gpu)) failures.push("tandem gpu ran no node on the GPU");
+  for (const [ep, o] of Object.entries(r.ort)) {
+    if (o.error) {
+      results.ort[ep] = o;
+      console.log(`onnxruntime-web ${ep}: error ${o.error}`);
+      continue;
+    }
+    const worst = Math.max(...Object.entries(reference).map(([n, ref]) => maxDiff(o.outputs[n], ref.probs)));
+    results.ort[ep] = { p50Ms: o.p50Ms, times: o.times, maxAbsDiffVsOrt: worst };
+    console.log(`onnxruntime-web ${ep}: p50 ${o.p50Ms.toFixed(2)} ms, max |diff| vs onnxruntime ${worst.toExponential(2)}`);
+  }
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: path.join(out, "screenshot.png"), fullPage: true });
+  results.consoleErrors = logs.filter((l) => l.startsWith("error") || l.startsWith("pageerror"));
+});
+
+function on_all_cpu(t) {
+  return !t.report.run.nodes.some((n) => n.device === "gpu" || n.device === "split");
+}
+
+results.failures = failures;
+fs.writeFileSync(path.join(out, "results.json"), JSON.stringify(results, null, 1));
+console.log(`web test: results in ${out}/results.json, screenshot ${out}/screenshot.png`);
+if (failures.length) {
+  console.error(`web test FAILED:\n  ${failures.join("\n  ")}`);
+  process.exit(1);
+}
