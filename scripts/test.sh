@@ -14,3 +14,5 @@ echo "test: cargo clippy"
 cargo clippy --release --workspace --all-targets -q -- -D warnings
 echo "test: cargo test"
 cargo test --release --workspace
+echo "test: browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
+bash scripts/web.sh test

@@ -54,8 +54,8 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), h).serve_foreve
 }
 
 test_() {
-  if [ ! -x /usr/bin/chromium ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  if [ ! -x /usr/bin/chromium ] || ! command -v node >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium nodejs npm >/dev/null
   fi
   build
   mkdir -p web-demo/out

@@ -76,7 +76,9 @@ await withPage("", async (page, logs) => {
     const nodes = t.report.run.nodes;
     const on = (d) => nodes.filter((n) => n.device === d).length;
     results.tandem[p] = { p50Ms: t.p50Ms, times: t.times, maxAbsDiffVsOrt: worst,
-      nodes: { cpu: on("cpu"), gpu: on("gpu"), split: on("split") }, setup: t.report.setup };
+      nodes: { cpu: on("cpu"), gpu: on("gpu"), split: on("split") }, setup: t.report.setup,
+      slowest: [...nodes].sort((x, y) => y.timeMs - x.timeMs).slice(0, 5)
+        .map((n) => ({ name: n.name, op: n.op, device: n.device, timeMs: n.timeMs, predicted: n.predicted })) };
     console.log(`tandem ${p}: p50 ${t.p50Ms.toFixed(2)} ms, max |diff| vs onnxruntime ${worst.toExponential(2)}, nodes cpu/gpu/split ${on("cpu")}/${on("gpu")}/${on("split")}`);
   }
   if (!r.tandem.gpu || on_all_cpu(r.tandem.gpu)) failures.push("tandem gpu ran no node on the GPU");

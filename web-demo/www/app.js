@@ -76,6 +76,7 @@ async function benchmark(runs = 20) {
     const times = [];
     let last;
     for (let k = 0; k < runs; k++) { last = await classify(p, tokens[0]); times.push(last.ms); }
+    latencies[p] = times.slice(0, -1);
     show(p, last);
     result.tandem[p] = { p50Ms: p50(times), times, outputs, report: last.report };
   }
@@ -121,6 +122,11 @@ async function main() {
   $("sample").onchange = () => { $("text").value = samples.find((s) => s.name === $("sample").value).text; };
   $("text").value = samples[0].text;
   gpu = await gpuInfo();
+  if (gpu.available) {
+    // wgpu's WebGPU backend leaves the adapter's name empty: ask the browser.
+    const info = (await navigator.gpu.requestAdapter())?.info;
+    if (info) gpu.adapter = `WebGPU ${[info.vendor, info.architecture, info.device, info.description].filter((x) => x).join(" ")}`;
+  }
   const n = $("notice");
   if (gpu.available) {
     n.className = "ok";
