@@ -181,16 +181,18 @@ impl CastDst for i32 {
     }
 }
 impl CastDst for i8 {
+    /// Truncates toward zero, then wraps (as numpy and the GPU kernel do), never saturates.
     fn from_f64(v: f64) -> Self {
-        v as i8
+        v as i32 as i8
     }
     fn from_i64(v: i64) -> Self {
         v as i8
     }
 }
 impl CastDst for u8 {
+    /// Truncates toward zero, then wraps (as numpy and the GPU kernel do), never saturates.
     fn from_f64(v: f64) -> Self {
-        v as u8
+        v as i32 as u8
     }
     fn from_i64(v: i64) -> Self {
         v as u8

@@ -204,6 +204,9 @@ pub fn split(attrs: &Attrs) -> Result<Box<dyn Op>> {
 impl Split {
     /// (axis, sizes along it).
     fn sizes(&self, ins: &[&TensorMeta]) -> Result<(usize, Vec<usize>)> {
+        if ins[0].rank() == 0 {
+            return Err(OpError::Invalid("Split: input is a scalar".into()));
+        }
         let a = normalize_axis(self.axis, ins[0].rank())?;
         let dim = ins[0].shape[a];
         let given = match &self.split_attr {
@@ -215,7 +218,8 @@ impl Split {
         };
         let sizes = match (given, self.num_outputs) {
             (Some(s), _) => {
-                if s.iter().any(|&v| v < 0) || s.iter().sum::<i64>() != dim as i64 {
+                let sum = s.iter().try_fold(0i64, |t, &v| t.checked_add(v));
+                if s.iter().any(|&v| v < 0) || sum != Some(dim as i64) {
                     return Err(OpError::Invalid(format!(
                         "Split: sizes {s:?} do not add up to dim {dim} of axis {a}"
                     )));

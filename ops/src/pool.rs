@@ -106,10 +106,18 @@ fn make(a: &Attrs, name: &'static str, max: bool) -> Result<Box<dyn Op>> {
             "{name}: storage_order must be 0 or 1"
         )));
     }
+    let pads = ints(a, "pads", name, 2 * n, 0)?;
+    if let Some(i) = (0..2 * n).find(|&i| pads[i] >= kernel[i % n]) {
+        return Err(OpError::Invalid(format!(
+            "{name}: pads {pads:?}: pad {} must be smaller than the kernel ({})",
+            pads[i],
+            kernel[i % n]
+        )));
+    }
     Ok(Box::new(Pool {
         name,
         max,
-        pads: ints(a, "pads", name, 2 * n, 0)?,
+        pads,
         kernel,
         strides,
         dilations,

@@ -216,7 +216,7 @@ impl Resize {
         let mut scale = vec![1.0; r];
         match (scales, sizes) {
             (Some(s), None) => {
-                if s.len() != n || s.iter().any(|&v| v <= 0.0) {
+                if s.len() != n || s.iter().any(|&v| !(v > 0.0 && v.is_finite())) {
                     return Err(OpError::Invalid(format!(
                         "{op}: scales {s:?} must be {n} positive values"
                     )));
@@ -256,6 +256,12 @@ impl Resize {
                     "{op}: exactly one of `scales` and `sizes` must be given"
                 )))
             }
+        }
+        if let Some(a) = (0..r).find(|&a| shape[a] == 0 && out[a] > 0) {
+            return Err(OpError::Invalid(format!(
+                "{op}: axis {a} is empty and cannot be resized to {}",
+                out[a]
+            )));
         }
         let mut roi_start = vec![0.0; r];
         let mut roi_end = vec![1.0; r];

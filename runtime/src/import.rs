@@ -328,6 +328,13 @@ impl<'m> Builder<'m> {
                 n.op_type
             ))
         })?;
+        if opset < 1 {
+            return Err(invalid(format!(
+                "node `{name}` ({}): opset_import gives the default domain version {opset}; \
+                 opset versions start at 1",
+                n.op_type
+            )));
+        }
         let mut attrs = attrs::convert_attrs(n, opset, self.base_dir).map_err(fail)?;
         for input in n.input.iter().filter(|s| !s.is_empty()) {
             if let Some(m) = self.unsupported.get(input) {

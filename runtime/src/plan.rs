@@ -228,6 +228,23 @@ pub fn build(
         }
         // Kernels compute only the outputs the model asks for (a prefix of the op's outputs).
         outs.truncate(node.outputs.len());
+        // A hostile model can ask for any size: refuse what no tensor may be, before allocating.
+        for o in &outs {
+            let bytes = o
+                .shape
+                .iter()
+                .try_fold(o.dtype.size() as u64, |b, &d| b.checked_mul(d as u64));
+            if bytes.is_none_or(|b| b > crate::import::MAX_TENSOR_BYTES) {
+                return Err(node_error(
+                    node,
+                    OpError::Invalid(format!(
+                        "an output of shape {:?} exceeds the {}-byte tensor limit",
+                        o.shape,
+                        crate::import::MAX_TENSOR_BYTES
+                    )),
+                ));
+            }
+        }
         if outs.iter().all(|o| o.value.is_some()) {
             // Known from shapes alone (Shape, Size): a constant of this plan.
             for (&v, m) in node.outputs.iter().zip(outs) {

@@ -1,0 +1,118 @@
+//! Structure-aware fuzzing as a plain test: `tandem::fuzzgen` builds a random model per seed
+//! over a fixed range of seeds; each is loaded, planned and run with placements cpu, gpu and
+//! auto. Every run must end in outputs or a typed error (a panic names its seed), valid models
+//! must run on the CPU, and where the CPU and another placement both run, their outputs must
+//! agree. The `generated_graph` fuzz target (runtime/fuzz) explores the same space with
+//! coverage guidance; crashes it finds become seeds or tests here.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use tandem::cost::{AdapterKey, CostModel, CpuKey};
+use tandem::fuzzgen::{from_seed, run_everywhere};
+use tandem::testing::gpu;
+use tandem::Placement;
+
+/// Seeds run by [`generated_models_never_panic_and_agree_across_placements`]: `0..400`, or
+/// `0..N` with `TANDEM_FUZZ_SEEDS=N` for a longer run.
+fn seeds() -> std::ops::Range<u64> {
+    let n = std::env::var("TANDEM_FUZZ_SEEDS").map_or(400, |s| s.parse().expect("a count"));
+    0..n
+}
+
+#[test]
+fn generated_models_never_panic_and_agree_across_placements() {
+    let gpu = gpu();
+    let costs = Arc::new(CostModel::unmeasured(
+        Some(AdapterKey::from_desc(gpu.adapter())),
+        CpuKey::detect(1),
+    ));
+    let (mut nodes, mut ran, mut compared, mut refused) = (0, 0, 0, 0);
+    let mut problems = Vec::new();
+    let seeds = seeds();
+    for seed in seeds.clone() {
+        let g = from_seed(seed);
+        nodes += g.model.graph.as_ref().map_or(0, |g| g.node.len());
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run_everywhere(&g, Some(gpu.clone()), Some(costs.clone()))
+        }));
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                problems.push(format!("seed {seed}: PANIC {msg}"));
+                continue;
+            }
+        };
+        for (p, r) in &outcome.runs {
+            match r {
+                Ok(_) => ran += 1,
+                Err(_) if g.hostile => refused += 1,
+                Err(e) if *p == Placement::Cpu => {
+                    problems.push(format!("seed {seed}: valid model fails on the CPU: {e}"))
+                }
+                Err(e) => problems.push(format!("seed {seed}: fails on {p:?}: {e}")),
+            }
+        }
+        compared += outcome.compared;
+        for m in outcome.mismatches {
+            problems.push(format!("seed {seed}: {m}"));
+        }
+    }
+    println!(
+        "fuzz_graphs: {} models ({nodes} nodes): {ran} runs, {refused} hostile refusals, \
+         {compared} outputs compared with the CPU",
+        seeds.end
+    );
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// Prints the model of one seed (or of the fuzz input in `FUZZ_FILE`, e.g. a crash artifact of
+/// the `generated_graph` target) and what each placement did:
+/// `FUZZ_SEED=N cargo test --release -p tandem --test fuzz_graphs -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn show_seed() {
+    let g = match std::env::var("FUZZ_FILE") {
+        Ok(f) => tandem::fuzzgen::from_bytes(&std::fs::read(f).expect("FUZZ_FILE")),
+        Err(_) => from_seed(std::env::var("FUZZ_SEED").map_or(0, |s| s.parse().expect("seed"))),
+    };
+    let graph = g.model.graph.as_ref().expect("a graph");
+    println!("opset {:?}, hostile {}", g.model.opset_import, g.hostile);
+    for (name, t) in &g.inputs {
+        println!("input {name}: {t:?} {:?}", t.to_f64_vec());
+    }
+    for t in &graph.initializer {
+        let t = tandem::import::read_tensor_pb(&prost::Message::encode_to_vec(t)).unwrap();
+        println!("init {}: {:?} {:?}", t.0, t.1, t.1.to_f64_vec());
+    }
+    for n in &graph.node {
+        let attrs: Vec<String> = n
+            .attribute
+            .iter()
+            .map(|a| format!("{}={:?}{:?}{:?}{:?}", a.name, a.i, a.f, a.ints, a.s))
+            .collect();
+        println!("{} {:?} -> {:?} {attrs:?}", n.op_type, n.input, n.output);
+    }
+    let gpu = gpu();
+    let outcome = run_everywhere(&g, Some(gpu), None);
+    for (p, r) in &outcome.runs {
+        match r {
+            Ok(outs) => {
+                for (n, t) in outs {
+                    println!("{p:?} {n}: {t:?} {:?}", t.to_f64_vec());
+                }
+            }
+            Err(e) => println!("{p:?}: {e}"),
+        }
+    }
+    println!("mismatches: {:?}", outcome.mismatches);
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# scripts/fuzz.sh [SECONDS]: a bounded run of tandem's cargo-fuzz targets (runtime/fuzz), the
+# seconds (default 60) split evenly over them:
+#   load_and_plan    arbitrary bytes as a model: load, plan, run on the CPU
+#   generated_graph  bytes -> tandem::fuzzgen model: run on cpu, gpu and auto, outputs compared
+# Installs what it needs (nightly toolchain, cargo-fuzz), seeds the corpora
+# (runtime/fuzz/seed.sh), builds once into runtime/fuzz/target (not the shared target/), then
+# runs each target with -max_total_time, -rss_limit_mb=2048 and -timeout=10. A crash fails the
+# script; libFuzzer prints the input it saved under runtime/fuzz/artifacts/<target>/ (replay it
+# with `cd runtime && cargo +nightly fuzz run -O -s none <target> <file>`).
+# Longer runs: `bash scripts/fuzz.sh 3600`; the corpora grow across runs.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+total="${1:-60}"
+targets=(load_and_plan generated_graph)
+per=$(( total / ${#targets[@]} ))
+[ "$per" -ge 1 ] || per=1
+. scripts/env.sh
+if ! rustup toolchain list | grep -q '^nightly'; then
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
+bash runtime/fuzz/seed.sh
+cd runtime
+# No sanitizer: tandem is Rust (ASan doubles the build and the run for the few unsafe blocks of
+# the CPU kernels; add `-s address` for a long local run).
+start=$(date +%s)
+nice -n 10 cargo +nightly fuzz build -O -s none
+echo "fuzz: build took $(( $(date +%s) - start )) s"
+for t in "${targets[@]}"; do
+  log="fuzz/artifacts/$t.log"
+  mkdir -p "fuzz/artifacts/$t"
+  status=0
+  cargo +nightly fuzz run -O -s none "$t" -- -max_total_time="$per" -rss_limit_mb=2048 \
+    -timeout=10 -print_final_stats=1 >"$log" 2>&1 || status=$?
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+  echo "fuzz: $t: $execs executions in ${per} s, exit $status"
+  if [ "$status" -ne 0 ]; then
+    grep -E 'panicked|ERROR|SUMMARY|Test unit written|artifact' "$log" | head -20
+    exit "$status"
+  fi
+done
