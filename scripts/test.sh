@@ -14,5 +14,7 @@ echo "test: cargo clippy"
 cargo clippy --release --workspace --all-targets -q -- -D warnings
 echo "test: cargo test"
 cargo test --release --workspace
+echo "test: tandem-bench run --quick (magika on every placement and peer; docs/bench.md)"
+cargo run --release -q -p tandem-bench -- run --quick --out target/bench-quick
 echo "test: browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
 bash scripts/web.sh test

@@ -129,6 +129,7 @@ pub fn measure(n: usize, threads: usize, secs: f64) -> GemmResult {
         fma_units: 0,
         cores: threads,
         clock_ghz: f64::NAN,
+        cpuinfo_ghz: None,
         gflops: f64::NAN,
     });
     let mut gflops = Vec::new();

@@ -27,7 +27,8 @@ pub fn peak_rss_mib() -> Option<f64> {
 /// one add per cycle on every x86-64 core of the last decade.
 #[cfg(target_arch = "x86_64")]
 pub fn measure_clock_ghz() -> Option<f64> {
-    const ITERS: u64 = 50_000_000;
+    // short runs, many times: on a shared machine some run gets a whole time slice
+    const ITERS: u64 = 1_000_000;
     let run = || {
         let t = Instant::now();
         let mut x: u64 = 0;
@@ -48,14 +49,33 @@ pub fn measure_clock_ghz() -> Option<f64> {
         std::hint::black_box((x, n));
         t.elapsed().as_secs_f64()
     };
-    // best of a few (another process may take the core for a while)
-    let best = (0..5).map(|_| run()).fold(f64::INFINITY, f64::min);
+    let best = (0..200).map(|_| run()).fold(f64::INFINITY, f64::min);
     Some(8.0 * ITERS as f64 / best / 1e9)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 pub fn measure_clock_ghz() -> Option<f64> {
     None
+}
+
+/// The clock `/proc/cpuinfo` states (`cpu MHz` of the first core), GHz: a cross-check of the
+/// measured one (virtual machines often report the nominal clock).
+pub fn cpuinfo_ghz() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu MHz"))?;
+    let mhz: f64 = line.split(':').nth(1)?.trim().parse().ok()?;
+    Some(mhz / 1e3)
+}
+
+/// The 1-minute load average (`/proc/loadavg`): above the core count, other work competed
+/// with the measurement.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// f32 lanes of the widest SIMD the kernels use (from `CpuInfo::simd`).
@@ -89,6 +109,7 @@ pub fn f32_peak(info: &CpuInfo, cores: usize) -> Option<Peak> {
         fma_units: fma,
         cores,
         clock_ghz,
+        cpuinfo_ghz: cpuinfo_ghz(),
         gflops: cores as f64 * clock_ghz * lanes as f64 * fma as f64 * 2.0,
     })
 }
@@ -114,6 +135,8 @@ pub fn describe(adapter: Option<AdapterKey>) -> Machine {
         adapter,
         os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
         git: git_describe(),
+        load_average_start: load_average(),
+        load_average_end: None,
     }
 }
 

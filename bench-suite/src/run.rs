@@ -15,6 +15,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use tandem::cost::keys::AdapterKey;
 
+/// Largest max-abs-diff from onnxruntime that `--quick` (CI) accepts.
+pub const QUICK_MAX_DIFF: f64 = 1e-4;
+
 /// Arguments of `tandem-bench run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -58,7 +61,8 @@ pub struct Args {
     /// tandem picks.
     #[arg(long)]
     pub adapter: Option<String>,
-    /// CI mode: magika only, few runs, no GEMM section.
+    /// CI mode: magika only (unless models are named), few runs, no GEMM section; fails when a
+    /// row does not run or differs from onnxruntime by more than 1e-4.
     #[arg(long)]
     pub quick: bool,
     /// Skip the CPU GEMM comparison.
@@ -334,6 +338,7 @@ pub fn main(mut args: Args) -> Result<()> {
         report.gemm = Some(crate::gemm::measure(1024, args.threads, 2.0));
     }
     pb.finish_and_clear();
+    report.machine.load_average_end = crate::machine::load_average();
     let _ = std::fs::remove_dir_all(&work);
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(args.out.join("report.json"), json)?;
@@ -344,5 +349,29 @@ pub fn main(mut args: Args) -> Result<()> {
         "\nreports: {0}/report.json, {0}/report.md, {0}/report.html",
         args.out.display()
     );
+    if args.quick {
+        // CI: a row that does not run, or runs wrong, fails the suite so it cannot rot.
+        let bad: Vec<String> = report
+            .models
+            .iter()
+            .flat_map(|m| m.rows.iter().map(move |r| (m, r)))
+            .filter_map(|(m, r)| match (&r.error, r.max_abs_diff) {
+                (Some(e), _) => Some(format!("{} {}: {e}", m.name, r.label())),
+                (None, Some(d)) if d.is_nan() || d > QUICK_MAX_DIFF => Some(format!(
+                    "{} {}: max abs diff {d:e} > {QUICK_MAX_DIFF:e}",
+                    m.name,
+                    r.label()
+                )),
+                _ => None,
+            })
+            .collect();
+        if !bad.is_empty() {
+            bail!(
+                "quick mode: {} row(s) failed:\n{}",
+                bad.len(),
+                bad.join("\n")
+            );
+        }
+    }
     Ok(())
 }

@@ -39,6 +39,12 @@ pub struct Machine {
     pub os: String,
     /// `git describe --always --dirty` of the tree, when available.
     pub git: Option<String>,
+    /// 1-minute load average when the run started and ended: above `cores`, other processes
+    /// competed with the measurement (a shared machine).
+    #[serde(default)]
+    pub load_average_start: Option<f64>,
+    #[serde(default)]
+    pub load_average_end: Option<f64>,
 }
 
 /// How the run was configured.
@@ -197,5 +203,8 @@ pub struct Peak {
     pub cores: usize,
     /// Measured with a dependent add chain (1 cycle per add), GHz.
     pub clock_ghz: f64,
+    /// The clock `/proc/cpuinfo` states, GHz (a cross-check).
+    #[serde(default)]
+    pub cpuinfo_ghz: Option<f64>,
     pub gflops: f64,
 }

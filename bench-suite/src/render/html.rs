@@ -73,7 +73,7 @@ pub fn page(r: &Report) -> String {
             .find_map(|p| tables::find(model, "tandem", p).filter(|r| !r.timeline.is_empty()));
         if let Some(row) = shown {
             s += &format!("<h3>Timeline of the median run: {}</h3>", esc(&row.label()));
-            s += &svg::timeline(row);
+            s += &svg::timeline(row, &svg::top_ops(model));
         }
         let notes: Vec<String> = model
             .rows

@@ -20,14 +20,6 @@ pub fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Stable colour of a label (op type, runtime).
-pub fn color(label: &str) -> &'static str {
-    let h = label
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
-    PALETTE[h as usize % PALETTE.len()]
-}
-
 /// Colour of a row by runtime (tandem rows by placement).
 fn row_color(r: &Row) -> &'static str {
     match (r.runtime.as_str(), r.placement.as_str()) {
@@ -144,16 +136,12 @@ pub fn latency_plot(m: &ModelResult) -> String {
     s + "</svg>"
 }
 
-/// Stacked bars of time per op type, one per tandem row of `m` (top 9 op types + other).
-pub fn op_breakdown(m: &ModelResult) -> String {
-    let rows: Vec<&Row> = m.rows.iter().filter(|r| !r.op_times.is_empty()).collect();
-    if rows.is_empty() {
-        return String::new();
-    }
-    // the op types that matter most over all rows
+/// The model's op types that take the most time (share of each row's total, summed over the
+/// rows), at most 9: each gets its own palette colour in every plot of the model.
+pub fn top_ops(m: &ModelResult) -> Vec<String> {
     let mut ops: Vec<(String, f64)> = Vec::new();
-    for r in &rows {
-        let total: f64 = r.op_times.iter().map(|o| o.ms).sum();
+    for r in m.rows.iter().filter(|r| !r.op_times.is_empty()) {
+        let total: f64 = r.op_times.iter().map(|o| o.ms).sum::<f64>().max(1e-12);
         for o in &r.op_times {
             match ops.iter_mut().find(|(n, _)| *n == o.op) {
                 Some(e) => e.1 += o.ms / total,
@@ -162,7 +150,23 @@ pub fn op_breakdown(m: &ModelResult) -> String {
         }
     }
     ops.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let top: Vec<String> = ops.iter().take(9).map(|(n, _)| n.clone()).collect();
+    ops.into_iter().take(9).map(|(n, _)| n).collect()
+}
+
+/// Colour of `op` among `top` (grey for the rest).
+fn op_color(op: &str, top: &[String]) -> &'static str {
+    top.iter()
+        .position(|t| t == op)
+        .map_or("#bbb", |i| PALETTE[i])
+}
+
+/// Stacked bars of time per op type, one per tandem row of `m` (top 9 op types + other).
+pub fn op_breakdown(m: &ModelResult) -> String {
+    let rows: Vec<&Row> = m.rows.iter().filter(|r| !r.op_times.is_empty()).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let top = top_ops(m);
     let (left, width, lane) = (170.0, 760.0, 28.0);
     let h = 30.0 + lane * rows.len() as f64 + 40.0;
     let mut s = format!(
@@ -191,7 +195,7 @@ pub fn op_breakdown(m: &ModelResult) -> String {
             let _ = write!(
                 s,
                 r#"<rect x="{x:.1}" y="{y}" width="{w:.1}" height="18" fill="{}"><title>{} {:.2} ms ({} nodes)</title></rect>"#,
-                color(&o.op),
+                op_color(&o.op, &top),
                 esc(&o.op),
                 o.ms,
                 o.count
@@ -208,7 +212,11 @@ pub fn op_breakdown(m: &ModelResult) -> String {
     let ly = 18.0 + lane * rows.len() as f64;
     let mut lx = left;
     for op in top.iter().map(String::as_str).chain(["other"]) {
-        let c = if op == "other" { "#ccc" } else { color(op) };
+        let c = if op == "other" {
+            "#ccc"
+        } else {
+            op_color(op, &top)
+        };
         let _ = write!(
             s,
             r#"<rect x="{lx:.1}" y="{ly}" width="10" height="10" fill="{c}"/><text x="{:.1}" y="{}">{}</text>"#,
@@ -224,8 +232,9 @@ pub fn op_breakdown(m: &ModelResult) -> String {
     s + "</svg>"
 }
 
-/// One run as lanes (cpu, gpu, transfer) of spans coloured by op type.
-pub fn timeline(r: &Row) -> String {
+/// One run as lanes (cpu, gpu, transfer) of spans coloured by op type (`top`: see
+/// [`top_ops`]).
+pub fn timeline(r: &Row, top: &[String]) -> String {
     if r.timeline.is_empty() {
         return String::new();
     }
@@ -255,7 +264,7 @@ pub fn timeline(r: &Row) -> String {
             let c = if *l == "transfer" {
                 "#333"
             } else {
-                color(&sp.op)
+                op_color(&sp.op, top)
             };
             let _ = write!(
                 s,

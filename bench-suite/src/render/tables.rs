@@ -274,8 +274,9 @@ pub fn gemm(g: &GemmResult) -> Table {
         .collect();
     Table {
         title: format!(
-            "CPU GEMM {} f32, {} threads; peak {:.0} GFLOP/s = {} cores x {:.2} GHz (measured) x {} lanes x {} FMA units (assumed) x 2",
-            g.shape, g.threads, p.gflops, p.cores, p.clock_ghz, p.lanes, p.fma_units
+            "CPU GEMM {} f32, {} threads; peak {:.0} GFLOP/s = {} cores x {:.2} GHz (measured; /proc/cpuinfo says {}) x {} lanes x {} FMA units (assumed) x 2",
+            g.shape, g.threads, p.gflops, p.cores, p.clock_ghz,
+            p.cpuinfo_ghz.map_or("?".into(), |c| format!("{c:.2}")), p.lanes, p.fma_units
         ),
         head: vec!["implementation".into(), "GFLOP/s".into(), "of peak".into()],
         rows,
@@ -293,7 +294,7 @@ pub fn all(r: &Report) -> Vec<Table> {
 fn header(r: &Report) -> String {
     let m = &r.machine;
     format!(
-        "{} | CPU {} ({} cores, {}) | GPU {} | {} threads | rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){} | tree {}",
+        "{} | CPU {} ({} cores, {}) | GPU {} | {} threads | rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){} | tree {} | load average {} -> {}",
         r.schema,
         m.cpu_model,
         m.cores,
@@ -308,6 +309,8 @@ fn header(r: &Report) -> String {
         r.config.gpu_rule.max_secs,
         if r.config.quick { " | quick" } else { "" },
         m.git.as_deref().unwrap_or("?"),
+        m.load_average_start.map_or("?".into(), |l| format!("{l:.1}")),
+        m.load_average_end.map_or("?".into(), |l| format!("{l:.1}")),
     )
 }
 
@@ -356,7 +359,7 @@ pub fn markdown(r: &Report) -> String {
             continue;
         }
         s += &format!(
-            "\n## {}\n\n| {} |\n|{}|\n",
+            "\n## {}\n\n| {} |\n|{}\n",
             t.title,
             t.head.join(" | "),
             " --- |".repeat(t.head.len())
