@@ -7,6 +7,7 @@
 //! [`schema`] and its writers in [`render`]) are public so other subcommands (e.g. the
 //! co-execution benchmarks) reuse them.
 
+pub mod coexec;
 pub mod compare;
 pub mod gemm;
 pub mod machine;
