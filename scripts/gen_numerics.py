@@ -157,7 +157,9 @@ def unary_cases():
     ]:
         # sin/cos of 1e30 are argument-reduction dependent: the case keeps to |x| <= 100
         inp = x if op not in ("Sin", "Cos") else [("x", np.where(np.abs(SPECIAL) > 100, F(7.0), SPECIAL))]
-        case(f"unary_{op.lower()}", "unary", op, inp, attrs, opset=opset)
+        # Neg and Abs only touch the sign bit: -0.0 and NaN payloads compared bit for bit
+        case(f"unary_{op.lower()}", "unary", op, inp, attrs, opset=opset,
+             bit_exact=op in ("Neg", "Abs"))
     case("unary_gelu_tanh", "unary", "Gelu", x, {"approximate": "tanh"}, opset=20)
     case("unary_clip", "unary", "Clip", x, consts=[("lo", f32(-1.0)), ("hi", f32(1.0))], opset=13)
     case("unary_clip_inf_bounds", "unary", "Clip", x,
@@ -220,6 +222,14 @@ def linalg_cases():
     cvec = f32([0.0, NAN, 1.0, -INF])
     case("gemm_transb_bias", "linalg", "Gemm", [("a", a), ("b", bt), ("c", cvec)],
          {"transB": 1, "alpha": 1.0, "beta": 1.0}, opset=13)
+    # sizes past the CPU GEMM's and the GPU tiles' edges (partial tiles, packed panels)
+    al = rng.uniform(-1, 1, (70, 65)).astype(F)
+    bl = rng.uniform(-1, 1, (65, 33)).astype(F)
+    al[3, 7], al[40, 64], al[69, 0], al[10, 10], al[10, 20] = NAN, INF, -INF, INF, -INF
+    bl[0, 32], bl[64, 5] = 0.0, NAN
+    case("matmul_large", "linalg", "MatMul", [("a", al), ("b", bl)], opset=13, atol=1e-4)
+    case("gemm_beta0_nan_c", "linalg", "Gemm", [("a", a), ("b", bt), ("c", cvec)],
+         {"transB": 1, "alpha": 1.0, "beta": 0.0}, opset=13)
     x = rng.uniform(-1, 1, (1, 2, 7, 7)).astype(F)
     x[0, 0, 1, 1] = NAN
     x[0, 1, 5, 5] = INF
@@ -230,6 +240,11 @@ def linalg_cases():
     bias = f32([0.5, -0.5, 0.0])
     case("conv", "linalg", "Conv", [("x", x), ("w", w), ("bias", bias)],
          {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, opset=11)
+    xl = rng.uniform(-1, 1, (1, 8, 20, 20)).astype(F)
+    xl[0, 3, 5, 5], xl[0, 0, 19, 19], xl[0, 7, 0, 10] = NAN, INF, -INF
+    wl = rng.uniform(-0.5, 0.5, (16, 8, 3, 3)).astype(F)
+    case("conv_large", "linalg", "Conv", [("x", xl), ("w", wl)],
+         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, opset=11, atol=1e-4)
     case("conv_strided", "linalg", "Conv", [("x", x), ("w", w)],
          {"kernel_shape": [3, 3], "strides": [2, 2]}, opset=11)
     wt = rng.uniform(0.1, 1, (2, 3, 3, 3)).astype(F)
@@ -304,6 +319,13 @@ def reduce_cases():
              opset=18, expected=fn and np_reduce(fn, 1, True))
         case(f"{op.lower()}_axis0", "reduce", op, [("x", np.ascontiguousarray(x.T))],
              {"keepdims": 0}, consts=axes0, opset=18, expected=fn and np_reduce(fn, 0, False))
+    # ArgMax/ArgMin: the first NaN is the extreme (numpy), as NaN wins in ReduceMax/Min;
+    # onnxruntime skips NaN unless it comes first.
+    for op, fn in [("ArgMax", np.argmax), ("ArgMin", np.argmin)]:
+        case(f"{op.lower()}_nan", "reduce", op, [("x", x)], {"axis": 1, "keepdims": 1},
+             opset=13, expected=("numpy: the index of the first NaN (onnxruntime skips NaN "
+                                 "after the first element)",
+                                 lambda f, o, fn=fn: [fn(f["x"], axis=1, keepdims=True)]))
     # ArgMax/ArgMin of Inf (NaN's index is implementation-defined; no NaN here)
     xi = np.where(np.isnan(x), F(0.0), x)
     for op in ["ArgMax", "ArgMin"]:

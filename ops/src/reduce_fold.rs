@@ -439,7 +439,8 @@ pub(super) fn fold<T: Copy + Send + Sync, F: Fold<T>>(
 }
 
 /// ArgMax (`max`) or ArgMin of output elements `start..start + out.len()`, each over `n`
-/// elements `inner` apart; ties pick the first index, or the last when `last`.
+/// elements `inner` apart; ties pick the first index, or the last when `last`; a NaN is
+/// the extreme (its first index).
 pub(super) fn arg_fold<T: Copy + PartialOrd + Send + Sync>(
     x: &[T],
     out: &mut [i64],
@@ -456,8 +457,15 @@ pub(super) fn arg_fold<T: Copy + PartialOrd + Send + Sync>(
             let base = (e / inner) * n * inner + e % inner;
             let mut best = x[base];
             let mut at = 0;
-            for i in 1..n {
+            // The first NaN is the extreme (numpy), as NaN wins in ReduceMax/ReduceMin.
+            let is_nan = |v: T| v.partial_cmp(&v).is_none();
+            let end = if is_nan(best) { 1 } else { n };
+            for i in 1..end {
                 let v = x[base + i * inner];
+                if is_nan(v) {
+                    at = i;
+                    break;
+                }
                 let better = if max {
                     v > best || (last && v == best)
                 } else {

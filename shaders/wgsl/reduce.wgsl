@@ -71,8 +71,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (op == 9u || op == 10u) {
         var best = x[base + reduced_offset(0u)];
         var at = 0u;
-        for (var r = 1u; r < n; r = r + 1u) {
+        // The first NaN is the extreme (numpy), as NaN wins in ReduceMax/ReduceMin.
+        for (var r = 1u; r < n && !is_nan(best); r = r + 1u) {
             let v = x[base + reduced_offset(r)];
+            if (is_nan(v)) {
+                at = r;
+                break;
+            }
             var better = false;
             if (op == 9u) {
                 better = v > best || (params.select_last != 0u && v == best);
