@@ -38,13 +38,12 @@ fn storage_roots(graph: &Graph, plan: &Plan) -> Vec<usize> {
 /// outputs, kept to the end; `None`: never read).
 fn release_steps(graph: &Graph, plan: &Plan, root: &[usize]) -> Vec<Option<usize>> {
     let mut until: Vec<Option<usize>> = vec![None; graph.values.len()];
-    for v in 0..graph.values.len() {
+    for (v, &r) in root.iter().enumerate() {
         let last = if graph.outputs.contains(&v) {
             Some(usize::MAX)
         } else {
             plan.last_use[v]
         };
-        let r = root[v];
         until[r] = until[r].max(last);
     }
     until

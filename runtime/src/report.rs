@@ -163,6 +163,9 @@ pub struct RunReport {
     pub gpu_submits: usize,
     /// GPU failures met during the run, in order, each also written to the log (stderr).
     pub faults: Vec<GpuFault>,
+    /// How this run was planned when it was not the cached plan (e.g. around another
+    /// session's work on a shared GPU).
+    pub notes: Vec<String>,
 }
 
 impl RunReport {
@@ -217,6 +220,9 @@ impl fmt::Display for RunReport {
         }
         for fault in &self.faults {
             writeln!(f, "{fault}")?;
+        }
+        for note in &self.notes {
+            writeln!(f, "note: {note}")?;
         }
         write!(
             f,
