@@ -136,8 +136,8 @@ def np_maxpool(kernel, stride, pad):
 def case(name, family, op, inputs, attrs=None, consts=None, opset=17, out_types=None,
          rtol=1e-3, atol=1e-5, bit_exact=False, skip=None, expected=None, n_out=1):
     """Register one single-node case. inputs: [(name, array)] fed at run time; consts:
-    [(name, array)] initializers (attribute-like inputs); input order = inputs then consts
-    unless `order` names are given in op_inputs."""
+    [(name, array)] initializers (attribute-like inputs); node inputs: inputs then consts
+    (Resize: x, roi, scales). expected: None (onnxruntime) or (rule, fn(feeds, outs))."""
     CASES.append(dict(name=name, family=family, op=op, inputs=inputs, attrs=attrs or {},
                       consts=consts or [], opset=opset, out_types=out_types, rtol=rtol,
                       atol=atol, bit_exact=bit_exact, skip=skip or [], expected=expected,
