@@ -21,6 +21,8 @@ use std::time::Duration;
 use tandem_ops::{DType, Data, GpuKernel, Tensor};
 use web_time::Instant;
 
+/// In-flight batches and GPU time per batch, for planning around other sessions' work.
+pub mod busy;
 mod wait;
 
 /// What identifies an adapter, as reported by the driver.
@@ -133,6 +135,8 @@ pub struct Gpu {
     injected: Mutex<Injected>,
     /// The device opened to replace this one once it was lost (see [`Gpu::replacement`]).
     successor: Mutex<Option<Arc<Gpu>>>,
+    /// Batches in flight from every session sharing this GPU (see [`Gpu::expected_wait`]).
+    busy: Arc<busy::Busy>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -245,6 +249,7 @@ impl Gpu {
             backends,
             injected: Mutex::new(Injected::default()),
             successor: Mutex::new(None),
+            busy: Arc::default(),
         })
     }
 
@@ -343,6 +348,12 @@ impl Gpu {
     }
 
     /// True once the device was lost; every later call fails and a new `Gpu` is needed.
+    /// How long batches already submitted (by any session sharing this GPU) are expected to
+    /// keep it busy from now (see [`busy::Busy::expected_wait`]).
+    pub fn expected_wait(&self) -> Duration {
+        self.busy.expected_wait()
+    }
+
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }
@@ -919,6 +930,7 @@ impl<'g> Batch<'g> {
             .map(|p| p.label)
             .collect();
         Ok(Submitted {
+            _ticket: gpu.busy.start(),
             gpu,
             start,
             labels,
@@ -931,6 +943,8 @@ impl<'g> Batch<'g> {
 /// A batch the GPU is working on. The host is free meanwhile; [`Submitted::wait`] blocks until
 /// it is done and returns its timing.
 pub struct Submitted<'g> {
+    /// Counts the batch as in flight until it is dropped.
+    _ticket: busy::Ticket,
     gpu: &'g Gpu,
     start: Instant,
     labels: Vec<usize>,
@@ -989,6 +1003,12 @@ impl Submitted<'_> {
                 timing.wall = self.start.elapsed();
             }
         }
+        let gpu_time: Duration = timing.per_label.iter().map(|(_, d)| *d).sum();
+        gpu.busy.finished(if timing.per_label.is_empty() {
+            timing.wall
+        } else {
+            gpu_time
+        });
         Ok(timing)
     }
 }

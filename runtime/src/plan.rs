@@ -89,6 +89,9 @@ pub struct Plan {
     pub folded: Vec<usize>,
     /// Predicted run time (placement `auto` only), seconds.
     pub predicted: Option<f64>,
+    /// Seconds the GPU was expected to stay busy with other sessions' work when this plan was
+    /// made (see [`build_around_busy_gpu`]); 0 for a plan made for an idle GPU.
+    pub gpu_wait: f64,
 }
 
 /// Where nodes run when no override names them.
@@ -189,6 +192,18 @@ struct Pending {
     view: bool,
 }
 
+/// A run plans around other sessions' work on a shared GPU when that work is expected to keep
+/// the GPU busy for more than this share of the cached plan's predicted time...
+pub const BUSY_SHARE: f64 = 0.1;
+/// ...and for more than this many seconds.
+pub const BUSY_MIN_WAIT_S: f64 = 1e-3;
+
+/// True when an expected GPU wait of `wait` seconds is worth planning around for a plan
+/// predicted to take `predicted` seconds (see [`BUSY_SHARE`], [`BUSY_MIN_WAIT_S`]).
+pub fn gpu_busy_enough(wait: f64, predicted: f64) -> bool {
+    wait > BUSY_MIN_WAIT_S && wait > BUSY_SHARE * predicted
+}
+
 /// Build the plan for `graph` given the metas of its inputs (in `graph.inputs` order).
 pub fn build(
     graph: &Graph,
@@ -196,6 +211,19 @@ pub fn build(
     request: &Request<'_>,
     gpu: Option<&Gpu>,
     pool: &rayon::ThreadPool,
+) -> Result<Plan> {
+    build_around_busy_gpu(graph, input_metas_given, request, gpu, pool, 0.0)
+}
+
+/// [`build`] for a GPU that other sessions' batches keep busy for `gpu_wait` seconds: the
+/// scheduler (placement `auto`) starts nothing of this run on the GPU before then.
+pub fn build_around_busy_gpu(
+    graph: &Graph,
+    input_metas_given: &[TensorMeta],
+    request: &Request<'_>,
+    gpu: Option<&Gpu>,
+    pool: &rayon::ThreadPool,
+    gpu_wait: f64,
 ) -> Result<Plan> {
     let mut metas: Vec<Option<TensorMeta>> = vec![None; graph.values.len()];
     for (v, value) in graph.values.iter().enumerate() {
@@ -284,7 +312,7 @@ pub fn build(
             metas[v] = Some(m);
         }
     }
-    let (mut steps, predicted) = place(graph, &pending, &metas, request, gpu)?;
+    let (mut steps, predicted) = place(graph, &pending, &metas, request, gpu, gpu_wait)?;
     order_views(graph, &pending, &mut steps);
     let mut last_use = vec![None; graph.values.len()];
     for (s, step) in steps.iter().enumerate() {
@@ -298,6 +326,7 @@ pub fn build(
         last_use,
         folded,
         predicted,
+        gpu_wait,
     })
 }
 
@@ -308,6 +337,7 @@ fn place(
     metas: &[Option<TensorMeta>],
     request: &Request<'_>,
     gpu: Option<&Gpu>,
+    gpu_wait: f64,
 ) -> Result<(Vec<Step>, Option<f64>)> {
     let work: Vec<&Pending> = pending.iter().filter(|p| !p.view).collect();
     let kernels: Vec<std::result::Result<Vec<GpuKernel>, String>> = work
@@ -413,7 +443,7 @@ fn place(
             }
         })
         .collect();
-    let sched = schedule::schedule(&tasks, costs, request.policy);
+    let sched = schedule::schedule_from(&tasks, costs, request.policy, gpu_wait);
     let mut steps = Vec::with_capacity(work.len());
     for &i in &sched.order {
         let p = work[i];

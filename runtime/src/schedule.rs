@@ -160,10 +160,15 @@ struct Sim<'c> {
 }
 
 impl<'c> Sim<'c> {
-    fn new(costs: &'c dyn Costs) -> Self {
+    /// A replay whose GPU is busy with other work until `gpu_ready` seconds.
+    fn new(costs: &'c dyn Costs, gpu_ready: f64) -> Self {
+        let mut gpu = Timeline::default();
+        if gpu_ready > 0.0 {
+            gpu.occupy(0.0, gpu_ready);
+        }
         Sim {
             costs,
-            lines: [Timeline::default(), Timeline::default()],
+            lines: [Timeline::default(), gpu],
             avail: HashMap::new(),
         }
     }
@@ -370,7 +375,18 @@ pub fn simulate(
     choices: &[Choice],
     order: &[usize],
 ) -> (Vec<(f64, f64)>, f64) {
-    let mut sim = Sim::new(costs);
+    simulate_from(tasks, costs, choices, order, 0.0)
+}
+
+/// [`simulate`] with the GPU busy with other work until `gpu_ready` seconds.
+pub fn simulate_from(
+    tasks: &[Task],
+    costs: &dyn Costs,
+    choices: &[Choice],
+    order: &[usize],
+    gpu_ready: f64,
+) -> (Vec<(f64, f64)>, f64) {
+    let mut sim = Sim::new(costs, gpu_ready);
     let mut times = vec![(0.0, 0.0); tasks.len()];
     for &i in order {
         times[i] = sim.commit(&tasks[i], choices[i]);
@@ -389,6 +405,17 @@ fn single(t: &Task, d: Device) -> Choice {
 
 /// Schedule `tasks` (in topological order) under `policy`.
 pub fn schedule(tasks: &[Task], costs: &dyn Costs, policy: Policy) -> Schedule {
+    schedule_from(tasks, costs, policy, 0.0)
+}
+
+/// [`schedule`] for a GPU that other work keeps busy for `gpu_ready` seconds from the run's
+/// start (another session's batches in flight): nothing of this run starts on the GPU before.
+pub fn schedule_from(
+    tasks: &[Task],
+    costs: &dyn Costs,
+    policy: Policy,
+    gpu_ready: f64,
+) -> Schedule {
     let rank = upward_ranks(tasks, costs);
     let order = rank_order(tasks, &rank);
     let mut explain: Vec<Explain> = tasks
@@ -421,14 +448,15 @@ pub fn schedule(tasks: &[Task], costs: &dyn Costs, policy: Policy) -> Schedule {
             &order,
             policy == Policy::HeftSplit,
             &mut explain,
+            gpu_ready,
         ),
     };
-    let mut best = finalize(tasks, costs, choices, &order);
+    let mut best = finalize(tasks, costs, choices, &order, gpu_ready);
     if matches!(policy, Policy::Heft | Policy::HeftSplit) {
         // Never predict worse than the best single device: both are candidates.
         for d in [Device::Cpu, Device::Gpu] {
             let c: Vec<Choice> = tasks.iter().map(|t| single(t, d)).collect();
-            let candidate = finalize(tasks, costs, c, &order);
+            let candidate = finalize(tasks, costs, c, &order, gpu_ready);
             if candidate.3 < best.3 {
                 for (e, task) in explain.iter_mut().zip(tasks) {
                     if task.forced.is_none() && task.can(d) {
@@ -459,12 +487,13 @@ fn finalize(
     costs: &dyn Costs,
     choices: Vec<Choice>,
     rank_order: &[usize],
+    gpu_ready: f64,
 ) -> Finalized {
-    let (times, _) = simulate(tasks, costs, &choices, rank_order);
+    let (times, _) = simulate_from(tasks, costs, &choices, rank_order, gpu_ready);
     let mut by_start = rank_order.to_vec();
     by_start.sort_by(|&a, &b| times[a].0.total_cmp(&times[b].0).then(a.cmp(&b)));
     let issued = topological_by_start(tasks, &by_start);
-    let (times, makespan) = simulate(tasks, costs, &choices, &issued);
+    let (times, makespan) = simulate_from(tasks, costs, &choices, &issued, gpu_ready);
     (choices, issued, times, makespan)
 }
 
@@ -507,8 +536,9 @@ fn heft(
     order: &[usize],
     split: bool,
     explain: &mut [Explain],
+    gpu_ready: f64,
 ) -> Vec<Choice> {
-    let mut sim = Sim::new(costs);
+    let mut sim = Sim::new(costs, gpu_ready);
     let mut choices = vec![Choice::On(Device::Cpu); tasks.len()];
     for &i in order {
         let t = &tasks[i];

@@ -5,7 +5,7 @@
 
 use tandem::cost::{Coeffs, FrozenCosts};
 use tandem::costs::NodeCostQuery;
-use tandem::schedule::{schedule, simulate, Choice, Policy, Task};
+use tandem::schedule::{schedule, schedule_from, simulate, Choice, Policy, Task};
 use tandem::{DType, Device};
 use tandem_ops::Work;
 
@@ -65,6 +65,30 @@ fn gpu_ten_times_faster_takes_the_matmul() {
     assert!(close(s.makespan, want, 1e-9), "{} vs {want}", s.makespan);
     let cpu = schedule(&tasks, &costs, Policy::CpuOnly);
     assert!(close(cpu.makespan, 0.2 + 1e-6, 1e-9));
+}
+
+/// The same matmul while another session's work keeps the GPU busy: 0.15 s of waiting plus
+/// 0.02 s on the GPU loses to 0.2 s on the CPU only when the wait is longer than 0.18 s.
+#[test]
+fn a_gpu_busy_with_other_work_is_planned_around() {
+    let costs = FrozenCosts::new();
+    let tasks = [task(
+        "MatMul",
+        2_000_000_000,
+        &[(0, 1_000_000)],
+        &[(1, 1_000_000)],
+    )];
+    let s = schedule_from(&tasks, &costs, Policy::Heft, 0.15);
+    assert_eq!(s.choices[0], Choice::On(Device::Gpu));
+    // Starts when the GPU frees up (the upload is done by then): 0.15 + 0.02 + 20 us.
+    assert!(
+        close(s.makespan, 0.15 + 0.02 + 2e-5, 1e-9),
+        "{}",
+        s.makespan
+    );
+    let s = schedule_from(&tasks, &costs, Policy::Heft, 0.25);
+    assert_eq!(s.choices[0], Choice::On(Device::Cpu));
+    assert!(close(s.makespan, 0.2 + 1e-6, 1e-9), "{}", s.makespan);
 }
 
 /// A cheap elementwise op after a GPU matmul is faster alone on the CPU (1 us vs 20 us), but
