@@ -454,3 +454,70 @@ fn max_host_memory_refuses_a_run_before_allocating() {
     let outs = run(260).expect("260 bytes are enough");
     assert_close(&outs[0].1, &model.want, 1e-5, 1e-6);
 }
+
+mod common;
+
+/// Real models on the GPU with a few op types forced to the CPU (onnxruntime's outputs as the
+/// reference): the device is lost, or a batch fails validation, at the first, a middle and the
+/// last batch of a run; each run must still match, and the run after a loss uses a new device.
+#[test]
+fn real_models_survive_faults_at_every_stage_of_a_run() {
+    use common::*;
+    with_watchdog("real models", || {
+        let dir = repo_root().join("models");
+        for name in ["tiny_llama_prefill", "magika"] {
+            let model = dir.join(name).join("model.onnx");
+            if !model.is_file() {
+                data_missing(&model);
+                return;
+            }
+            let gpu = own_gpu(GpuOptions::default());
+            // Some op types on the CPU, so that a run is several batches with joins between.
+            let mut options = SessionOptions::default().placement(Placement::Gpu).gpu(gpu);
+            for op in ["Softmax", "Sqrt", "Tanh"] {
+                options = options.force(Selector::OpType(op.into()), Device::Cpu);
+            }
+            let s = open_session(&model, options).unwrap();
+            let (inputs, want) =
+                load_test_data(&dir.join(name).join("test_data_set_0"), &s).unwrap();
+            let check = |what: &str| {
+                let (got, report) = run_once(&s, &inputs).unwrap();
+                if let Err(e) = compare_outputs(&got, &want, 1e-3, 1e-4) {
+                    panic!("{name} {what}: {e}\n{report}");
+                }
+                report
+            };
+            let submits = check("clean").gpu_submits;
+            assert!(submits > 0);
+            for at in [0, submits / 2, submits - 1] {
+                for fault in [
+                    Fault::DeviceLost { at_submit: at },
+                    Fault::InvalidBatch { at_submit: at },
+                ] {
+                    // After a loss, the device the next run will use is the replacement.
+                    let current = s.gpu().unwrap().replacement().unwrap();
+                    current.inject(fault);
+                    let report = check(&format!("{fault:?}"));
+                    let last = report.faults.last().expect("the fault is reported");
+                    let lost = matches!(fault, Fault::DeviceLost { .. });
+                    assert_eq!(last.kind == FaultKind::DeviceLost, lost, "{report}");
+                    let count = |what: &str| {
+                        report
+                            .fallbacks()
+                            .filter(|n| n.fallback.as_deref().unwrap().contains(what))
+                            .count()
+                    };
+                    println!(
+                        "{name} {fault:?} of {submits} batches: {} finished nodes recomputed, \
+                         {} later nodes on the CPU, {} on the GPU",
+                        count("recomputed"),
+                        count("GPU is off"),
+                        report.count(Device::Gpu)
+                    );
+                }
+            }
+            let after = check("after the faults");
+            assert!(after.count(Device::Gpu) > 0, "{after}");
+        }
+    });
+}
