@@ -140,6 +140,16 @@ fn cases(args: &Args) -> Result<Vec<ModelCase>> {
         .collect()
 }
 
+/// A line above the progress bar, or on stderr when the bar is hidden (not a terminal: CI
+/// logs still get one line per row).
+fn say(pb: &ProgressBar, line: String) {
+    if pb.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        pb.println(line);
+    }
+}
+
 /// Everything measured on one model.
 #[allow(clippy::too_many_arguments)]
 fn bench_model(
@@ -170,21 +180,24 @@ fn bench_model(
     let mut reference: Option<Named> = stored;
     let finish = |row: Row, result: &mut ModelResult| {
         let l = row.latency.as_ref();
-        pb.println(format!(
-            "{:<20} {:<26} {}",
-            case.name,
-            row.label(),
-            match (&row.error, l) {
-                (Some(e), _) => format!("FAILED: {}", e.chars().take(160).collect::<String>()),
-                (None, Some(l)) => format!(
-                    "p50 {:.2} ms over {} runs, max|diff| {}",
-                    l.p50_ms,
-                    l.iterations,
-                    row.max_abs_diff.map_or("-".into(), |d| format!("{d:.1e}"))
-                ),
-                _ => "no timing".into(),
-            }
-        ));
+        say(
+            pb,
+            format!(
+                "{:<20} {:<26} {}",
+                case.name,
+                row.label(),
+                match (&row.error, l) {
+                    (Some(e), _) => format!("FAILED: {}", e.chars().take(160).collect::<String>()),
+                    (None, Some(l)) => format!(
+                        "p50 {:.2} ms over {} runs, max|diff| {}",
+                        l.p50_ms,
+                        l.iterations,
+                        row.max_abs_diff.map_or("-".into(), |d| format!("{d:.1e}"))
+                    ),
+                    _ => "no timing".into(),
+                }
+            ),
+        );
         pb.inc(1);
         result.rows.push(row);
     };
@@ -330,7 +343,7 @@ pub fn main(mut args: Args) -> Result<()> {
         );
         match m {
             Ok(m) => report.models.push(m),
-            Err(e) => pb.println(format!("{}: skipped: {e:#}", case.name)),
+            Err(e) => say(&pb, format!("{}: skipped: {e:#}", case.name)),
         }
     }
     if !args.no_gemm {

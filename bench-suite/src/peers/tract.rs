@@ -2,8 +2,8 @@
 //! tensors as tandem with the same number of threads.
 //!
 //! Sits between the suite's tensors (`tandem::Tensor`) and tract's; models whose declared
-//! output shapes tract disagrees with are retried with `with_ignore_output_shapes(true)` (noted
-//! in the row).
+//! output shapes or value_info tract disagrees with are retried with
+//! `with_ignore_output_shapes(true)` and `with_ignore_value_info(true)` (noted in the row).
 
 use crate::machine::{peak_rss_mib, reset_peak_rss};
 use crate::models::{max_abs_diff, Named};
@@ -51,13 +51,12 @@ fn from_tract(t: &TTensor) -> TractResult<Tensor> {
 
 type Plan = std::sync::Arc<tract_onnx::prelude::TypedSimplePlan>;
 
-fn load(
-    model: &Path,
-    inputs: &Named,
-    ignore_output_shapes: bool,
-) -> TractResult<(Plan, Vec<usize>)> {
+/// Load and optimise; `lenient` ignores the file's declared output shapes and intermediate
+/// value_info (symbolic dims like `batch` that tract will not unify with our concrete inputs).
+fn load(model: &Path, inputs: &Named, lenient: bool) -> TractResult<(Plan, Vec<usize>)> {
     let mut m = tract_onnx::onnx()
-        .with_ignore_output_shapes(ignore_output_shapes)
+        .with_ignore_output_shapes(lenient)
+        .with_ignore_value_info(lenient)
         .model_for_path(model)?;
     // feed order: the model's inputs, matched to ours by name
     let mut order = Vec::new();
@@ -127,8 +126,10 @@ fn bench_inner(
         Err(first) => {
             let p =
                 load(model, inputs, true).map_err(|e| format!("load: {e:#} (first: {first:#})"))?;
-            row.notes
-                .push("loaded with with_ignore_output_shapes(true)".to_string());
+            row.notes.push(
+                "loaded with with_ignore_output_shapes(true) and with_ignore_value_info(true)"
+                    .to_string(),
+            );
             p
         }
     };
