@@ -65,8 +65,8 @@ test_() {
     > web-demo/out/reference.json
   local port=${PORT:-8089}
   PORT=$port serve >/dev/null 2>&1 &
-  local server=$!
-  trap 'kill $server 2>/dev/null || true' EXIT
+  SERVER=$!
+  trap 'kill $SERVER 2>/dev/null || true' EXIT
   node web-demo/test/browser.mjs "http://127.0.0.1:$port/" web-demo/out
 }
 
