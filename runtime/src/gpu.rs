@@ -87,7 +87,8 @@ pub struct GpuOptions {
     pub max_binding_bytes: Option<u64>,
     /// Most workgroups per dispatch dimension; `None`: the adapter's limit.
     pub max_workgroups_per_dimension: Option<u32>,
-    /// Most bytes of buffers the device may hold; `None`: no cap but the driver's.
+    /// Most bytes of tensor buffers the device may hold (uniforms and readback staging, small
+    /// and transient, are not counted); `None`: no cap but the driver's.
     pub max_memory: Option<u64>,
 }
 
@@ -363,6 +364,12 @@ impl Gpu {
         self.pool.total.load(Ordering::Relaxed)
     }
 
+    /// The part of [`Gpu::pooled_bytes`] in tensor buffers: what [`GpuOptions::max_memory`]
+    /// bounds (uniforms and readback staging are transient and not counted).
+    pub fn tensor_bytes(&self) -> u64 {
+        self.pool.tensors.load(Ordering::Relaxed)
+    }
+
     /// Why a buffer of `bytes` cannot be bound on this adapter, if it cannot.
     pub fn binding_refusal(&self, bytes: u64) -> Option<String> {
         let max = self
@@ -592,7 +599,10 @@ struct BufferPool {
     free: Mutex<HashMap<(u64, u32), Vec<wgpu::Buffer>>>,
     /// Bytes of all buffers created and not yet released (free and in use).
     total: AtomicU64,
-    /// Most bytes `total` may reach (`u64::MAX`: no cap).
+    /// The part of `total` in tensor (storage) buffers: what the cap bounds. Uniforms and
+    /// readback staging are transient and not counted.
+    tensors: AtomicU64,
+    /// Most bytes `tensors` may reach (`u64::MAX`: no cap).
     cap: AtomicU64,
     /// Injected faults: this many next creations fail as out of memory.
     fail_next: AtomicUsize,
@@ -635,25 +645,32 @@ impl BufferPool {
         }
     }
 
-    /// Release unused pooled buffers until `need` more bytes fit under the cap (all of them
-    /// when `need` is `None`). Returns whether they fit.
+    /// Release unused pooled tensor buffers until `need` more bytes fit under the cap (every
+    /// unused buffer when `need` is `None`). Returns whether they fit.
     fn make_room(&self, need: Option<u64>) -> bool {
         let cap = self.cap.load(Ordering::SeqCst);
-        let fits = |total: u64| need.is_some_and(|n| total.saturating_add(n) <= cap);
-        if fits(self.total.load(Ordering::SeqCst)) {
+        let fits = |tensors: u64| need.is_some_and(|n| tensors.saturating_add(n) <= cap);
+        if fits(self.tensors.load(Ordering::SeqCst)) {
             return true;
         }
         let mut free = self.free.lock().unwrap();
-        for ((size, _), buffers) in free.iter_mut() {
+        for ((size, usage), buffers) in free.iter_mut() {
+            let tensor = wgpu::BufferUsages::from_bits_truncate(*usage).contains(STORAGE_USAGE);
+            if need.is_some() && !tensor {
+                continue;
+            }
             while let Some(b) = buffers.pop() {
                 b.destroy();
                 self.total.fetch_sub(*size, Ordering::SeqCst);
-                if fits(self.total.load(Ordering::SeqCst)) {
+                if tensor {
+                    self.tensors.fetch_sub(*size, Ordering::SeqCst);
+                }
+                if fits(self.tensors.load(Ordering::SeqCst)) {
                     return true;
                 }
             }
         }
-        fits(self.total.load(Ordering::SeqCst))
+        fits(self.tensors.load(Ordering::SeqCst))
     }
 
     /// A new buffer of `size` bytes, within the cap; after a driver out-of-memory error the
@@ -673,10 +690,11 @@ impl BufferPool {
                 "out of memory allocating {size} bytes (injected fault)"
             )));
         }
-        if !self.make_room(Some(size)) {
+        let tensor = usage.contains(STORAGE_USAGE);
+        if tensor && !self.make_room(Some(size)) {
             return Err(Error::Gpu(format!(
                 "out of memory allocating {size} bytes: {} of the device's {}-byte cap in use",
-                self.total.load(Ordering::SeqCst),
+                self.tensors.load(Ordering::SeqCst),
                 self.cap.load(Ordering::SeqCst)
             )));
         }
@@ -692,6 +710,9 @@ impl BufferPool {
             match wait::pop_scope(scope) {
                 None => {
                     self.total.fetch_add(size, Ordering::SeqCst);
+                    if tensor {
+                        self.tensors.fetch_add(size, Ordering::SeqCst);
+                    }
                     return Ok(b);
                 }
                 Some(e) => last = e.to_string(),

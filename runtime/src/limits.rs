@@ -59,75 +59,128 @@ fn gpu_bytes(plan: &Plan, v: usize) -> u64 {
     size_class(elems * 4)
 }
 
-/// Keep `plan`'s GPU memory within `cap` bytes: walking the steps in order with the GPU bytes
-/// they hold (constants once uploaded stay; intermediates until their last reader), a GPU or
-/// split step whose new buffers would take the total past `cap` runs on the CPU instead, with
-/// the reason as its fallback (never silent). Returns how many steps moved.
+/// Keep `plan`'s GPU tensor memory within `cap` bytes. The steps are walked in order with the
+/// GPU bytes the executor holds: constants once uploaded stay; an intermediate stays past its
+/// last reader until the host next waits for the GPU (a CPU or split step reading a value that
+/// is on the GPU), because the batches recorded meanwhile still bind it. A GPU or split step
+/// whose new buffers would take the total past `cap` runs on the CPU instead, with the reason as
+/// its fallback (never silent). Returns how many steps moved.
 pub fn fit_gpu_memory(plan: &mut Plan, graph: &Graph, cap: u64) -> usize {
     let root = storage_roots(graph, plan);
     let until = release_steps(graph, plan, &root);
     let mut resident: HashMap<usize, u64> = HashMap::new();
+    let mut held: Vec<usize> = Vec::new();
     let mut constants: HashSet<usize> = HashSet::new();
     let mut constant_bytes = 0u64;
     let mut moved = 0;
     for s in 0..plan.steps.len() {
-        resident.retain(|r, _| until[*r].is_some_and(|u| u >= s));
-        let kernels = match &plan.steps[s].kind {
+        let node = &graph.nodes[plan.steps[s].node];
+        let reads_gpu = node
+            .inputs
+            .iter()
+            .flatten()
+            .any(|&v| !is_constant(plan, v) && resident.contains_key(&root[v]));
+        let (gpu, split) = match &plan.steps[s].kind {
             StepKind::Whole {
                 device: Device::Gpu,
-                kernels,
-            }
-            | StepKind::Split { kernels, .. } => kernels,
-            _ => continue,
+                ..
+            } => (true, false),
+            StepKind::Split { .. } => (true, true),
+            _ => (false, false),
         };
-        let node = &graph.nodes[plan.steps[s].node];
-        let bound: BTreeSet<usize> = kernels
-            .iter()
-            .flat_map(|k| k.inputs.iter().copied())
-            .collect();
-        let mut new_constants = Vec::new();
-        let mut new_values: Vec<(usize, u64)> = Vec::new();
-        for v in bound
-            .iter()
-            .filter_map(|&i| node.inputs.get(i).copied().flatten())
-        {
-            if is_constant(plan, v) {
-                if !constants.contains(&v) && !new_constants.contains(&v) {
-                    new_constants.push(v);
-                }
-            } else if !resident.contains_key(&root[v]) {
-                new_values.push((root[v], gpu_bytes(plan, v)));
+        let mut joined = reads_gpu && (split || !gpu);
+        if joined {
+            for r in held.drain(..) {
+                resident.remove(&r);
             }
         }
-        for &o in &node.outputs {
-            new_values.push((root[o], gpu_bytes(plan, o)));
+        if gpu {
+            let (new_constants, new_values) =
+                new_gpu_buffers(plan, graph, s, &root, &resident, &constants);
+            let adding: u64 = new_constants
+                .iter()
+                .map(|&v| gpu_bytes(plan, v))
+                .chain(new_values.iter().map(|(_, b)| *b))
+                .sum();
+            let in_use = constant_bytes + resident.values().sum::<u64>();
+            if in_use + adding > cap {
+                let step = &mut plan.steps[s];
+                step.kind = StepKind::Whole {
+                    device: Device::Cpu,
+                    kernels: Vec::new(),
+                };
+                step.fallback = Some(format!(
+                    "GPU memory cap: its buffers need {adding} more bytes with {in_use} of the \
+                     session's max_gpu_memory of {cap} bytes in use"
+                ));
+                moved += 1;
+                if reads_gpu && !joined {
+                    joined = true;
+                    for r in held.drain(..) {
+                        resident.remove(&r);
+                    }
+                }
+            } else {
+                for v in new_constants {
+                    constant_bytes += gpu_bytes(plan, v);
+                    constants.insert(v);
+                }
+                resident.extend(new_values);
+            }
         }
-        let adding: u64 = new_constants
-            .iter()
-            .map(|&v| gpu_bytes(plan, v))
-            .chain(new_values.iter().map(|(_, b)| *b))
-            .sum();
-        let in_use = constant_bytes + resident.values().sum::<u64>();
-        if in_use + adding > cap {
-            let step = &mut plan.steps[s];
-            step.kind = StepKind::Whole {
-                device: Device::Cpu,
-                kernels: Vec::new(),
-            };
-            step.fallback = Some(format!(
-                "GPU memory cap: its buffers need {adding} more bytes with {in_use} of the \
-                 session's max_gpu_memory of {cap} bytes in use"
-            ));
-            moved += 1;
-            continue;
+        let released: Vec<usize> = resident
+            .keys()
+            .copied()
+            .filter(|r| until[*r] == Some(s))
+            .collect();
+        for r in released {
+            if joined {
+                resident.remove(&r);
+            } else {
+                held.push(r);
+            }
         }
-        for v in new_constants {
-            constant_bytes += gpu_bytes(plan, v);
-            constants.insert(v);
-        }
-        resident.extend(new_values);
     }
     moved
+}
+
+/// The buffers GPU step `s` adds: constants not `uploaded` yet, and (storage root, bytes) of
+/// its inputs not on the GPU and of its outputs.
+fn new_gpu_buffers(
+    plan: &Plan,
+    graph: &Graph,
+    s: usize,
+    root: &[usize],
+    resident: &HashMap<usize, u64>,
+    uploaded: &HashSet<usize>,
+) -> (Vec<usize>, Vec<(usize, u64)>) {
+    let kernels = match &plan.steps[s].kind {
+        StepKind::Whole { kernels, .. } | StepKind::Split { kernels, .. } => kernels,
+        StepKind::View => return (Vec::new(), Vec::new()),
+    };
+    let node = &graph.nodes[plan.steps[s].node];
+    let bound: BTreeSet<usize> = kernels
+        .iter()
+        .flat_map(|k| k.inputs.iter().copied())
+        .collect();
+    let mut constants = Vec::new();
+    let mut values: Vec<(usize, u64)> = Vec::new();
+    for v in bound
+        .iter()
+        .filter_map(|&i| node.inputs.get(i).copied().flatten())
+    {
+        if is_constant(plan, v) {
+            if !uploaded.contains(&v) && !constants.contains(&v) {
+                constants.push(v);
+            }
+        } else if !resident.contains_key(&root[v]) && !values.iter().any(|(r, _)| *r == root[v]) {
+            values.push((root[v], gpu_bytes(plan, v)));
+        }
+    }
+    for &o in &node.outputs {
+        values.push((root[o], gpu_bytes(plan, o)));
+    }
+    (constants, values)
 }
 
 /// Host bytes a run of `plan` needs at its peak: the inputs, every constant (initializers and
