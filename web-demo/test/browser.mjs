@@ -81,7 +81,10 @@ await withPage("", async (page, logs) => {
         .map((n) => ({ name: n.name, op: n.op, device: n.device, timeMs: n.timeMs, predicted: n.predicted })) };
     console.log(`tandem ${p}: p50 ${t.p50Ms.toFixed(2)} ms, max |diff| vs onnxruntime ${worst.toExponential(2)}, nodes cpu/gpu/split ${on("cpu")}/${on("gpu")}/${on("split")}`);
   }
-  if (!r.tandem.gpu || on_all_cpu(r.tandem.gpu)) failures.push("tandem gpu ran no node on the GPU");
+  if (!r.tandem.gpu || on_all_cpu(r.tandem.gpu)) {
+    const why = r.tandem.gpu?.report.run.nodes.find((n) => n.fallback)?.fallback;
+    failures.push(`tandem gpu ran no node on the GPU (first fallback: ${why})`);
+  }
   for (const [ep, o] of Object.entries(r.ort)) {
     if (o.error) {
       results.ort[ep] = o;
