@@ -111,6 +111,8 @@ pub struct Schedule {
 
 /// Gain a split must show over the best single device before it is chosen.
 pub const SPLIT_MARGIN: f64 = 0.05;
+/// Gain a plan mixing both devices must show over the better whole-model single-device plan.
+pub const MIX_MARGIN: f64 = 0.05;
 
 /// Busy intervals of one device, sorted.
 #[derive(Default, Clone)]
@@ -453,17 +455,34 @@ pub fn schedule_from(
     };
     let mut best = finalize(tasks, costs, choices, &order, gpu_ready);
     if matches!(policy, Policy::Heft | Policy::HeftSplit) {
-        // Never predict worse than the best single device: both are candidates.
+        // Never predict worse than the best single device: both are candidates, and a mix
+        // must beat the better of them by MIX_MARGIN (its prediction adds up many per-node
+        // errors and transfers; the single device is the safe choice).
+        let mixed = best.3;
+        let mut still_mixed = true;
         for d in [Device::Cpu, Device::Gpu] {
             let c: Vec<Choice> = tasks.iter().map(|t| single(t, d)).collect();
             let candidate = finalize(tasks, costs, c, &order, gpu_ready);
-            if candidate.3 < best.3 {
+            if candidate.0 == best.0 {
+                // The plan already is this single device.
+                continue;
+            }
+            if candidate.3 < best.3 || (still_mixed && candidate.3 <= mixed * (1.0 + MIX_MARGIN)) {
+                let why = if candidate.3 < mixed {
+                    format!("whole model on {d} is predicted faster than any mix")
+                } else {
+                    format!(
+                        "whole model on {d} is predicted within {:.0}% of the best mix",
+                        MIX_MARGIN * 100.0
+                    )
+                };
                 for (e, task) in explain.iter_mut().zip(tasks) {
                     if task.forced.is_none() && task.can(d) {
-                        e.why = format!("whole model on {d} is predicted faster than any mix");
+                        e.why = why.clone();
                     }
                 }
                 best = candidate;
+                still_mixed = false;
             }
         }
     }

@@ -474,15 +474,14 @@ impl CostModel {
         };
         let mut entries = self.entries.write().unwrap();
         let e = entries.entry(key).or_default();
-        let same: Vec<usize> = e
+        let mut same = e
             .observed
             .iter()
             .enumerate()
-            .filter(|(_, o)| o.flops == s.flops && o.bytes == s.bytes)
-            .map(|(i, _)| i)
-            .collect();
-        if same.len() >= MAX_SAME_POINT {
-            e.observed.remove(same[0]);
+            .filter(|(_, o)| o.flops == s.flops && o.bytes == s.bytes);
+        let first = same.next().map(|(i, _)| i);
+        if let (Some(i), true) = (first, same.count() + 1 >= MAX_SAME_POINT) {
+            e.observed.remove(i);
         } else if e.observed.len() >= MAX_OBSERVED_SAMPLES {
             e.observed.pop_front();
         }
@@ -521,23 +520,18 @@ impl CostModel {
             if r.op_type != node.op_type || matches!(step.kind, StepKind::View) {
                 continue;
             }
-            let ins = &step.inputs;
-            let outs: Vec<TensorMeta> = node
-                .outputs
-                .iter()
-                .filter_map(|&v| plan.metas.get(v).cloned().flatten())
-                .collect();
-            if outs.len() != node.outputs.len() || outs.is_empty() {
+            let outs = &step.outputs;
+            if outs.is_empty() {
                 continue;
             }
-            let refs: Vec<&TensorMeta> = ins.iter().collect();
-            let total = row_count(&outs[0].shape, node.op.split_axis(&refs, &outs)).max(1);
+            let refs: Vec<&TensorMeta> = step.inputs.iter().collect();
+            let total = row_count(&outs[0].shape, node.op.split_axis(&refs, outs)).max(1);
             let q = NodeCostQuery {
                 op_type: &node.op_type,
                 dtype: outs[0].dtype,
-                work: node.op.work(&refs, &outs),
+                work: node.op.work(&refs, outs),
                 dispatches: 1,
-                variant: kernel_variant(&node.op_type, &refs, &outs),
+                variant: kernel_variant(&node.op_type, &refs, outs),
             };
             // (device, fraction of the rows, measured time)
             let parts: Vec<(Device, f64, Option<std::time::Duration>)> = match r.ran {
