@@ -32,7 +32,7 @@ build() {
     cargo build --release -p tandem-web-demo --target wasm32-unknown-unknown
   rm -rf "$DIST"
   mkdir -p "$DIST/models/magika" "$DIST/ort"
-  wasm-bindgen --target web --no-typescript --out-dir "$DIST/pkg" "$WASM"
+  wasm-bindgen --target web --no-typescript --remove-name-section --out-dir "$DIST/pkg" "$WASM"
   cp web-demo/www/* "$DIST/"
   cp models/magika/model.onnx models/magika/config.json "$DIST/models/magika/"
   npm_deps
