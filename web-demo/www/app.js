@@ -36,6 +36,7 @@ function show(placement, r) {
   const { label, score } = top(r.probs, labels);
   const n = r.report.run.nodes;
   const count = (d) => n.filter((x) => x.device === d).length;
+  const fell = n.filter((x) => x.fallback);
   let row = document.querySelector(`#results tr[data-p="${placement}"]`);
   if (!row) {
     row = $("results").insertRow();
@@ -43,7 +44,8 @@ function show(placement, r) {
   }
   row.innerHTML = `<td>${placement}</td><td><b>${label}</b></td><td>${score.toFixed(4)}</td>` +
     `<td>${r.ms.toFixed(2)}</td><td>${p50(latencies[placement]).toFixed(2)} (${latencies[placement].length} runs)</td>` +
-    `<td>${count("cpu")} / ${count("gpu")} / ${count("split")}</td>`;
+    `<td>${count("cpu")} / ${count("gpu")} / ${count("split")}` +
+    (fell.length ? ` <span title="${fell[0].fallback.replace(/"/g, "'")}" style="color:#b00">(${fell.length} fell back to the CPU)</span>` : "") + "</td>";
   let lane = document.querySelector(`#timelines div[data-p="${placement}"]`);
   if (!lane) {
     lane = document.createElement("div");
