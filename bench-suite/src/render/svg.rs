@@ -94,9 +94,9 @@ pub fn latency_plot(m: &ModelResult) -> String {
     }
     let _ = write!(
         s,
-        r##"<text x="{}" y="{}" fill="#555">ms (log)</text>"##,
-        left + width - 40.0,
-        h - 22.0 + 12.0
+        r##"<text x="{}" y="{}" text-anchor="end" fill="#555">ms, log scale</text>"##,
+        left - 8.0,
+        h - 24.0
     );
     for (i, r) in rows.iter().enumerate() {
         let l = r.latency.as_ref().unwrap();
@@ -316,7 +316,7 @@ pub fn ratio_chart(r: &Report) -> String {
     let h = 30.0 + lane * data.len() as f64 + 30.0;
     let mut s = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{h}" font-family="sans-serif" font-size="11">"#,
-        left + width + 150.0
+        left + width + 200.0
     );
     for t in [0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0] {
         let stroke = if t == 1.0 { "#000" } else { "#ddd" };
