@@ -29,6 +29,13 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 @group(0) @binding(2) var<uniform> params: Params;
 
+// NaN built at run time: Chrome's WGSL compiler (Tint) rejects a const-expression
+// whose value is not finite, so the bits go through a `let` first.
+fn nan_f32() -> f32 {
+    let bits = 0x7fc00000u;
+    return bitcast<f32>(bits);
+}
+
 // NaN on the bits: lavapipe's LLVM folds `v != v` to false (see README.md, "Numerics").
 fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
@@ -122,7 +129,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             }
             case 8u: {
                 if (is_nan(v) || is_nan(m)) {
-                    m = bitcast<f32>(0x7fc00000u); // NaN wins
+                    m = nan_f32(); // NaN wins
                     acc = m;
                 } else if (v > m) {
                     acc = acc * exp(m - v) + 1.0;
