@@ -220,6 +220,37 @@ fn independent_branches_use_both_devices() {
     assert!(close(cpu.makespan, 0.2, 1e-6));
 }
 
+/// A 0.1 s node W (10x slower on the GPU) beside an independent node S as fast on either
+/// device. Moving S to the GPU saves S's time: 0.5 ms of 100.5 (0.5%) is not worth a mix
+/// (MIX_MARGIN 5%): all on the CPU; 20 ms of 120 (17%) is.
+#[test]
+fn a_mix_must_beat_the_best_single_device_by_the_margin() {
+    let costs = FrozenCosts::new()
+        .with_op("W", Device::Cpu, coeffs(1e-10, 0.0))
+        .with_op("W", Device::Gpu, coeffs(1e-9, 0.0))
+        .with_op("S", Device::Cpu, coeffs(1e-10, 0.0))
+        .with_op("S", Device::Gpu, coeffs(1e-10, 0.0));
+    let plan = |s_flops: u64| {
+        let tasks = [
+            task("W", 1_000_000_000, &[(0, 4)], &[(1, 4)]),
+            task("S", s_flops, &[(0, 4)], &[(2, 4)]),
+        ];
+        schedule(&tasks, &costs, Policy::Heft)
+    };
+    let small = plan(5_000_000);
+    assert_eq!(small.choices, vec![Choice::On(Device::Cpu); 2]);
+    assert!(
+        small.explain[1].why.contains("within 5%"),
+        "{}",
+        small.explain[1].why
+    );
+    assert!(close(small.makespan, 0.1005, 1e-6), "{}", small.makespan);
+    let big = plan(200_000_000);
+    let want = [Device::Cpu, Device::Gpu].map(Choice::On);
+    assert_eq!(big.choices, want, "{:?}", big.explain);
+    assert!(big.makespan < 0.101, "{}", big.makespan);
+}
+
 /// A tiny linear congruential generator (Knuth's MMIX constants).
 struct Lcg(u64);
 

@@ -299,6 +299,9 @@ pub(crate) struct Entry {
     pub(crate) calibration: Vec<Sample>,
     pub(crate) observed: VecDeque<Sample>,
     pub(crate) dirty: bool,
+    /// The spill point chosen by [`fit_curve`]'s cross-validation (inner `None`: no spill),
+    /// once chosen: refits after runs reuse it, since choosing costs hundreds of fits.
+    pub(crate) spill: Option<Option<f64>>,
 }
 
 impl Default for Entry {
@@ -309,6 +312,7 @@ impl Default for Entry {
             calibration: Vec::new(),
             observed: VecDeque::new(),
             dirty: true,
+            spill: None,
         }
     }
 }
@@ -336,7 +340,15 @@ impl Entry {
     }
 
     fn refit(&mut self) {
-        self.coeffs = fit_curve(&self.samples());
+        let samples = self.samples();
+        self.coeffs = match self.spill {
+            Some(spill) => fit_spill(&samples, spill),
+            None => {
+                let c = fit_curve(&samples);
+                self.spill = c.map(|c| (c.per_spill_byte > 0.0).then_some(c.spill_at));
+                c
+            }
+        };
         self.scale = 1.0;
         if let (Some(c), false) = (self.coeffs, self.observed.is_empty()) {
             let ratios: Vec<f64> = self
@@ -444,6 +456,7 @@ impl CostModel {
         e.calibration.extend_from_slice(samples);
         let excess = e.calibration.len().saturating_sub(MAX_CALIBRATION_SAMPLES);
         e.calibration.drain(..excess);
+        e.spill = None;
         e.refit();
         drop(entries);
         self.refit();
