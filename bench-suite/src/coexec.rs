@@ -144,7 +144,6 @@ fn one_node(op_type: &str, attrs: &Attrs, weights: Vec<Tensor>) -> Result<Graph>
         values,
         inputs: vec![0],
         outputs: vec![y],
-        ..Default::default()
     })
 }
 

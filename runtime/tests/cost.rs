@@ -476,7 +476,9 @@ fn a_profile_of_other_cpu_kernels_is_stale_and_recalibrated() {
     let path = tmp("cpu-kernels");
     // This machine's CPU key, so that only the kernels' hash differs.
     let here = CpuKey::detect(1);
-    CostModel::unmeasured(None, here.clone()).save(&path).unwrap();
+    CostModel::unmeasured(None, here.clone())
+        .save(&path)
+        .unwrap();
     assert!(CostModel::load(&path, None, &here).is_ok());
     // The same profile, as if measured before a CPU kernel changed.
     let text = std::fs::read_to_string(&path).unwrap();
