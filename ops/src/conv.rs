@@ -375,6 +375,7 @@ fn im2col(g: &Geom2, xg: &[f32], p0: usize, p1: usize, col: &mut [f32]) {
             for kj in 0..g.kw {
                 let row = &mut col[((c * g.kh + ki) * g.kw + kj) * np..][..np];
                 let off = (kj * g.dw) as i64 - g.pl;
+                let vr = valid_range(g.ow, g.sw, off, g.w);
                 let mut p = p0;
                 while p < p1 {
                     let (oh, ow0) = (p / g.ow, p % g.ow);
@@ -387,14 +388,21 @@ fn im2col(g: &Geom2, xg: &[f32], p0: usize, p1: usize, col: &mut [f32]) {
                         continue;
                     }
                     let xrow = &xplane[ih as usize * g.w..][..g.w];
-                    let vr = valid_range(g.ow, g.sw, off, g.w);
-                    for (t, v) in seg.iter_mut().enumerate() {
-                        let o = ow0 + t;
-                        *v = if vr.contains(&o) {
-                            xrow[((o * g.sw) as i64 + off) as usize]
-                        } else {
-                            0.0
-                        };
+                    // Zeros left and right of the valid columns, a (strided) copy between.
+                    let (a, b) = (vr.start.clamp(ow0, ow1), vr.end.clamp(ow0, ow1));
+                    seg[..a - ow0].fill(0.0);
+                    seg[b - ow0..].fill(0.0);
+                    let dst = &mut seg[a - ow0..b - ow0];
+                    if dst.is_empty() {
+                        continue;
+                    }
+                    let x0 = ((a * g.sw) as i64 + off) as usize;
+                    if g.sw == 1 {
+                        dst.copy_from_slice(&xrow[x0..x0 + dst.len()]);
+                    } else {
+                        for (t, v) in dst.iter_mut().enumerate() {
+                            *v = xrow[x0 + t * g.sw];
+                        }
                     }
                 }
             }

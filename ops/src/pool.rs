@@ -311,11 +311,7 @@ impl Pool {
             .clamp(1, 4096);
         let plane = g.outd[0] * g.outd[1] * g.outd[2];
         match indices {
-            None => y.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
-                for (k, y) in chunk.iter_mut().enumerate() {
-                    *y = self.element(x, g, start + ci * ch + k).0;
-                }
-            }),
+            None => self.pool_rows_f32(x, g, y, start),
             Some(idx) => y
                 .par_chunks_mut(ch)
                 .zip(idx.par_chunks_mut(ch))
@@ -328,6 +324,117 @@ impl Pool {
                         *i = at.map_or(-1, |at| self.index(g, e / plane, at));
                     }
                 }),
+        }
+    }
+
+    /// Output rows (`outd[2]` elements each, the first at flat element `start`, a row start)
+    /// without Indices, rows in parallel. Windows wholly inside the input along the last axis
+    /// (the interior) accumulate whole input rows into the output row, with no per-element
+    /// bounds math; the border elements go through [`Pool::element`]. Same summation order as
+    /// `element`, so the results are identical.
+    fn pool_rows_f32(&self, x: &[f32], g: &Geo, y: &mut [f32], start: usize) {
+        let w = g.outd[2];
+        if w == 0 || y.is_empty() {
+            return;
+        }
+        let (k2, s2, d2, pb2, in2) = (g.k[2], g.s[2], g.d[2], g.pb[2], g.ind[2]);
+        // Interior: o * s2 >= pb2 and o * s2 - pb2 + (k2 - 1) * d2 < in2.
+        let span = (k2 - 1) * d2;
+        let hi = if in2 + pb2 > span {
+            w.min((in2 - 1 + pb2 - span) / s2 + 1)
+        } else {
+            0
+        };
+        let lo = pb2.div_ceil(s2).min(hi);
+        let rows_per = (y.len() / w)
+            .div_ceil(4 * rayon::current_num_threads())
+            .max(1);
+        y.par_chunks_mut(rows_per * w)
+            .enumerate()
+            .for_each(|(ci, chunk)| {
+                for (r, out) in chunk.chunks_mut(w).enumerate() {
+                    let row = start / w + ci * rows_per + r;
+                    self.pool_row(x, g, row, out, lo..hi);
+                }
+            });
+    }
+
+    /// One output row (see [`Pool::pool_rows_f32`]); `inner` is the interior along the last axis.
+    fn pool_row(&self, x: &[f32], g: &Geo, row: usize, out: &mut [f32], inner: Range<usize>) {
+        let w = out.len();
+        let o1 = row % g.outd[1];
+        let o0 = row / g.outd[1] % g.outd[0];
+        let nc = row / (g.outd[1] * g.outd[0]);
+        let plane_len = g.ind[0] * g.ind[1] * g.ind[2];
+        let plane = &x[nc * plane_len..][..plane_len];
+        let start = |o: usize, a: usize| (o * g.s[a]) as isize - g.pb[a] as isize;
+        let (s0, s1) = (start(o0, 0), start(o1, 1));
+        let valid = |s: isize, a: usize| {
+            (0..g.k[a])
+                .map(move |k| s + (k * g.d[a]) as isize)
+                .filter(move |&i| i >= 0 && i < g.ind[a] as isize)
+                .map(|i| i as usize)
+        };
+        let rows: Vec<usize> = valid(s0, 0)
+            .flat_map(|i0| valid(s1, 1).map(move |i1| (i0 * g.ind[1] + i1) * g.ind[2]))
+            .collect();
+        let inner = if rows.is_empty() { 0..0 } else { inner };
+        for o2 in (0..inner.start).chain(inner.end..w) {
+            out[o2] = self.element(x, g, row * w + o2).0;
+        }
+        if inner.is_empty() {
+            return;
+        }
+        let acc = &mut out[inner.clone()];
+        let n = acc.len();
+        let (s2, d2) = (g.s[2], g.d[2]);
+        acc.fill(if self.max { f32::NEG_INFINITY } else { 0.0 });
+        for &r in &rows {
+            let xrow = &plane[r..][..g.ind[2]];
+            for k2 in 0..g.k[2] {
+                // The first window of the interior starts inside the row (inner.start * s2 >= pb).
+                let off = inner.start * s2 + k2 * d2 - g.pb[2];
+                if s2 == 1 {
+                    let src = &xrow[off..off + n];
+                    if self.max {
+                        // NaN propagates: once the maximum is NaN it stays NaN.
+                        for (a, &v) in acc.iter_mut().zip(src) {
+                            *a = if v > *a || v.is_nan() { v } else { *a };
+                        }
+                    } else {
+                        for (a, &v) in acc.iter_mut().zip(src) {
+                            *a += v;
+                        }
+                    }
+                } else {
+                    let src = &xrow[off..off + (n - 1) * s2 + 1];
+                    let it = acc.iter_mut().zip(src.iter().step_by(s2));
+                    if self.max {
+                        for (a, &v) in it {
+                            *a = if v > *a || v.is_nan() { v } else { *a };
+                        }
+                    } else {
+                        for (a, &v) in it {
+                            *a += v;
+                        }
+                    }
+                }
+            }
+        }
+        if !self.max {
+            let count = if self.count_include_pad {
+                // Positions inside the input or its explicit padding (not the ceil overhang).
+                let inside = |s: isize, a: usize| {
+                    (0..g.k[a])
+                        .filter(|&k| s + ((k * g.d[a]) as isize) < (g.ind[a] + g.pe[a]) as isize)
+                        .count()
+                };
+                inside(s0, 0) * inside(s1, 1) * g.k[2]
+            } else {
+                rows.len() * g.k[2]
+            };
+            let c = count as f32;
+            acc.iter_mut().for_each(|a| *a /= c);
         }
     }
 

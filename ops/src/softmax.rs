@@ -8,6 +8,7 @@
 //! subtracted before exponentiation.
 
 use crate::shape::{grid_1d, normalize_axis};
+use crate::unary::exp_f32;
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -218,19 +219,26 @@ fn lane(x: &[f32], y: &mut [f32], log: bool) {
     // No shift fix-up for an infinite max: a lane with +inf (or only -inf) is all NaN, as in
     // onnxruntime (README.md, "Numerics"); a NaN anywhere makes the sum NaN.
     let m = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    // e^(x - m) into y first (a loop that vectorises: `exp_f32` has no libm call), then the sum
+    // over 8 partial sums.
+    for (y, &v) in y.iter_mut().zip(x) {
+        *y = exp_f32(v - m);
+    }
+    let mut part = [0.0f32; 8];
+    let chunks = y.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (p, &e) in part.iter_mut().zip(c) {
+            *p += e;
+        }
+    }
+    let s = part.iter().sum::<f32>() + tail;
     if log {
-        let s: f32 = x.iter().map(|&v| (v - m).exp()).sum();
         let c = m + s.ln();
         for (y, &v) in y.iter_mut().zip(x) {
             *y = v - c;
         }
     } else {
-        let mut s = 0.0f32;
-        for (y, &v) in y.iter_mut().zip(x) {
-            let e = (v - m).exp();
-            *y = e;
-            s += e;
-        }
         let r = 1.0 / s;
         y.iter_mut().for_each(|y| *y *= r);
     }
@@ -248,7 +256,7 @@ fn strided_lanes(x: &[f32], y: &mut [f32], n: usize, inner: usize, log: bool) {
     let mut s = vec![0.0f32; inner];
     for (yr, xr) in y.chunks_mut(inner).zip(x.chunks(inner)) {
         for j in 0..inner {
-            let e = (xr[j] - m[j]).exp();
+            let e = exp_f32(xr[j] - m[j]);
             yr[j] = e;
             s[j] += e;
         }

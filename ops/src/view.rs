@@ -347,9 +347,7 @@ impl Op for View {
                 other => {
                     // Dropout-7 gives the mask the input's type: ones.
                     let ones = Tensor::new(vec![1], one_of(other.dtype()));
-                    for i in start..end {
-                        set_from(other, i, &ones.data);
-                    }
+                    set_from(other, start..end, &ones.data)?;
                 }
             }
         }
@@ -401,16 +399,16 @@ fn one_of(dtype: DType) -> Data {
     }
 }
 
-/// out[i] = one[0] (same dtype), via the shared dtype dispatch.
-fn set_from(out: &mut Data, i: usize, one: &Data) {
-    struct Set(usize);
+/// out[range] = one[0] (same dtype), via the shared dtype dispatch (one call per range).
+fn set_from(out: &mut Data, range: Range<usize>, one: &Data) -> Result<()> {
+    struct Set(Range<usize>);
     impl SameTypeKernel for Set {
         fn run<T: Elem>(&self, ins: &[&[T]], out: &mut [T]) -> Result<()> {
-            out[self.0] = ins[0][0];
+            out[self.0.clone()].fill(ins[0][0]);
             Ok(())
         }
     }
-    let _ = with_same_type("Dropout", &Set(i), &[one], out);
+    with_same_type("Dropout", &Set(range), &[one], out)
 }
 
 #[cfg(test)]

@@ -181,6 +181,10 @@ pub(crate) fn node_error(node: &Node, source: OpError) -> Error {
 /// Largest tensor folded at plan time (elements); bigger constant computations still fold, this
 /// only guards against a hostile model making plan time explode.
 const MAX_FOLD_ELEMENTS: usize = 64 << 20;
+/// Bigger constants (the light zoo's ConstantOfShape weights: vgg19's 411 MB fc6) still fold,
+/// once per plan instead of once per run, until their total reaches this many bytes; past it
+/// they run every time (the same memory a weight of that size takes).
+const MAX_LARGE_FOLD_BYTES: usize = 2 << 30;
 
 /// A node left to execute after folding, with its metas.
 struct Pending {
@@ -240,6 +244,16 @@ pub fn build_around_busy_gpu(
     }
     let mut pending = Vec::new();
     let mut folded = Vec::new();
+    let mut large_folded = 0usize;
+    // Values some node or the caller reads: a view's other outputs (Dropout's mask) that no one
+    // reads need not be produced, so such a node stays a view.
+    let mut read = vec![false; graph.values.len()];
+    for v in graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
+        read[*v] = true;
+    }
+    for &v in &graph.outputs {
+        read[v] = true;
+    }
     for (n, node) in graph.nodes.iter().enumerate() {
         let ins = input_metas(node, &metas);
         let refs: Vec<&TensorMeta> = ins.iter().collect();
@@ -283,8 +297,14 @@ pub fn build_around_busy_gpu(
         }
         let axis = node.op.split_axis(&refs, &outs);
         let all_const = ins.iter().all(|m| m.value.is_some());
-        let small = outs.iter().map(|o| o.numel()).sum::<usize>() <= MAX_FOLD_ELEMENTS;
-        if all_const && small {
+        let numel = outs.iter().map(|o| o.numel()).sum::<usize>();
+        let bytes: usize = outs.iter().map(|o| o.numel() * o.dtype.size()).sum();
+        let small = numel <= MAX_FOLD_ELEMENTS;
+        let fits = small || large_folded + bytes <= MAX_LARGE_FOLD_BYTES;
+        if all_const && fits {
+            if !small {
+                large_folded += bytes;
+            }
             let tensors: Vec<&Tensor> = ins.iter().map(|m| m.value.as_deref().unwrap()).collect();
             let mut out: Vec<Tensor> = outs
                 .iter()
@@ -303,8 +323,8 @@ pub fn build_around_busy_gpu(
             node: n,
             rows: row_count(&outs[0].shape, axis),
             row_len: row_len(&outs[0].shape, axis),
-            // A view with more outputs (Dropout's mask) must run to produce them.
-            view: node.op.is_view() && node.outputs.len() == 1,
+            // A view with more outputs (Dropout's mask) must run to produce them, if read.
+            view: node.op.is_view() && node.outputs.iter().skip(1).all(|&v| !read[v]),
             ins,
             outs: outs.clone(),
         });
