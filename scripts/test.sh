@@ -18,3 +18,9 @@ echo "test: tandem-bench run --quick (magika on every placement and peer; docs/b
 cargo run --release -q -p tandem-bench -- run --quick --out target/bench-quick
 echo "test: browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
 bash scripts/web.sh test
+# Bounded fuzzing (60 s over the cargo-fuzz targets, ~3 min cold build into runtime/fuzz/target):
+# in CI, or locally with TANDEM_FUZZ=1. Longer runs: bash scripts/fuzz.sh SECONDS.
+if [ "${CI:-}" = "true" ] || [ "${TANDEM_FUZZ:-}" = "1" ]; then
+  echo "test: bounded fuzzing (scripts/fuzz.sh 60)"
+  bash scripts/fuzz.sh 60
+fi

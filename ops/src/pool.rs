@@ -107,11 +107,17 @@ fn make(a: &Attrs, name: &'static str, max: bool) -> Result<Box<dyn Op>> {
         )));
     }
     let pads = ints(a, "pads", name, 2 * n, 0)?;
-    if let Some(i) = (0..2 * n).find(|&i| pads[i] >= kernel[i % n]) {
+    // A window made of padding only has no input: pads must be smaller than the (dilated) kernel.
+    let span = |a: usize| {
+        (kernel[a] - 1)
+            .saturating_mul(dilations[a])
+            .saturating_add(1)
+    };
+    if let Some(i) = (0..2 * n).find(|&i| pads[i] >= span(i % n)) {
         return Err(OpError::Invalid(format!(
-            "{name}: pads {pads:?}: pad {} must be smaller than the kernel ({})",
+            "{name}: pads {pads:?}: pad {} must be smaller than the dilated kernel ({})",
             pads[i],
-            kernel[i % n]
+            span(i % n)
         )));
     }
     Ok(Box::new(Pool {

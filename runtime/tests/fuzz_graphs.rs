@@ -6,16 +6,17 @@
 //! coverage guidance; crashes it finds become seeds or tests here.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tandem::cost::{AdapterKey, CostModel, CpuKey};
 use tandem::fuzzgen::{from_seed, run_everywhere};
 use tandem::testing::gpu;
 use tandem::Placement;
 
-/// Seeds run by [`generated_models_never_panic_and_agree_across_placements`]: `0..400`, or
+/// Seeds run by [`generated_models_never_panic_and_agree_across_placements`]: `0..2000`, or
 /// `0..N` with `TANDEM_FUZZ_SEEDS=N` for a longer run.
 fn seeds() -> std::ops::Range<u64> {
-    let n = std::env::var("TANDEM_FUZZ_SEEDS").map_or(400, |s| s.parse().expect("a count"));
+    let n = std::env::var("TANDEM_FUZZ_SEEDS").map_or(2000, |s| s.parse().expect("a count"));
     0..n
 }
 
@@ -29,12 +30,30 @@ fn generated_models_never_panic_and_agree_across_placements() {
     let (mut nodes, mut ran, mut compared, mut refused) = (0, 0, 0, 0);
     let mut problems = Vec::new();
     let seeds = seeds();
+    // A watchdog names a seed that runs for more than 10 s (a hang otherwise names nothing).
+    static CURRENT: AtomicU64 = AtomicU64::new(u64::MAX);
+    std::thread::spawn(|| {
+        let mut last = u64::MAX;
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            let now = CURRENT.load(Ordering::Relaxed);
+            if now == last && now != u64::MAX {
+                eprintln!("fuzz_graphs: seed {now} has been running for more than 10 s");
+            }
+            last = now;
+        }
+    });
     for seed in seeds.clone() {
+        CURRENT.store(seed, Ordering::Relaxed);
         let g = from_seed(seed);
         nodes += g.model.graph.as_ref().map_or(0, |g| g.node.len());
+        let started = std::time::Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             run_everywhere(&g, Some(gpu.clone()), Some(costs.clone()))
         }));
+        if started.elapsed().as_secs() >= 2 {
+            eprintln!("fuzz_graphs: seed {seed} took {:?}", started.elapsed());
+        }
         let outcome = match outcome {
             Ok(o) => o,
             Err(p) => {
