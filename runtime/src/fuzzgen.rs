@@ -107,6 +107,15 @@ impl Source<'_> {
     }
 }
 
+/// Values of hostile shapes (up to the session's memory cap) are not read again: the
+/// initializers a candidate adds are shaped after what it reads.
+fn small(m: &TensorMeta) -> bool {
+    m.shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .is_some_and(|n| n <= 1 << 16)
+}
+
 /// A value the next nodes may read.
 struct Val {
     name: String,
@@ -248,7 +257,7 @@ impl Gen<'_> {
     /// An existing value matching `want`, if any.
     fn pick(&mut self, want: impl Fn(&TensorMeta) -> bool) -> Option<usize> {
         let ok: Vec<usize> = (0..self.vals.len())
-            .filter(|&i| want(&self.vals[i].meta))
+            .filter(|&i| small(&self.vals[i].meta) && want(&self.vals[i].meta))
             .collect();
         (!ok.is_empty()).then(|| ok[self.src.below(ok.len())])
     }
