@@ -445,11 +445,14 @@ impl Gen<'_> {
 /// Host memory a generated model may use in [`run_everywhere`] (hostile shapes ask for more).
 pub const MAX_HOST_MEMORY: u64 = 1 << 30;
 
+/// Named outputs of one run, or its typed error.
+pub type RunResult = Result<Vec<(String, Tensor)>>;
+
 /// What one generated model did on each placement.
 #[derive(Debug)]
 pub struct Outcome {
     /// Each placement tried, with its outputs or its (typed) error from loading or running.
-    pub runs: Vec<(Placement, Result<Vec<(String, Tensor)>>)>,
+    pub runs: Vec<(Placement, RunResult)>,
     /// Outputs compared between the CPU and another placement.
     pub compared: usize,
     /// Disagreements with the CPU: `placement output: reason`.

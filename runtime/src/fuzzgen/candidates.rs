@@ -294,7 +294,7 @@ impl Gen<'_> {
         let shape = self.vals[x].meta.shape.clone();
         let spatial = shape.len() - 2;
         let c = shape[1].max(1);
-        let divisors: Vec<usize> = (1..=c).filter(|g| c % g == 0).collect();
+        let divisors: Vec<usize> = (1..=c).filter(|&g| c.is_multiple_of(g)).collect();
         let group = divisors[self.src.below(divisors.len())];
         let transpose = self.src.chance(3);
         let mult = 1 + self.src.below(3);
@@ -308,11 +308,7 @@ impl Gen<'_> {
         let t = self.float_tensor(&w_shape);
         let w = self.constant(t);
         let mut inputs = vec![x, w];
-        let m = if transpose {
-            mult * group
-        } else {
-            group * mult
-        };
+        let m = group * mult;
         if self.src.chance(2) {
             let t = self.float_tensor(&[m]);
             inputs.push(self.constant(t));
