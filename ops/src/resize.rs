@@ -475,10 +475,38 @@ impl Interp<'_> {
 }
 
 impl SameTypeKernel for Interp<'_> {
-    /// Nearest for any dtype; ins: data, extrapolation value (one element).
+    /// Nearest for any dtype; ins: data, extrapolation value (one element). Each element reads
+    /// the first tap only (what `walk` would pass first), so no tap lists are built.
     fn run<T: Elem>(&self, ins: &[&[T]], out: &mut [T]) -> Result<()> {
-        let src = ins[0];
-        self.walk(out, ins[1][0], |taps| src[taps[0].0]);
+        let (src, fill) = (ins[0], ins[1][0]);
+        let r = self.out_dims.len();
+        if r == 0 {
+            self.walk(out, fill, |taps| src[taps[0].0]);
+            return Ok(());
+        }
+        let n = self.out_dims[r - 1];
+        let chunk = (n * (4096 / n.max(1)).max(1)).max(1);
+        let last = &self.tables[r - 1];
+        out[self.start..self.end]
+            .par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(ci, block)| {
+                let mut combos = Vec::new();
+                let (mut j, mut k) = (self.start + ci * chunk, 0);
+                while k < block.len() {
+                    let c0 = j % n;
+                    let len = (n - c0).min(block.len() - k);
+                    let base = self.outer(j, &mut combos).then(|| combos[0].0);
+                    for (o, tap) in block[k..k + len].iter_mut().zip(&last[c0..c0 + len]) {
+                        *o = match (base, tap) {
+                            (Some(b), Some((lt, _))) => src[b + lt[0].0],
+                            _ => fill,
+                        };
+                    }
+                    k += len;
+                    j += len;
+                }
+            });
         Ok(())
     }
 }
