@@ -464,8 +464,17 @@ fn place(
         })
         .collect();
     let sched = schedule::schedule_from(&tasks, costs, request.policy, gpu_wait);
+    // A plan with every node on one device runs in the graph's order, exactly as placement
+    // `cpu`/`gpu` would (the upward-rank order keeps more tensors alive; one device gains nothing).
+    let one_device = sched.choices.windows(2).all(|w| w[0] == w[1])
+        && matches!(sched.choices.first(), None | Some(Choice::On(_)));
+    let order: Vec<usize> = if one_device {
+        (0..work.len()).collect()
+    } else {
+        sched.order.clone()
+    };
     let mut steps = Vec::with_capacity(work.len());
-    for &i in &sched.order {
+    for &i in &order {
         let p = work[i];
         let node = &graph.nodes[p.node];
         let explain = Some(sched.explain[i].clone());

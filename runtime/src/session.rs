@@ -17,6 +17,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tandem_ops::{Tensor, TensorMeta};
 
+mod cache;
+use cache::{learns_from_run, same_placement, uses_gpu, CachedPlan};
+pub use cache::{LEARN_EVERY, LEARN_FIRST};
+
 /// How a session is set up.
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
@@ -143,13 +147,6 @@ pub struct Session {
     /// Set once a plan needed the contents of small integer inputs (see `plan_for`).
     plans_by_value: std::sync::atomic::AtomicBool,
     constants: GpuConstants,
-}
-
-/// A plan and how well its prediction held.
-struct CachedPlan {
-    plan: Arc<Plan>,
-    /// Consecutive runs whose time missed the prediction by more than [`REPLAN_MARGIN`].
-    misses: usize,
 }
 
 /// A run whose measured time differs from the plan's prediction by more than this fraction
@@ -316,7 +313,7 @@ impl Session {
         inputs: &[(&str, Tensor)],
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         let ordered = self.order_inputs(inputs)?;
-        let plan = self.plan_for(&ordered)?;
+        let (plan, key) = self.cached_plan(&ordered)?;
         crate::limits::check_host_memory(&self.graph, &plan, self.limits.host_memory)?;
         // A device lost in an earlier run is replaced here (recover.rs).
         let (gpu, reopened) = self.gpu.for_run(&self.constants);
@@ -337,7 +334,7 @@ impl Session {
                 plan.gpu_wait * 1e3
             ));
         }
-        self.learn(&ordered, &plan, &report);
+        self.learn(&key, &plan, &report);
         let names = self
             .graph
             .outputs
@@ -353,6 +350,10 @@ impl Session {
         let (Some(gpu), Some(predicted)) = (gpu, plan.predicted) else {
             return Ok(plan);
         };
+        // A plan without GPU work stays so with the GPU busy: nothing to ask.
+        if !uses_gpu(&plan) {
+            return Ok(plan);
+        }
         let wait = gpu.expected_wait().as_secs_f64();
         if !plan::gpu_busy_enough(wait, predicted) {
             return Ok(plan);
@@ -376,23 +377,31 @@ impl Session {
         Ok(Arc::new(busy))
     }
 
-    /// Feed the run's measured times to the cost model; drop the plan after
-    /// [`REPLAN_AFTER`] consecutive runs that missed its prediction by more than
+    /// Feed the run's measured times to the cost model (every run of a plan at first, then one
+    /// in [`LEARN_EVERY`]); mark the plan stale after [`REPLAN_AFTER`] consecutive runs (times
+    /// 2 per earlier re-plan that changed nothing) that missed its prediction by more than
     /// [`REPLAN_MARGIN`], so the next run plans again with what was learnt.
-    fn learn(&self, ordered: &[Tensor], plan: &Plan, report: &RunReport) {
+    fn learn(&self, key: &[Vec<usize>], plan: &Arc<Plan>, report: &RunReport) {
         let (Some(costs), Some(predicted)) = (&self.costs, plan.predicted) else {
             return;
         };
-        costs.observe_report(&self.graph, plan, report);
         let measured = report.total.as_secs_f64();
         let missed = (measured - predicted).abs() > REPLAN_MARGIN * predicted.max(1e-6);
-        let key = self.plan_key(ordered, self.by_value());
-        let mut plans = self.plans.lock().unwrap();
-        if let Some(c) = plans.get_mut(&key) {
-            c.misses = if missed { c.misses + 1 } else { 0 };
-            if c.misses >= REPLAN_AFTER {
-                plans.remove(&key);
+        let run = match self.plans.lock().unwrap().get_mut(key) {
+            // The cached plan: count the run and the miss.
+            Some(c) if Arc::ptr_eq(&c.plan, plan) => {
+                c.misses = if missed { c.misses + 1 } else { 0 };
+                if c.misses >= REPLAN_AFTER << c.same_replans.min(20) {
+                    c.stale = true;
+                }
+                c.runs += 1;
+                c.runs - 1
             }
+            // A plan made around a busy GPU (not cached) or one replaced meanwhile: it learns.
+            _ => 0,
+        };
+        if learns_from_run(run) {
+            costs.observe_report(&self.graph, plan, report);
         }
     }
 
@@ -415,12 +424,20 @@ impl Session {
     /// on the contents of small integer inputs (axes, shapes fed as inputs) is planned with
     /// those contents, and its plans are keyed by them too.
     pub fn plan_for(&self, ordered: &[Tensor]) -> Result<Arc<Plan>> {
+        Ok(self.cached_plan(ordered)?.0)
+    }
+
+    /// [`Session::plan_for`], with the plan's cache key.
+    fn cached_plan(&self, ordered: &[Tensor]) -> Result<(Arc<Plan>, Vec<Vec<usize>>)> {
         let by_value = self.by_value();
         let key = self.plan_key(ordered, by_value);
         if let Some(c) = self.plans.lock().unwrap().get(&key) {
-            return Ok(c.plan.clone());
+            if !c.stale {
+                return Ok((c.plan.clone(), key));
+            }
         }
-        match self.build_plan(ordered, key, by_value) {
+        match self.build_plan(ordered, key.clone(), by_value) {
+            Ok(plan) => Ok((plan, key)),
             Err(
                 e @ Error::Node {
                     source: tandem_ops::OpError::Unsupported(_),
@@ -428,16 +445,17 @@ impl Session {
                 },
             ) if !by_value && ordered.iter().any(Self::is_shape_like) => {
                 // Perhaps a shape depends on an input's contents: plan with them.
-                match self.build_plan(ordered, self.plan_key(ordered, true), true) {
+                let key = self.plan_key(ordered, true);
+                match self.build_plan(ordered, key.clone(), true) {
                     Ok(plan) => {
                         self.plans_by_value
                             .store(true, std::sync::atomic::Ordering::Relaxed);
-                        Ok(plan)
+                        Ok((plan, key))
                     }
                     Err(_) => Err(e),
                 }
             }
-            other => other,
+            Err(e) => Err(e),
         }
     }
 
@@ -494,11 +512,21 @@ impl Session {
         }
         crate::recover::log_limit_fallbacks(&self.graph, &plan);
         let plan = Arc::new(plan);
-        self.plans.lock().unwrap().insert(
+        let mut plans = self.plans.lock().unwrap();
+        // A re-plan (the old plan is stale) that changed no placement doubles the misses the
+        // next one needs.
+        let same_replans = match plans.get(&key) {
+            Some(old) if old.stale && same_placement(&old.plan, &plan) => old.same_replans + 1,
+            _ => 0,
+        };
+        plans.insert(
             key,
             CachedPlan {
                 plan: plan.clone(),
                 misses: 0,
+                runs: 0,
+                same_replans,
+                stale: false,
             },
         );
         Ok(plan)

@@ -276,3 +276,55 @@ fn the_cpu_thread_count_is_configurable() {
     .unwrap();
     assert_eq!(s.cpu_threads(), 1);
 }
+
+/// An `auto` plan that keeps every node on the CPU executes exactly like placement `cpu`: the
+/// same steps in the graph's order. On a graph with a long and a short branch the scheduler's
+/// upward-rank order would run the long branch first (b1, b2, then a).
+#[test]
+fn an_all_cpu_auto_plan_runs_in_the_cpu_plans_order() {
+    use tandem::plan::{self, Request};
+    let bytes = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(GraphProto {
+            node: vec![
+                node("Relu", "a", &["x"], &["ya"]),
+                node("Neg", "b1", &["x"], &["y1"]),
+                node("Neg", "b2", &["y1"], &["y2"]),
+                node("Neg", "b3", &["y2"], &["y3"]),
+                node("Add", "add", &["ya", "y3"], &["y"]),
+            ],
+            name: "branches".into(),
+            input: vec![vi("x", data_type::FLOAT, &[2, 8])],
+            output: vec![vi("y", data_type::FLOAT, &[2, 8])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let graph = tandem::import::import_bytes(&bytes, None).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let costs = tandem::cost::FrozenCosts::new();
+    let order = |placement: Placement| {
+        let request = Request {
+            placement,
+            overrides: &[],
+            costs: Some(&costs),
+            policy: tandem::schedule::Policy::HeftSplit,
+            assume_gpu: false,
+        };
+        // No GPU: every node of the auto plan lands on the CPU.
+        let p = plan::build(&graph, &[x().meta()], &request, None, &pool).unwrap();
+        (p.steps.iter())
+            .map(|s| graph.nodes[s.node].name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(order(Placement::Cpu), ["a", "b1", "b2", "b3", "add"]);
+    assert_eq!(order(Placement::Auto), order(Placement::Cpu));
+}
