@@ -621,7 +621,7 @@ fn range_with_zero_delta_is_invalid() {
 // ---- bad inputs at run time ----
 
 fn run_relu(feeds: &[(&str, Tensor)]) -> Error {
-    load(&relu()).unwrap().run(feeds).err().expect("refused")
+    load(&relu()).unwrap().run(feeds).expect_err("refused")
 }
 
 #[test]
@@ -675,8 +675,7 @@ fn nan_reaching_a_shape_is_a_node_error() {
     let s = load(&m).unwrap();
     let e = s
         .run(&[("x", Tensor::f32(&[2], vec![f32::NAN, 3.0]))])
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     match &e {
         Error::Node { node, .. } if node == "bad" => {}
         _ => panic!("expected a node error on the Reshape, got {e:?}"),
