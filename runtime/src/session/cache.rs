@@ -29,7 +29,7 @@ pub const LEARN_EVERY: u64 = 16;
 
 /// Whether run number `run` (0-based) of a plan feeds the cost model.
 pub(super) fn learns_from_run(run: u64) -> bool {
-    run < LEARN_FIRST || run % LEARN_EVERY == 0
+    run < LEARN_FIRST || run.is_multiple_of(LEARN_EVERY)
 }
 
 /// True when two plans put every step on the same device (and cut splits at the same row).
