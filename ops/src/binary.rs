@@ -588,6 +588,10 @@ impl Op for Binary {
         last_axis(outs)
     }
 
+    fn row_local(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Vec<usize> {
+        crate::op::same_shape_inputs(ins, outs)
+    }
+
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         if ins.is_empty() || (!self.variadic && ins.len() != 2) {
             return Err(self.arity_error(ins.len()));

@@ -138,6 +138,15 @@ impl Op for Gemm {
         Some(0)
     }
 
+    /// Output row `m` reads row `m` of A unless A is transposed.
+    fn row_local(&self, _ins: &[&TensorMeta], _outs: &[TensorMeta]) -> Vec<usize> {
+        if self.trans_a {
+            Vec::new()
+        } else {
+            vec![0]
+        }
+    }
+
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
         let d = self.dims(&shapes)?;

@@ -282,6 +282,17 @@ impl Op for MatMul {
         MmGeom::new(&ins[0].shape, &ins[1].shape).ok()?.split_axis()
     }
 
+    /// Output row `m` of a batch reads row `m` of A, when A is not broadcast over batches.
+    fn row_local(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Vec<usize> {
+        let (a, o) = (&ins[0].shape, &outs[0].shape);
+        let rows_match = a.len() >= 2 && a.len() == o.len() && a[..a.len() - 1] == o[..o.len() - 1];
+        if rows_match && self.split_axis(ins, outs).is_some() {
+            vec![0]
+        } else {
+            Vec::new()
+        }
+    }
+
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let g = MmGeom::new(&ins[0].shape, &ins[1].shape)?;
         let (a, b) = (f32_in("MatMul", ins[0])?, f32_in("MatMul", ins[1])?);

@@ -233,6 +233,15 @@ impl Op for LayerNorm {
         }
     }
 
+    /// Each row before the normalised axes is normalised on its own (X only; scale and bias
+    /// are read whole).
+    fn row_local(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Vec<usize> {
+        match self.split_axis(ins, outs) {
+            Some(_) => crate::op::same_shape_inputs(&ins[..1], outs),
+            None => Vec::new(),
+        }
+    }
+
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let op = "LayerNormalization";
         let xs = &ins[0].shape;

@@ -67,6 +67,15 @@ pub trait Op: Debug + Send + Sync {
         None
     }
 
+    /// Inputs that output 0 reads row for row along its split: with `R` output rows (see
+    /// [`Op::split_axis`]) and input `i` listed, `ins[i].numel()` is a multiple of `R` and
+    /// computing output rows `a..b` reads only elements `a*L..b*L` of input `i`, `L =
+    /// ins[i].numel() / R`. The runtime then keeps a value split between the devices across a
+    /// chain of such ops with no join (each half reads its own half). Default: none.
+    fn row_local(&self, _ins: &[&TensorMeta], _outs: &[TensorMeta]) -> Vec<usize> {
+        Vec::new()
+    }
+
     /// True when output 0 is input 0's elements unchanged (only the shape differs): Reshape,
     /// Flatten, Squeeze, Unsqueeze, Identity, Dropout. The runtime then shares the storage and
     /// neither kernel is called.
@@ -88,4 +97,12 @@ pub trait Op: Debug + Send + Sync {
         outs: &[TensorMeta],
         rows: Range<usize>,
     ) -> Result<Vec<GpuKernel>>;
+}
+
+/// Inputs with output 0's shape: what an elementwise op reads row for row (its
+/// [`Op::row_local`]); broadcast inputs read other rows and are left out.
+pub fn same_shape_inputs(ins: &[&TensorMeta], outs: &[TensorMeta]) -> Vec<usize> {
+    (0..ins.len())
+        .filter(|&i| outs.first().is_some_and(|o| ins[i].shape == o.shape))
+        .collect()
 }

@@ -121,6 +121,14 @@ impl Op for Softmax {
         }
     }
 
+    /// Each outer row normalises only its own elements.
+    fn row_local(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Vec<usize> {
+        match self.split_axis(ins, outs) {
+            Some(_) => crate::op::same_shape_inputs(&ins[..1], outs),
+            None => Vec::new(),
+        }
+    }
+
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let (_, [_, n, inner]) = self.geometry(&ins[0].shape)?;
         let x = ins[0]

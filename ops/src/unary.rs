@@ -549,6 +549,10 @@ impl Op for Unary {
         last_axis(outs)
     }
 
+    fn row_local(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Vec<usize> {
+        crate::op::same_shape_inputs(ins, outs)
+    }
+
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let x = ins[0];
         let out = &mut outs[0];

@@ -104,6 +104,10 @@ impl Op for Where {
         last_axis(outs)
     }
 
+    fn row_local(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Vec<usize> {
+        crate::op::same_shape_inputs(ins, outs)
+    }
+
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         if ins.len() != 3 {
             return Err(OpError::Invalid(format!(

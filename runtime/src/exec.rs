@@ -215,8 +215,10 @@ impl<'a> Run<'a> {
                 row_len,
                 kernels,
             } => {
-                // Inputs on both sides first, so neither half waits on the other.
-                self.host_inputs(s).await?;
+                // Inputs on both sides first, so neither half waits on the other; chained
+                // inputs stay in their halves.
+                let halves = self.halves(s);
+                self.host_inputs(s, &halves).await?;
                 match self.gpu_step(s, kernels, true) {
                     Ok(()) => {
                         self.submit()?;
@@ -284,18 +286,48 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Host copies of step `s`'s inputs (omitted optional inputs as empty constants).
-    async fn host_inputs(&mut self, s: usize) -> Result<Vec<Arc<Tensor>>> {
+    /// Values split step `s` reads in their halves with no join (a chain): its `chained`
+    /// inputs that are split exactly at the step's cut; any other split point is joined.
+    fn halves(&self, s: usize) -> Vec<usize> {
+        let step = &self.cx.plan.steps[s];
+        let StepKind::Split { cut, .. } = step.kind else {
+            return Vec::new();
+        };
+        let node = &self.cx.graph.nodes[step.node];
+        let rows = step.rows.end.max(1);
+        step.chained
+            .iter()
+            .filter_map(|&i| {
+                let v = node.inputs.get(i).copied().flatten()?;
+                let n = step.inputs.get(i)?.numel();
+                let at = n.is_multiple_of(rows).then_some(cut * (n / rows));
+                let slot = &self.slots[v];
+                (at.is_some() && slot.split == at && slot.gpu.is_some() && slot.host.is_some())
+                    .then_some(v)
+            })
+            .collect()
+    }
+
+    /// Host copies of step `s`'s inputs (omitted optional inputs as empty constants); values in
+    /// `halves` as their host half, unjoined.
+    async fn host_inputs(&mut self, s: usize, halves: &[usize]) -> Result<Vec<Arc<Tensor>>> {
         let cx = self.cx;
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
         let metas = &step.inputs;
-        let given: Vec<usize> = (0..metas.len()).filter_map(|i| node.inputs[i]).collect();
+        let given: Vec<usize> = (0..metas.len())
+            .filter_map(|i| node.inputs[i])
+            .filter(|v| !halves.contains(v))
+            .collect();
         let mut hosts = self.host_tensors(&given).await?.into_iter();
         Ok(metas
             .iter()
             .enumerate()
             .map(|(i, m)| match node.inputs[i] {
+                Some(v) if halves.contains(&v) => self.slots[v]
+                    .host
+                    .clone()
+                    .expect("a split value has a host half"),
                 Some(_) => hosts.next().expect("one host tensor per given input"),
                 None => m.value.clone().expect("omitted inputs are empty constants"),
             })
@@ -313,7 +345,11 @@ impl<'a> Run<'a> {
         let node = &cx.graph.nodes[step.node];
         // GPU work recorded so far starts now and overlaps this kernel.
         self.submit()?;
-        let ins = self.host_inputs(s).await?;
+        let halves = match rows {
+            Some(_) => self.halves(s),
+            None => Vec::new(),
+        };
+        let ins = self.host_inputs(s, &halves).await?;
         let refs: Vec<&Tensor> = ins.iter().map(|t| t.as_ref()).collect();
         let mut outs: Vec<Tensor> = step
             .outputs
@@ -345,9 +381,14 @@ impl<'a> Run<'a> {
             .iter()
             .flat_map(|k| k.inputs.iter().copied())
             .collect();
+        let halves = if split { self.halves(s) } else { Vec::new() };
         let mut inputs = HashMap::new();
         for &i in &bound {
             let g = match node.inputs.get(i).copied().flatten() {
+                // A chained input: the GPU half is already in place in its buffer.
+                Some(v) if halves.contains(&v) => {
+                    self.slots[v].gpu.clone().expect("checked by halves")
+                }
                 Some(v) => self.gpu_tensor(gpu, v)?,
                 None => gpu.alloc(metas[i].dtype, 0)?,
             };

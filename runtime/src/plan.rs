@@ -65,6 +65,10 @@ pub struct Step {
     pub inputs: Vec<TensorMeta>,
     /// Metas of the outputs the model asks for (a prefix of the op's outputs).
     pub outputs: Vec<TensorMeta>,
+    /// A split step's inputs (indices) that the scheduler expects split at the same fraction of
+    /// rows and that the op reads row for row: each half reads the input's half in place, with
+    /// no join (a chain). The executor checks the split point and joins if it differs.
+    pub chained: Vec<usize>,
 }
 
 impl Step {
@@ -406,6 +410,7 @@ fn place(
             explain,
             inputs: p.ins.clone(),
             outputs: p.outs.clone(),
+            chained: Vec::new(),
         };
     if request.placement != Placement::Auto {
         let steps = work
@@ -460,10 +465,27 @@ fn place(
                 rows: if node.outputs.len() == 1 { p.rows } else { 1 },
                 gpu_refusal: k.as_ref().err().cloned(),
                 forced: request.forced(node),
+                row_local: node
+                    .op
+                    .row_local(&refs, &p.outs)
+                    .into_iter()
+                    .filter_map(|i| node.inputs.get(i).copied().flatten())
+                    .filter(|&v| !is_const(v))
+                    .map(key)
+                    .collect(),
             }
         })
         .collect();
     let sched = schedule::schedule_from(&tasks, costs, request.policy, gpu_wait);
+    // Split values by (aliased) key: their cut and rows, to mark chained inputs.
+    let halves: HashMap<usize, (usize, usize)> = tasks
+        .iter()
+        .zip(&sched.choices)
+        .filter_map(|(t, c)| match c {
+            Choice::Split { cut } => Some((t.outputs[0].0, (*cut, t.rows))),
+            Choice::On(_) => None,
+        })
+        .collect();
     // A plan with every node on one device runs in the graph's order, exactly as placement
     // `cpu`/`gpu` would (the upward-rank order keeps more tensors alive; one device gains nothing).
     let one_device = sched.choices.windows(2).all(|w| w[0] == w[1])
@@ -498,7 +520,21 @@ fn place(
                 }
             }
         };
-        steps.push(step(p, kind, fallback, explain));
+        let mut s = step(p, kind, fallback, explain);
+        if let (StepKind::Split { cut, .. }, Choice::Split { .. }) = (&s.kind, sched.choices[i]) {
+            let refs: Vec<&TensorMeta> = p.ins.iter().collect();
+            s.chained = node
+                .op
+                .row_local(&refs, &p.outs)
+                .into_iter()
+                .filter(|&j| {
+                    let h = node.inputs.get(j).copied().flatten().map(key);
+                    h.and_then(|v| halves.get(&v))
+                        .is_some_and(|&(hc, hr)| cut * hr == hc * tasks[i].rows)
+                })
+                .collect();
+        }
+        steps.push(s);
     }
     Ok((steps, Some(sched.makespan)))
 }
@@ -555,6 +591,7 @@ fn order_views(graph: &Graph, pending: &[Pending], steps: &mut Vec<Step>) {
                     explain: None,
                     inputs: p.ins.clone(),
                     outputs: p.outs.clone(),
+                    chained: Vec::new(),
                 });
             }
         }

@@ -30,6 +30,10 @@ pub struct Task<'a> {
     pub gpu_refusal: Option<String>,
     /// A device the user forced.
     pub forced: Option<Device>,
+    /// Inputs the node reads row for row along its split (`Op::row_local`): a split of this
+    /// node at the same fraction of rows as the input's split reads the input's two halves
+    /// where they are, with no join (a chain).
+    pub row_local: Vec<ValueKey>,
 }
 
 impl Task<'_> {
@@ -159,6 +163,22 @@ struct Sim<'c> {
     lines: [Timeline; 2],
     /// Per value: time it is available on [cpu, gpu].
     avail: HashMap<ValueKey, [Option<f64>; 2]>,
+    /// Per split value: its (cut, rows) and when its CPU and GPU halves are ready.
+    halves: HashMap<ValueKey, Halves>,
+}
+
+/// A value left in two parts by a split: rows `..cut` of `rows` on the host, the rest on the GPU.
+#[derive(Clone, Copy)]
+struct Halves {
+    cut: usize,
+    rows: usize,
+    ready: [f64; 2],
+}
+
+/// True when a split of `t` at `cut` reads `h`'s halves without a join: the same fraction of
+/// rows (so the same element), and `t` row-local on it.
+fn chains(t: &Task, cut: usize, h: &Halves) -> bool {
+    cut * h.rows == h.cut * t.rows
 }
 
 impl<'c> Sim<'c> {
@@ -172,6 +192,7 @@ impl<'c> Sim<'c> {
             costs,
             lines: [Timeline::default(), gpu],
             avail: HashMap::new(),
+            halves: HashMap::new(),
         }
     }
 
@@ -202,6 +223,37 @@ impl<'c> Sim<'c> {
             .fold(0.0, f64::max)
     }
 
+    /// When the CPU and GPU parts of `t` split at `cut` can start: inputs the split chains on
+    /// are ready per half, the others as for a whole node.
+    fn split_ready(&self, t: &Task, cut: usize) -> [f64; 2] {
+        let mut r = [0.0f64; 2];
+        for &(v, b) in &t.inputs {
+            let h = self
+                .halves
+                .get(&v)
+                .filter(|h| t.row_local.contains(&v) && chains(t, cut, h));
+            for d in [Device::Cpu, Device::Gpu] {
+                let at = match h {
+                    Some(h) => h.ready[idx(d)],
+                    None => self.ready_on(v, b, d),
+                };
+                r[idx(d)] = r[idx(d)].max(at);
+            }
+        }
+        r
+    }
+
+    /// Cut of `t` that keeps a split input's halves in place, if one of its row-local inputs
+    /// is split at a fraction `t`'s rows can express.
+    fn chained_cut(&self, t: &Task) -> Option<usize> {
+        t.row_local.iter().find_map(|v| {
+            let h = self.halves.get(v)?;
+            (h.cut * t.rows)
+                .is_multiple_of(h.rows)
+                .then_some(h.cut * t.rows / h.rows)
+        })
+    }
+
     fn whole(&self, t: &Task, d: Device) -> (f64, f64) {
         let len = self.costs.node_time(&t.query, d, 1.0);
         let s = self.lines[idx(d)].earliest(self.ready(t, d), len);
@@ -213,10 +265,10 @@ impl<'c> Sim<'c> {
         if !t.can_split() {
             return None;
         }
-        let rc = self.ready(t, Device::Cpu);
-        let rg = self.ready(t, Device::Gpu);
         let out_bytes: u64 = t.outputs.iter().map(|o| o.1).sum();
-        let eval = |f: f64| -> (f64, f64) {
+        let eval = |cut: usize| -> (f64, f64) {
+            let [rc, rg] = self.split_ready(t, cut);
+            let f = (t.rows - cut) as f64 / t.rows as f64;
             let tc = self.costs.node_time(&t.query, Device::Cpu, 1.0 - f);
             let tg = self.costs.node_time(&t.query, Device::Gpu, f);
             let cs = self.lines[0].earliest(rc, tc);
@@ -228,12 +280,15 @@ impl<'c> Sim<'c> {
             if cut == 0 || cut >= t.rows {
                 return;
             }
-            let (s, f) = eval((t.rows - cut) as f64 / t.rows as f64);
+            let (s, f) = eval(cut);
             if best.is_none_or(|b| f < b.1) {
                 *best = Some((s, f, cut));
             }
         };
         let mut best = None;
+        if let Some(cut) = self.chained_cut(t) {
+            consider(&mut best, cut);
+        }
         for i in 1..20 {
             consider(
                 &mut best,
@@ -271,8 +326,9 @@ impl<'c> Sim<'c> {
                 let f = (t.rows - cut) as f64 / t.rows as f64;
                 let tc = self.costs.node_time(&t.query, Device::Cpu, 1.0 - f);
                 let tg = self.costs.node_time(&t.query, Device::Gpu, f);
-                let cs = self.lines[0].earliest(self.ready(t, Device::Cpu), tc);
-                let gs = self.lines[1].earliest(self.ready(t, Device::Gpu), tg);
+                let [rc, rg] = self.split_ready(t, cut);
+                let cs = self.lines[0].earliest(rc, tc);
+                let gs = self.lines[1].earliest(rg, tg);
                 self.lines[0].occupy(cs, cs + tc);
                 self.lines[1].occupy(gs, gs + tg);
                 let out_bytes: u64 = t.outputs.iter().map(|o| o.1).sum();
@@ -280,6 +336,9 @@ impl<'c> Sim<'c> {
                 let fin = (cs + tc).max(gs + tg + join);
                 for &(v, _) in &t.outputs {
                     self.avail.insert(v, [Some(fin), None]);
+                    let ready = [cs + tc, gs + tg];
+                    let rows = t.rows;
+                    self.halves.insert(v, Halves { cut, rows, ready });
                 }
                 (cs.min(gs), fin)
             }
@@ -600,7 +659,141 @@ fn heft(
         sim.commit(t, choice);
     }
     smooth(tasks, costs, &mut choices, explain);
+    rebalance_chains(tasks, costs, order, gpu_ready, &mut choices, explain);
     choices
+}
+
+/// Chains with at most this many groups re-balanced one by one when re-balancing them all at
+/// once is not predicted better (each try replays the whole schedule).
+const MAX_CHAIN_TRIES: usize = 16;
+
+/// Give each chain of split nodes (linked through row-local inputs, row counts on one grid) one
+/// common cut, so no join happens inside it: the fraction that equalises the chain's summed CPU
+/// time with its summed GPU time plus the final join. Kept only where the replayed schedule is
+/// predicted faster.
+fn rebalance_chains(
+    tasks: &[Task],
+    costs: &dyn Costs,
+    order: &[usize],
+    gpu_ready: f64,
+    choices: &mut [Choice],
+    explain: &mut [Explain],
+) {
+    let producer: HashMap<ValueKey, usize> = tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
+        .collect();
+    let split = |c: &[Choice], i: usize| matches!(c[i], Choice::Split { .. });
+    let mut parent: Vec<usize> = (0..tasks.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    for (c, t) in tasks.iter().enumerate() {
+        for v in t.row_local.iter().filter(|_| split(choices, c)) {
+            let Some(&p) = producer.get(v) else { continue };
+            let (a, b) = (tasks[p].rows, t.rows);
+            if split(choices, p) && a.max(b).is_multiple_of(a.min(b)) {
+                let (rp, rc) = (root(&mut parent, p), root(&mut parent, c));
+                parent[rp] = rc;
+            }
+        }
+    }
+    let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
+    for i in (0..tasks.len()).filter(|&i| split(choices, i)) {
+        groups.entry(root(&mut parent, i)).or_default().push(i);
+    }
+    let mut groups: Vec<Vec<usize>> = groups.into_values().filter(|g| g.len() > 1).collect();
+    groups.sort();
+    let proposals: Vec<Vec<(usize, usize)>> = groups
+        .iter()
+        .filter_map(|g| chain_cuts(tasks, costs, g))
+        .collect();
+    let makespan = |c: &[Choice]| simulate_from(tasks, costs, c, order, gpu_ready).1;
+    let apply = |c: &mut [Choice], cuts: &[(usize, usize)]| {
+        for &(i, cut) in cuts {
+            c[i] = Choice::Split { cut };
+        }
+    };
+    let mut best = makespan(choices);
+    let mut all = choices.to_vec();
+    proposals.iter().for_each(|p| apply(&mut all, p));
+    let mut accepted: Vec<&Vec<(usize, usize)>> = Vec::new();
+    if makespan(&all) < best {
+        choices.copy_from_slice(&all);
+        accepted.extend(&proposals);
+    } else {
+        for p in proposals.iter().take(MAX_CHAIN_TRIES) {
+            let mut c = choices.to_vec();
+            apply(&mut c, p);
+            let m = makespan(&c);
+            if m < best {
+                best = m;
+                choices.copy_from_slice(&c);
+                accepted.push(p);
+            }
+        }
+    }
+    for p in accepted {
+        for &(i, cut) in p {
+            explain[i].why = format!(
+                "split at row {cut}/{}, chained with {} row-local neighbour(s) at one cut (no join \
+                 inside the chain)",
+                tasks[i].rows,
+                p.len() - 1
+            );
+        }
+    }
+}
+
+/// The common cut of a chain `g` (task indices): per task, its cut at the fraction (on the
+/// coarsest row grid) minimising max(summed CPU time, uploads into the chain + summed GPU time
+/// + the last join).
+fn chain_cuts(tasks: &[Task], costs: &dyn Costs, g: &[usize]) -> Option<Vec<(usize, usize)>> {
+    let grid = g.iter().map(|&i| tasks[i].rows).min()?;
+    if grid < 2 || g.iter().any(|&i| !tasks[i].rows.is_multiple_of(grid)) {
+        return None;
+    }
+    let last = *g.iter().max()?;
+    let join_bytes: u64 = tasks[last].outputs.iter().map(|o| o.1).sum();
+    let inside: Vec<ValueKey> = g
+        .iter()
+        .flat_map(|&i| tasks[i].outputs.iter().map(|o| o.0))
+        .collect();
+    let upload: f64 = g
+        .iter()
+        .flat_map(|&i| tasks[i].inputs.iter())
+        .filter(|(v, _)| !inside.contains(v))
+        .map(|&(_, b)| costs.transfer_time(b, Device::Gpu))
+        .sum();
+    let cost = |k: usize| {
+        let f = (grid - k) as f64 / grid as f64;
+        let cpu: f64 = g
+            .iter()
+            .map(|&i| costs.node_time(&tasks[i].query, Device::Cpu, 1.0 - f))
+            .sum();
+        let gpu: f64 = g
+            .iter()
+            .map(|&i| costs.node_time(&tasks[i].query, Device::Gpu, f))
+            .sum();
+        let join =
+            costs.transfer_time((join_bytes as f64 * f) as u64, Device::Cpu) + costs.sync_time();
+        cpu.max(upload + gpu + join)
+    };
+    let step = (grid / 64).max(1);
+    let mut k = (1..grid)
+        .step_by(step)
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))?;
+    for c in k.saturating_sub(step).max(1)..(k + step).min(grid) {
+        if cost(c) < cost(k) {
+            k = c;
+        }
+    }
+    Some(g.iter().map(|&i| (i, k * tasks[i].rows / grid)).collect())
 }
 
 /// Move a whole-device node whose neighbours all run on the other device there, when the

@@ -506,6 +506,7 @@ pub fn layer_task<'g>(graph: &'g Graph, metas: &[TensorMeta]) -> Result<Task<'g>
         rows: row_count(&outs[0].shape, axis),
         gpu_refusal: None,
         forced: None,
+        row_local: Vec::new(),
     })
 }
 

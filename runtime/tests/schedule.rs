@@ -32,6 +32,7 @@ fn task(
         rows: 1,
         gpu_refusal: None,
         forced: None,
+        row_local: Vec::new(),
     }
 }
 
@@ -359,4 +360,47 @@ fn replaying_the_issued_order_gives_the_predicted_makespan() {
             );
         }
     }
+}
+
+/// Relu -> Relu, 1000 rows, 1 MFLOP each at 1 ns/flop on both devices (1 us per row each side),
+/// 4000-byte values (links 10 us + 0.1 ns/byte, sync 50 us). As a chain at cut c both nodes'
+/// CPU rows run back to back (2c us) while the GPU gets the input (10.4 us), runs both halves
+/// (2(1000-c) us) and joins once at the end (60 us + 0.4 ns * share): equal at c = 518, 1.036 ms.
+/// Without row-locality the second node must wait for a join and an upload of the first.
+#[test]
+fn balanced_row_local_pair_shares_one_cut_without_a_join() {
+    let same = coeffs(1e-9, 0.0);
+    let costs = FrozenCosts::new()
+        .with_op("Relu", Device::Cpu, same)
+        .with_op("Relu", Device::Gpu, same);
+    let relu = |i: usize, row_local: bool| {
+        let mut t = task("Relu", 1_000_000, &[(i, 4000)], &[(i + 1, 4000)]);
+        t.rows = 1000;
+        if row_local {
+            t.row_local = vec![i];
+        }
+        t
+    };
+    let chained = [relu(0, true), relu(1, true)];
+    let s = schedule(&chained, &costs, Policy::HeftSplit);
+    let (Choice::Split { cut: a }, Choice::Split { cut: b }) = (s.choices[0], s.choices[1]) else {
+        panic!("both nodes should be split: {:?}", s.choices);
+    };
+    assert_eq!(a, b, "a chain shares one cut");
+    assert!((516..=520).contains(&a), "cut {a}, expected about 518");
+    assert!(
+        close(s.makespan, 1.036e-3, 0.005),
+        "makespan {}",
+        s.makespan
+    );
+    // Joined: the first node alone splits at 535 (535 us of CPU rows = 10.4 + 465 GPU rows +
+    // 60.2 join) and the second waits for that join, uploads the 4000 bytes (10.4 us) and
+    // splits again: about 1.071 ms.
+    let joined = [relu(0, false), relu(1, false)];
+    let j = schedule(&joined, &costs, Policy::HeftSplit);
+    assert!(
+        close(j.makespan, 1.071e-3, 0.005),
+        "joined makespan {}",
+        j.makespan
+    );
 }

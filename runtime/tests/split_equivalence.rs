@@ -137,3 +137,137 @@ fn split_runs_equal_expected_outputs_for_every_splittable_op() {
         split_ops.len()
     );
 }
+
+/// Relu(x) -> Add(_, y) -> Softmax(axis -1) on [6, 40], every node split at the same fraction
+/// (Softmax rows 0..k on the CPU, elementwise rows 0..40k), run by the executor on the CPU and
+/// the real adapter. Chained, the values between the nodes stay in their halves: the only
+/// transfers are the uploads of x and y and the final join. Both ways equal a naive loop.
+#[test]
+fn chained_splits_equal_a_naive_loop_with_no_joins_inside() {
+    use tandem::exec::{execute, Context, GpuConstants};
+    use tandem::graph::{Graph, Node, Value};
+    use tandem::plan::{build, Placement, Request, StepKind};
+    use tandem::schedule::Policy;
+    use tandem::DType;
+    use tandem_ops::{AttrValue, Attrs};
+
+    let (n, d) = (6usize, 40usize);
+    let value = |name: &str| Value {
+        name: name.into(),
+        dtype: Some(DType::F32),
+        shape: None,
+        constant: None,
+    };
+    let node = |op_type: &str, attrs: Attrs, inputs: &[usize], out: usize| Node {
+        name: op_type.to_lowercase(),
+        op_type: op_type.into(),
+        domain: String::new(),
+        opset: 13,
+        inputs: inputs.iter().map(|&i| Some(i)).collect(),
+        outputs: vec![out],
+        op: tandem_ops::registry::build(op_type, &attrs).expect("registered op"),
+    };
+    let graph = Graph {
+        values: ["x", "y", "r", "a", "o"].map(value).to_vec(),
+        nodes: vec![
+            node("Relu", Attrs::new(13), &[0], 2),
+            node("Add", Attrs::new(13), &[2, 1], 3),
+            node(
+                "Softmax",
+                Attrs::new(13).with("axis", AttrValue::Int(-1)),
+                &[3],
+                4,
+            ),
+        ],
+        inputs: vec![0, 1],
+        outputs: vec![4],
+    };
+    let xs: Vec<f32> = (0..n * d)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 4.0)
+        .collect();
+    let ys: Vec<f32> = (0..n * d)
+        .map(|i| ((i * 11 % 17) as f32 - 8.0) / 8.0)
+        .collect();
+    let mut want = vec![0f32; n * d];
+    for r in 0..n {
+        let a: Vec<f32> = (0..d)
+            .map(|c| xs[r * d + c].max(0.0) + ys[r * d + c])
+            .collect();
+        let m = a.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = a.iter().map(|v| (v - m).exp()).sum();
+        for c in 0..d {
+            want[r * d + c] = (a[c] - m).exp() / sum;
+        }
+    }
+    let want = Tensor::f32(&[n, d], want);
+    let inputs = vec![Tensor::f32(&[n, d], xs), Tensor::f32(&[n, d], ys)];
+    let metas: Vec<TensorMeta> = inputs
+        .iter()
+        .map(|t| TensorMeta {
+            dtype: t.dtype(),
+            shape: t.shape.clone(),
+            value: None,
+        })
+        .collect();
+    let gpu = tandem::testing::gpu();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let request = Request {
+        placement: Placement::Gpu,
+        overrides: &[],
+        costs: None,
+        policy: Policy::HeftSplit,
+        assume_gpu: false,
+    };
+    let whole = build(&graph, &metas, &request, Some(gpu.as_ref()), &pool).expect("plan");
+    assert_eq!(whole.steps.len(), 3);
+    for k in [1, 3, 5] {
+        for chain in [true, false] {
+            let mut plan = whole.clone();
+            for step in &mut plan.steps {
+                let op = &graph.nodes[step.node].op;
+                let ins: Vec<&TensorMeta> = step.inputs.iter().collect();
+                let rows = step.rows.end;
+                let cut = k * rows / n;
+                step.kind = StepKind::Split {
+                    cut,
+                    row_len: step.outputs[0].numel() / rows,
+                    kernels: op.gpu(&ins, &step.outputs, cut..rows).expect("gpu kernels"),
+                };
+                step.chained = if chain {
+                    op.row_local(&ins, &step.outputs)
+                } else {
+                    Vec::new()
+                };
+                if chain && step.node > 0 {
+                    assert!(step.chained.contains(&0), "the chain reads its first input");
+                }
+            }
+            let constants = GpuConstants::default();
+            let cx = Context {
+                graph: &graph,
+                plan: &plan,
+                gpu: Some(gpu.as_ref()),
+                pool: &pool,
+                constants: &constants,
+            };
+            let (outs, report) = execute(&cx, inputs.clone()).expect("run");
+            tandem::testing::assert_close(&outs[0], &want, 1e-5, 1e-6);
+            let to_cpu = report
+                .transfers
+                .iter()
+                .filter(|t| t.to == tandem::Device::Cpu)
+                .count();
+            if chain {
+                assert_eq!((report.uploads, report.downloads), (2, 1), "cut {k}/{n}");
+                assert_eq!(to_cpu, 1, "only the final join downloads (cut {k}/{n})");
+            } else {
+                // Each split is joined before the next reads it: a download per node and an
+                // upload of each joined host half.
+                assert_eq!((report.uploads, report.downloads), (4, 3), "cut {k}/{n}");
+            }
+        }
+    }
+}
