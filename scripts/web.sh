@@ -6,7 +6,8 @@
 #   serve  serve web-demo/dist on http://127.0.0.1:${PORT:-8080}
 #   test   build, then headless Chromium (WebGPU on SwiftShader) through Playwright: tandem on
 #          cpu, gpu and auto and onnxruntime-web (wasm, webgpu) against onnxruntime's outputs;
-#          results and a screenshot in web-demo/out/. Fails when WebGPU has no adapter.
+#          results and a screenshot in web-demo/out/. Fails when WebGPU has no adapter, and
+#          when the page's main thread stalls during runs (tandem runs in a Web Worker).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIST=web-demo/dist

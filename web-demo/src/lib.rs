@@ -2,8 +2,9 @@
 //!
 //! Sits between the page (`web-demo/www/`, ES modules from `wasm-bindgen --target web`) and the
 //! runtime crate: WebGPU through wgpu's webgpu backend, the CPU kernels compiled to wasm (one
-//! thread: the page's), and `auto` planned with costs measured in this browser
-//! (`browser_costs`). Every call that waits for the GPU returns a promise; nothing blocks.
+//! thread: the one that loads this module; the demo loads it in a module Web Worker,
+//! `www/worker.js`, so CPU work never blocks the page), and `auto` planned with costs measured
+//! in this browser (`browser_costs`). Every call that waits for the GPU returns a promise.
 //!
 //! ```js
 //! const s = await Session.create(bytes, { placement: "auto" });   // "cpu" | "gpu" | "auto"
