@@ -12,6 +12,9 @@
 //    being descheduled on a loaded machine (2 cores; the software WebGPU adapter's threads
 //    compete with the page during gpu runs: 50 ms medians seen there). The longest stall is
 //    reported, not asserted (one descheduling is not a blocking call).
+// 5. No WebGPU (issue 5): a fresh profile launched without --enable-unsafe-webgpu, where
+//    requestAdapter() returns null: the page must show its no-WebGPU notice, disable gpu/auto and
+//    still run on the CPU with outputs matching the same reference.
 // Writes OUT_DIR/results.json and OUT_DIR/screenshot.png.
 import { chromium } from "playwright-core";
 import fs from "node:fs";
@@ -26,9 +29,9 @@ const reference = JSON.parse(fs.readFileSync(path.join(out, "reference.json"), "
 const args = ["--headless", "--no-sandbox", "--no-first-run", "--disable-background-networking",
   "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--enable-unsafe-webgpu"];
 
-async function withPage(query, fn) {
+async function withPage(query, fn, launchArgs = args) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tandem-web-"));
-  const ctx = await chromium.launchPersistentContext(dir, { executablePath: "/usr/bin/chromium", headless: true, args });
+  const ctx = await chromium.launchPersistentContext(dir, { executablePath: "/usr/bin/chromium", headless: true, args: launchArgs });
   try {
     const page = await ctx.newPage();
     const logs = [];
@@ -119,6 +122,40 @@ await withPage("", async (page, logs) => {
 function on_all_cpu(t) {
   return !t.report.run.nodes.some((n) => n.device === "gpu" || n.device === "split");
 }
+
+// No WebGPU: the same page in a fresh profile without --enable-unsafe-webgpu.
+const noGpuArgs = args.filter((a) => a !== "--enable-unsafe-webgpu");
+results.noWebgpu = await withPage("", async (page) => {
+  const gpu = await page.evaluate(() => window.demo.gpu);
+  if (gpu.available) {
+    failures.push(`no-WebGPU phase: WebGPU still has an adapter without --enable-unsafe-webgpu (${gpu.adapter}); the fallback is untested`);
+    return { notice: null, cpuOk: false, ms: null };
+  }
+  const notice = (await page.isVisible("#notice.warn")) ? await page.textContent("#notice") : null;
+  if (!notice || !notice.includes("No WebGPU")) failures.push(`no-WebGPU phase: no visible no-WebGPU notice (got ${JSON.stringify(notice)})`);
+  const disabled = await page.evaluate(() => Object.fromEntries(
+    [...document.querySelectorAll("button[data-p]")].map((b) => [b.dataset.p, b.disabled])));
+  if (!(disabled.gpu && disabled.auto && !disabled.cpu)) failures.push(`no-WebGPU phase: want gpu/auto disabled and cpu enabled, got ${JSON.stringify(disabled)}`);
+  // The user's path: the CPU button on the default text (sample 0), then its row in the table.
+  const samples = await page.evaluate(() => window.demo.samples);
+  const name = samples[0].name, ref = reference[name];
+  await page.click("button[data-p=cpu]");
+  await page.waitForSelector('#results tr[data-p="cpu"]', { timeout: 300000 });
+  const ms = await page.evaluate(() => performance.now());
+  const shown = await page.textContent('#results tr[data-p="cpu"] td:nth-child(2)');
+  const labels = await page.evaluate(() => window.demo.labels);
+  const want = labels[ref.probs.indexOf(Math.max(...ref.probs))];
+  const probs = await page.evaluate(async (text) => {
+    const { features } = await import(new URL("./magika.js", location.href).href);
+    const r = await window.demo.classify("cpu", features(new TextEncoder().encode(text)));
+    return Array.from(r.probs);
+  }, samples[0].text);
+  const diff = maxDiff(probs, ref.probs);
+  const cpuOk = shown === want && diff <= TOL;
+  if (!cpuOk) failures.push(`no-WebGPU phase: cpu on ${name} shows ${shown} (want ${want}), max |diff| ${diff} (tolerance ${TOL})`);
+  console.log(`no WebGPU: notice ${JSON.stringify(notice)}; gpu/auto disabled; cpu ${shown}, max |diff| vs onnxruntime ${diff.toExponential(2)}, ${ms.toFixed(0)} ms from page load to the first result`);
+  return { notice, cpuOk, ms, reason: gpu.reason, label: shown, maxAbsDiffVsOrt: diff };
+}, noGpuArgs);
 
 results.failures = failures;
 fs.writeFileSync(path.join(out, "results.json"), JSON.stringify(results, null, 1));
