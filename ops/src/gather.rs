@@ -177,6 +177,13 @@ impl Op for Gather {
                     data.rank()
                 )));
             }
+            // Off the axis, an index tensor larger than the data would read past it.
+            if let Some(d) = (0..data.rank()).find(|&d| d != a && idx.shape[d] > data.shape[d]) {
+                return Err(OpError::Invalid(format!(
+                    "GatherElements: indices dim {d} is {} but data's is only {}",
+                    idx.shape[d], data.shape[d]
+                )));
+            }
             idx.shape.clone()
         } else {
             let mut s = data.shape[..a].to_vec();

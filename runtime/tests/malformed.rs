@@ -21,7 +21,8 @@
 //! - M Conv zero-size kernel; M Conv kernel larger than the padded input; M Conv zero dilation
 //! - M MaxPool pads not smaller than the kernel; M Pad cropping more than the input
 //! - M Softmax axis out of range; M Reshape with two -1; M Reshape element count mismatch
-//! - M Gather constant index out of range; M Concat rank mismatch; M MatMul inner-dim mismatch
+//! - M Gather constant index out of range; M GatherElements indices larger than data off the axis
+//! - M Concat rank mismatch; M MatMul inner-dim mismatch
 //! - M Split sizes not summing; M Split of a scalar; M Transpose perm not a permutation
 //! - M Slice step 0; M Resize of an empty axis; M Resize NaN scale; M Expand to 2^40 elements
 //! - M Cast to string; M Range with delta 0
@@ -509,6 +510,18 @@ fn gather_constant_index_out_of_range_is_invalid() {
         &[("axis", AttrValue::Int(1))],
     );
     bad_invalid(&m, &["index 7", "out of range"]);
+}
+
+#[test]
+fn gather_elements_indices_larger_than_data_off_the_axis_are_invalid() {
+    // Found by CI's fuzzing (load_and_plan): the CPU kernel read past the data.
+    let m = one(
+        "GatherElements",
+        &[2, 3],
+        &[("i", Tensor::i64(&[2, 4], vec![0; 8]))],
+        &[("axis", AttrValue::Int(0))],
+    );
+    bad_invalid(&m, &["GatherElements", "dim 1 is 4", "only 3"]);
 }
 
 #[test]
