@@ -8,7 +8,7 @@ use crate::gpu::{Gpu, GpuTensor};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use tandem_ops::shape::{row_count, row_len};
-use tandem_ops::{Op, Tensor, TensorMeta};
+use tandem_ops::{GpuKernel, Op, Tensor, TensorMeta, Work};
 
 /// The GPU shared by all tests of a process. Panics if no adapter exists: in CI a missing
 /// adapter is a failure, never a skip.
@@ -203,4 +203,42 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
             }
         })
         .fold(0.0, f64::max)
+}
+
+/// An op computing only the first `.1` outputs of another (e.g. MaxPool without its Indices
+/// output, which the GPU kernel does not produce), so the placement helpers compare just those.
+#[derive(Debug)]
+pub struct FirstOutputs<O>(pub O, pub usize);
+
+impl<O: std::ops::Deref<Target = dyn Op> + std::fmt::Debug + Send + Sync> Op for FirstOutputs<O> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn infer(&self, ins: &[&TensorMeta]) -> tandem_ops::Result<Vec<TensorMeta>> {
+        let mut o = self.0.infer(ins)?;
+        o.truncate(self.1);
+        Ok(o)
+    }
+    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
+        self.0.work(ins, outs)
+    }
+    fn split_axis(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
+        self.0.split_axis(ins, outs)
+    }
+    fn cpu(
+        &self,
+        ins: &[&Tensor],
+        outs: &mut [Tensor],
+        rows: Range<usize>,
+    ) -> tandem_ops::Result<()> {
+        self.0.cpu(ins, outs, rows)
+    }
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> tandem_ops::Result<Vec<GpuKernel>> {
+        self.0.gpu(ins, outs, rows)
+    }
 }

@@ -6,9 +6,10 @@
 //! the GPU (lavapipe in CI) and split across both at several rows (odd ones included). Shapes
 //! are deliberately not multiples of the workgroup size.
 
-use std::ops::Range;
-use tandem::testing::{assert_close, check_all_placements, run_cpu, run_gpu, try_run_gpu_rows};
-use tandem_ops::{registry, AttrValue, Attrs, GpuKernel, Op, Tensor, TensorMeta, Work};
+use tandem::testing::{
+    assert_close, check_all_placements, run_cpu, run_gpu, try_run_gpu_rows, FirstOutputs,
+};
+use tandem_ops::{registry, AttrValue, Attrs, Op, Tensor};
 
 fn fill(shape: &[usize], seed: u32) -> Tensor {
     let n: usize = shape.iter().product();
@@ -47,44 +48,6 @@ fn f64s(t: &Tensor) -> Vec<f64> {
 
 fn tensor(shape: &[usize], v: Vec<f64>) -> Tensor {
     Tensor::f32(shape, v.into_iter().map(|x| x as f32).collect())
-}
-
-/// An op as a node that asks only for its first `n` outputs (what the runtime passes when a
-/// model omits trailing optional outputs).
-#[derive(Debug)]
-struct FirstOutputs(Box<dyn Op>, usize);
-
-impl Op for FirstOutputs {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn infer(&self, ins: &[&TensorMeta]) -> tandem_ops::Result<Vec<TensorMeta>> {
-        let mut o = self.0.infer(ins)?;
-        o.truncate(self.1);
-        Ok(o)
-    }
-    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
-        self.0.work(ins, outs)
-    }
-    fn split_axis(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
-        self.0.split_axis(ins, outs)
-    }
-    fn cpu(
-        &self,
-        ins: &[&Tensor],
-        outs: &mut [Tensor],
-        rows: Range<usize>,
-    ) -> tandem_ops::Result<()> {
-        self.0.cpu(ins, outs, rows)
-    }
-    fn gpu(
-        &self,
-        ins: &[&TensorMeta],
-        outs: &[TensorMeta],
-        rows: Range<usize>,
-    ) -> tandem_ops::Result<Vec<GpuKernel>> {
-        self.0.gpu(ins, outs, rows)
-    }
 }
 
 /// `(outer, n, inner)` around axis `a`.

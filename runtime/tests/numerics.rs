@@ -12,11 +12,10 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use tandem::testing::{const_metas, row_count_of, run_cpu, run_gpu, run_split};
+use tandem::testing::{const_metas, row_count_of, run_cpu, run_gpu, run_split, FirstOutputs};
 use tandem::{Session, SessionOptions, Tensor, TensorMeta};
-use tandem_ops::{Data, GpuKernel, Op, Work};
+use tandem_ops::{Data, Op};
 
 /// Op types the cases must cover (issue 6, item 5): a case set missing one fails.
 const REQUIRED_OPS: &[&str] = &[
@@ -152,68 +151,16 @@ fn differences(got: &Tensor, want: &Tensor, c: &Case) -> Vec<String> {
     out
 }
 
-/// An op computing only the node's first `.1` outputs (MaxPool without its Indices output,
-/// which the GPU does not compute).
-#[derive(Debug)]
-struct NodeOutputs<'a>(&'a dyn Op, usize);
-
-impl Op for NodeOutputs<'_> {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn infer(&self, ins: &[&TensorMeta]) -> tandem_ops::Result<Vec<TensorMeta>> {
-        let mut o = self.0.infer(ins)?;
-        o.truncate(self.1);
-        Ok(o)
-    }
-    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
-        self.0.work(ins, outs)
-    }
-    fn split_axis(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
-        self.0.split_axis(ins, outs)
-    }
-    fn cpu(
-        &self,
-        ins: &[&Tensor],
-        outs: &mut [Tensor],
-        rows: Range<usize>,
-    ) -> tandem_ops::Result<()> {
-        self.0.cpu(ins, outs, rows)
-    }
-    fn gpu(
-        &self,
-        ins: &[&TensorMeta],
-        outs: &[TensorMeta],
-        rows: Range<usize>,
-    ) -> tandem_ops::Result<Vec<GpuKernel>> {
-        self.0.gpu(ins, outs, rows)
-    }
-}
-
 /// The node's op and its input tensors (test data for graph inputs, initializers for the rest).
 fn op_and_inputs<'s>(
     session: &'s Session,
     inputs: &common::Named,
-) -> (NodeOutputs<'s>, Vec<Tensor>) {
+) -> (FirstOutputs<&'s (dyn Op + 'static)>, Vec<Tensor>) {
     let graph = session.graph();
     assert_eq!(graph.nodes.len(), 1, "a numerics case is one node");
     let node = &graph.nodes[0];
-    let ins = node
-        .inputs
-        .iter()
-        .map(|i| match i {
-            None => Tensor::f32(&[0], vec![]),
-            Some(v) => match &graph.values[*v].constant {
-                Some(c) => (**c).clone(),
-                None => inputs
-                    .iter()
-                    .find(|(n, _)| *n == graph.values[*v].name)
-                    .map(|(_, t)| t.clone())
-                    .expect("every graph input has test data"),
-            },
-        })
-        .collect();
-    (NodeOutputs(node.op.as_ref(), node.outputs.len()), ins)
+    let ins = common::node_inputs(graph, node, inputs);
+    (FirstOutputs(node.op.as_ref(), node.outputs.len()), ins)
 }
 
 /// Run one case on every placement; the problems found, one line each.

@@ -67,21 +67,7 @@ fn split_runs_equal_expected_outputs_for_every_splittable_op() {
             continue;
         };
         let node = &graph.nodes[0];
-        let ins: Vec<Tensor> = node
-            .inputs
-            .iter()
-            .map(|i| match i {
-                None => Tensor::f32(&[0], vec![]),
-                Some(v) => match &graph.values[*v].constant {
-                    Some(c) => (**c).clone(),
-                    None => inputs
-                        .iter()
-                        .find(|(n, _)| *n == graph.values[*v].name)
-                        .map(|(_, t)| t.clone())
-                        .expect("every graph input has test data"),
-                },
-            })
-            .collect();
+        let ins = common::node_inputs(graph, node, &inputs);
         let metas: Vec<TensorMeta> = const_metas(&ins);
         let refs: Vec<&TensorMeta> = metas.iter().collect();
         let Ok(outs) = node.op.infer(&refs) else {

@@ -220,3 +220,26 @@ pub fn one_line(s: &str, max: usize) -> String {
         flat
     }
 }
+
+/// The input tensors of `node`, in order: its initializers, the test data for graph inputs, and
+/// an empty f32 tensor for an omitted optional input.
+pub fn node_inputs(
+    graph: &tandem::graph::Graph,
+    node: &tandem::graph::Node,
+    inputs: &Named,
+) -> Vec<Tensor> {
+    node.inputs
+        .iter()
+        .map(|i| match i {
+            None => Tensor::f32(&[0], vec![]),
+            Some(v) => match &graph.values[*v].constant {
+                Some(c) => (**c).clone(),
+                None => inputs
+                    .iter()
+                    .find(|(n, _)| *n == graph.values[*v].name)
+                    .map(|(_, t)| t.clone())
+                    .expect("every graph input has test data"),
+            },
+        })
+        .collect()
+}
