@@ -163,6 +163,20 @@ pub struct IoInfo {
     pub shape: Option<Vec<Dim>>,
 }
 
+impl IoInfo {
+    /// The declared shape with every symbolic dimension taken as 1 (no declared shape: a
+    /// scalar), e.g. for feeding zeros to a model of unknown use.
+    pub fn shape_or_ones(&self) -> Vec<usize> {
+        let dims = self.shape.as_deref().unwrap_or_default();
+        dims.iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => *n,
+                Dim::Symbolic(_) => 1,
+            })
+            .collect()
+    }
+}
+
 impl Session {
     /// Load and check a model. Fails with a typed error for an unreadable or invalid model or an
     /// unsupported node (named), and when the GPU is asked for but none can be opened.

@@ -128,15 +128,7 @@ fn first_error(m: &ModelProto) -> Error {
             .inputs()
             .into_iter()
             .map(|io| {
-                let shape: Vec<usize> = io
-                    .shape
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|d| match d {
-                        tandem::graph::Dim::Fixed(n) => *n,
-                        tandem::graph::Dim::Symbolic(_) => 1,
-                    })
-                    .collect();
+                let shape = io.shape_or_ones();
                 (
                     io.name,
                     Tensor::zeros(io.dtype.unwrap_or(DType::F32), &shape),

@@ -187,15 +187,7 @@ async fn calibrate(
             .inputs()
             .into_iter()
             .map(|i| {
-                let shape: Vec<usize> = i
-                    .shape
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|d| match d {
-                        tandem::graph::Dim::Fixed(n) => *n,
-                        tandem::graph::Dim::Symbolic(_) => 1,
-                    })
-                    .collect();
+                let shape = i.shape_or_ones();
                 (i.name, Tensor::zeros(i.dtype.unwrap_or(DType::F32), &shape))
             })
             .collect();

@@ -5,7 +5,6 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tandem::graph::Dim;
 use tandem::{DType, Placement, Session, SessionOptions, Tensor};
 
 const MAX_INPUT_ELEMENTS: usize = 1 << 16;
@@ -21,15 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let mut feeds = Vec::new();
     let mut total = 0usize;
     for io in session.inputs() {
-        let shape: Vec<usize> = io
-            .shape
-            .unwrap_or_default()
-            .iter()
-            .map(|d| match d {
-                Dim::Fixed(n) => *n,
-                Dim::Symbolic(_) => 1,
-            })
-            .collect();
+        let shape = io.shape_or_ones();
         let Some(n) = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) else {
             return;
         };
