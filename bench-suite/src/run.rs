@@ -33,7 +33,7 @@ pub struct Args {
         default_value = "cpu,gpu,auto,auto-nosplit"
     )]
     pub placements: Vec<String>,
-    /// Peers: onnxruntime, tract, burn (burn needs the `burn` feature).
+    /// Peers: onnxruntime, tract, burn (burn needs scripts/build_burn.sh; docs/bench.md).
     #[arg(long, value_delimiter = ',', default_value = "onnxruntime,tract,burn")]
     pub peers: Vec<String>,
     /// CPU rows: at least this many timed runs...
@@ -252,7 +252,15 @@ fn bench_model(
         finish(row, &mut result);
     }
     if peers_on.iter().any(|p| p == "burn") {
-        for row in peers::burn::bench(&case.name) {
+        for row in peers::burn::bench(
+            &case.name,
+            &inputs,
+            reference.as_ref(),
+            threads,
+            cpu_rule,
+            gpu_rule,
+            work,
+        ) {
             finish(row, &mut result);
         }
     }
@@ -282,8 +290,9 @@ pub fn main(mut args: Args) -> Result<()> {
             bail!("unknown peer `{p}` (onnxruntime, tract, burn)");
         }
     }
-    if args.peers.iter().any(|p| p == "burn") && !cfg!(feature = "burn") {
-        eprintln!("note: burn rows skipped: built without the `burn` feature");
+    if args.peers.iter().any(|p| p == "burn") && !peers::burn::included(args.quick) {
+        eprintln!("note: quick mode leaves burn out (build with `--features burn` to require it)");
+        args.peers.retain(|p| p != "burn");
     }
     let adapter = choose_adapter(
         args.adapter.as_deref(),
@@ -320,7 +329,7 @@ pub fn main(mut args: Args) -> Result<()> {
         .with_context(|| format!("creating {}", args.out.display()))?;
     let work = args.out.join("work");
     let peers_per_model = args.peers.iter().filter(|p| *p != "burn").count()
-        + if cfg!(feature = "burn") && args.peers.iter().any(|p| p == "burn") {
+        + if args.peers.iter().any(|p| p == "burn") {
             2
         } else {
             0
