@@ -9,11 +9,18 @@
 # script; libFuzzer prints the input it saved under runtime/fuzz/artifacts/<target>/ (replay it
 # with `cd runtime && cargo +nightly fuzz run -O -s none <target> <file>`).
 # Longer runs: `bash scripts/fuzz.sh 3600`; the corpora grow across runs.
+# In CI (CI=true) libFuzzer's seed is fixed (FUZZ_SEED, default 1) so a CI run is reproducible:
+# the same clone explores the same inputs, and a crash it reports replays here. Local runs draw
+# a random seed (set FUZZ_SEED to fix one) to explore new ground each time.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 total="${1:-60}"
 targets=(load_and_plan generated_graph)
 per=$(( total / ${#targets[@]} ))
+seed_arg=()
+if [ -n "${FUZZ_SEED:-}" ] || [ "${CI:-}" = true ]; then
+  seed_arg=(-seed="${FUZZ_SEED:-1}")
+fi
 [ "$per" -ge 1 ] || per=1
 . scripts/env.sh
 if ! rustup toolchain list | grep -q '^nightly'; then
@@ -34,7 +41,7 @@ for t in "${targets[@]}"; do
   mkdir -p "fuzz/artifacts/$t"
   status=0
   cargo +nightly fuzz run -O -s none "$t" -- -max_total_time="$per" -rss_limit_mb=2048 \
-    -timeout=10 -print_final_stats=1 >"$log" 2>&1 || status=$?
+    -timeout=10 -print_final_stats=1 "${seed_arg[@]}" >"$log" 2>&1 || status=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
   echo "fuzz: $t: $execs executions in ${per} s, exit $status"
   if [ "$status" -ne 0 ]; then

@@ -5,6 +5,7 @@
 //! Sits between the shaders (`tandem-shaders`) and the runtime (`tandem`). No wgpu device code
 //! and no ONNX protobuf here.
 
+pub mod arity;
 mod attrs;
 pub mod binary;
 pub mod cast;

@@ -57,7 +57,7 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
 pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
     let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r.max(1) && !(r == 0 && a == 0) {
+    if a < 0 || a >= r {
         return Err(OpError::Invalid(format!(
             "axis {axis} is out of range for rank {rank}"
         )));

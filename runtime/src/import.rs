@@ -359,6 +359,27 @@ impl<'m> Builder<'m> {
             return Ok(None);
         }
 
+        if let Some((min, max)) = tandem_ops::arity::input_count(&n.op_type, opset) {
+            let given = n.input.len();
+            if given < min || given > max {
+                let want = match (min, max) {
+                    (a, b) if a == b => format!("{a}"),
+                    (a, b) if b >= 1 << 16 => format!("at least {a}"),
+                    (a, b) => format!("{a} to {b}"),
+                };
+                return Err(fail(Problem::Invalid(format!(
+                    "{} (opset {opset}) takes {want} inputs, the node has {given}",
+                    n.op_type
+                ))));
+            }
+            if let Some(i) = n.input[..min].iter().position(|s| s.is_empty()) {
+                return Err(fail(Problem::Invalid(format!(
+                    "input {i} of {} is required but the node leaves it empty",
+                    n.op_type
+                ))));
+            }
+        }
+
         // Split with neither `split` sizes nor `num_outputs` splits into as many equal parts as
         // the node has outputs: only the graph knows that count, so pass it on.
         let split_sizes_given = attrs.has("split") || n.input.get(1).is_some_and(|s| !s.is_empty());

@@ -24,7 +24,8 @@
 //! - M Gather constant index out of range; M GatherElements indices larger than data off the axis
 //! - M Concat rank mismatch; M MatMul inner-dim mismatch
 //! - M Split sizes not summing; M Split of a scalar; M Transpose perm not a permutation
-//! - M Slice step 0; M Resize of an empty axis; M Resize NaN scale; M Expand to 2^40 elements
+//! - M too few / too many inputs for the op's schema; M a required input left empty
+//! - M Slice step 0; M an axis of a scalar (Slice, Softmax, Concat, Gather); M Resize of an empty axis; M Resize NaN scale; M Expand to 2^40 elements
 //! - M Cast to string; M Range with delta 0
 //! - M run: wrong input shape; wrong input dtype; missing input; unknown input name
 //! - M run: NaN reaching a shape (Cast(NaN) -> Reshape)
@@ -570,6 +571,66 @@ fn slice_step_zero_is_invalid() {
         ("sp", i64s(&[0])),
     ];
     bad_invalid(&one("Slice", &[4], &c, &[]), &["step"]);
+}
+
+#[test]
+fn wrong_input_count_is_invalid() {
+    // Found by fuzzing (load_and_plan): Transpose and Split with no inputs indexed their
+    // first input. The counts come from the ONNX schemas (ops/src/arity.rs).
+    let x = [("x", &[2usize, 3][..])];
+    let cases: [(&str, &[&str], &[&str]); 5] = [
+        ("Transpose", &[], &["Transpose", "takes 1 inputs", "has 0"]),
+        ("Split", &[], &["Split", "1 to 2 inputs", "has 0"]),
+        ("Add", &["x"], &["Add", "takes 2 inputs", "has 1"]),
+        ("Relu", &["x", "x"], &["Relu", "takes 1 inputs", "has 2"]),
+        ("Concat", &[], &["at least 1", "has 0"]),
+    ];
+    for (op, ins, words) in cases {
+        let m = model(vec![node(op, ins, &[])], &x, &[], &["y"]);
+        bad_invalid(&m, words);
+    }
+    // A required input left empty (""): Gather's indices.
+    let m = model(vec![node("Gather", &["x", ""], &[])], &x, &[], &["y"]);
+    bad_invalid(&m, &["input 1 of Gather is required"]);
+}
+
+#[test]
+fn axis_of_a_scalar_is_invalid() {
+    // Found by CI's fuzzing (load_and_plan): Slice of a rank-0 input indexed past its axes,
+    // because axis 0 counted as in range for rank 0. Every op taking an axis must refuse it.
+    let scalar = [("c", Tensor::f32(&[], vec![1.0]))];
+    let cases: Vec<(&str, Vec<&str>, Vec<(&str, Tensor)>, Vec<(&str, AttrValue)>)> = vec![
+        (
+            "Slice",
+            vec!["c", "st", "en"],
+            vec![("st", i64s(&[0])), ("en", i64s(&[1]))],
+            vec![],
+        ),
+        (
+            "Softmax",
+            vec!["c"],
+            vec![],
+            vec![("axis", AttrValue::Int(0))],
+        ),
+        (
+            "Concat",
+            vec!["c", "c"],
+            vec![],
+            vec![("axis", AttrValue::Int(0))],
+        ),
+        (
+            "Gather",
+            vec!["c", "i"],
+            vec![("i", Tensor::i64(&[], vec![0]))],
+            vec![],
+        ),
+    ];
+    for (op, ins, extra, attrs) in cases {
+        let mut consts = scalar.to_vec();
+        consts.extend(extra);
+        let m = model(vec![node(op, &ins, &attrs)], &[], &consts, &["y"]);
+        bad_invalid(&m, &["rank"]);
+    }
 }
 
 #[test]
