@@ -19,6 +19,9 @@ pub struct CalibrateArgs {
     /// Print the held-out accuracy per op kind and device.
     #[arg(long)]
     pub report: bool,
+    /// With --report: also every held-out point (shape, predicted and measured time).
+    #[arg(long)]
+    pub points: bool,
     /// Where to save the profile (default: $TANDEM_PROFILE, else the platform cache directory).
     #[arg(long)]
     pub profile: Option<PathBuf>,
@@ -94,7 +97,9 @@ pub fn run(a: &CalibrateArgs) -> Result<()> {
     if let Some(e) = &report.gpu_error {
         println!("warning: GPU measurements stopped: {e}");
     }
-    if a.report {
+    if a.report && a.points {
+        println!("{report:#}");
+    } else if a.report {
         println!("{report}");
     }
     Ok(())

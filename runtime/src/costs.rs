@@ -21,6 +21,9 @@ pub struct NodeCostQuery<'a> {
     pub dispatches: usize,
     /// Which kernel path of the op runs (see [`kernel_variant`]); "" when the op has one.
     pub variant: &'static str,
+    /// GPU work launched per unit of useful work, >= 1 ([`gpu_padding`]): the GPU's cost
+    /// features are `work.flops * gpu_pad`. 1.0 where unknown.
+    pub gpu_pad: f64,
 }
 
 impl NodeCostQuery<'_> {
@@ -28,6 +31,38 @@ impl NodeCostQuery<'_> {
     pub fn cost_key(&self) -> Cow<'_, str> {
         cost_key(self.op_type, self.variant)
     }
+
+    /// Flops of `fraction` of the rows as `device` executes them (padded on the GPU).
+    pub fn flops_on(&self, device: Device, fraction: f64) -> f64 {
+        let pad = match device {
+            Device::Cpu => 1.0,
+            Device::Gpu => self.gpu_pad.max(1.0),
+        };
+        self.work.flops as f64 * fraction * pad
+    }
+}
+
+/// Output rows and columns of one GPU MatMul/Gemm workgroup tile (matmul.wgsl).
+const MATMUL_TILE: usize = 64;
+
+/// Work the GPU kernel launches per unit of useful work (>= 1) where its launch geometry rounds
+/// the output up (workgroup quantisation, as in CoDL): MatMul and Gemm compute whole 64x64
+/// output tiles, so a 16-row product costs what a 64-row one does. 1.0 for other ops (their
+/// kernels run one invocation per output element or row, rounded up by at most one workgroup).
+pub fn gpu_padding(op_type: &str, outs: &[TensorMeta]) -> f64 {
+    if !matches!(op_type, "MatMul" | "Gemm") {
+        return 1.0;
+    }
+    let (m, n) = match outs.first().map(|o| o.shape.as_slice()) {
+        Some([.., m, n]) => (*m, *n),
+        Some([n]) => (1, *n),
+        _ => return 1.0,
+    };
+    if m == 0 || n == 0 {
+        return 1.0;
+    }
+    let up = |v: usize| v.div_ceil(MATMUL_TILE) * MATMUL_TILE;
+    (up(m) * up(n)) as f64 / (m * n) as f64
 }
 
 /// `op`, or `op/variant` when the variant is not empty.

@@ -5,7 +5,7 @@
 //! from [`Placer`] (forced placement here; the cost-model scheduler plugs in the same way); every
 //! refusal of the GPU is recorded with its reason so that no fallback is silent.
 
-use crate::costs::{kernel_variant, Costs, NodeCostQuery};
+use crate::costs::{gpu_padding, kernel_variant, Costs, NodeCostQuery};
 use crate::gpu::{to_gpu_bytes, Gpu};
 use crate::graph::{Graph, Node};
 use crate::schedule::{self, Choice, Explain, Policy, Task};
@@ -443,6 +443,7 @@ fn place(
                     work: node.op.work(&refs, &p.outs),
                     dispatches: k.as_ref().map_or(1, |k| k.len()),
                     variant: kernel_variant(&node.op_type, &refs, &p.outs),
+                    gpu_pad: gpu_padding(&node.op_type, &p.outs),
                 },
                 inputs: node
                     .inputs
@@ -463,6 +464,12 @@ fn place(
                     .map(|(&v, m)| (key(v), m.numel() as u64 * 4))
                     .collect(),
                 rows: if node.outputs.len() == 1 { p.rows } else { 1 },
+                gpu_tile: match k {
+                    Ok(_) if node.outputs.len() == 1 && p.rows > 1 => {
+                        gpu_tile_rows(node.op.as_ref(), &refs, &p.outs)
+                    }
+                    _ => 1,
+                },
                 gpu_refusal: k.as_ref().err().cloned(),
                 forced: request.forced(node),
                 row_local: node
@@ -652,6 +659,43 @@ pub fn gpu_kernels(
         }
     }
     Ok(kernels)
+}
+
+/// Rows of output 0 that one GPU workgroup covers along the split axis (the kernel's tile
+/// height): the most trailing rows `rows - r..rows` whose kernels launch as many workgroups as
+/// the last row alone, found by bisection over the op's own launch geometry (`Op::gpu`). 64
+/// for the 64x64-tiled MatMul and for kernels running 64 rows per workgroup (elementwise ops,
+/// whose rows are single elements; Softmax); 1 when a row is one or more whole workgroups, or
+/// when the op cannot describe its kernels for these rows.
+pub fn gpu_tile_rows(op: &dyn tandem_ops::Op, ins: &[&TensorMeta], outs: &[TensorMeta]) -> usize {
+    let axis = op.split_axis(ins, outs);
+    let Some(rows) = outs.first().map(|o| row_count(&o.shape, axis)) else {
+        return 1;
+    };
+    let launched = |r: usize| -> Option<u64> {
+        let k = op.gpu(ins, outs, rows - r..rows).ok()?;
+        Some(
+            k.iter()
+                .map(|k| k.workgroups.iter().map(|&w| w as u64).product::<u64>())
+                .sum(),
+        )
+    };
+    if rows < 2 {
+        return 1;
+    }
+    let Some(one) = launched(1).filter(|&w| w > 0) else {
+        return 1;
+    };
+    let (mut lo, mut hi) = (1, rows);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if launched(mid) == Some(one) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
 }
 
 /// The GPU kernels of a node for simulation without a device: the op's own description, with

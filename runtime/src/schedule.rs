@@ -30,6 +30,11 @@ pub struct Task<'a> {
     pub outputs: Vec<(ValueKey, u64)>,
     /// Rows of output 0 (1 when the op cannot be split).
     pub rows: usize,
+    /// Rows one GPU workgroup covers along the split (the kernel's tile height, e.g. 64 for the
+    /// tiled MatMul; 1 when a row is one or more whole workgroups): the GPU part of a split
+    /// costs whole tiles, so cuts leave it a multiple of this many rows
+    /// ([`crate::plan::gpu_tile_rows`]).
+    pub gpu_tile: usize,
     /// Why the GPU cannot run it, if it cannot.
     pub gpu_refusal: Option<String>,
     /// A device the user forced.
@@ -51,6 +56,23 @@ impl Task<'_> {
 
     fn can_split(&self) -> bool {
         self.forced.is_none() && self.gpu_refusal.is_none() && self.rows >= 2
+    }
+
+    /// Share of the whole node's GPU work that rows `cut..rows` cost: whole tiles of
+    /// [`Task::gpu_tile`] rows each, over the tiles of all rows (workgroup quantisation, as in
+    /// CoDL: a tile with one row in it costs a full tile).
+    fn gpu_share(&self, cut: usize) -> f64 {
+        let tile = self.gpu_tile.max(1);
+        let tiles = |rows: usize| rows.div_ceil(tile) as f64;
+        tiles(self.rows - cut.min(self.rows)) / tiles(self.rows).max(1.0)
+    }
+
+    /// `cut` moved so that the GPU part (`cut..rows`) is a whole number of tiles (the nearer
+    /// such cut; `None` when that leaves a device no rows). Unchanged with a tile of 1 row.
+    fn tile_cut(&self, cut: usize) -> Option<usize> {
+        let tile = self.gpu_tile.max(1);
+        let gpu = ((self.rows - cut.min(self.rows)) as f64 / tile as f64).round() as usize * tile;
+        (gpu > 0 && gpu < self.rows).then(|| self.rows - gpu)
     }
 }
 
@@ -274,7 +296,9 @@ impl<'c> Sim<'c> {
             let [rc, rg] = self.split_ready(t, cut);
             let f = (t.rows - cut) as f64 / t.rows as f64;
             let tc = self.costs.node_time(&t.query, Device::Cpu, 1.0 - f);
-            let tg = self.costs.node_time(&t.query, Device::Gpu, f);
+            let tg = self
+                .costs
+                .node_time(&t.query, Device::Gpu, t.gpu_share(cut));
             let cs = self.lines[0].earliest(rc, tc);
             let gs = self.lines[1].earliest(rg, tg);
             let join = self.transfer((out_bytes as f64 * f) as u64, Device::Cpu);
@@ -290,21 +314,28 @@ impl<'c> Sim<'c> {
             }
         };
         let mut best = None;
+        // A chained cut keeps its input's halves in place: taken as it is.
         if let Some(cut) = self.chained_cut(t) {
             consider(&mut best, cut);
         }
+        // Other cuts are rounded to the kernel's tile height (the GPU part in whole tiles).
+        let tiled = |best: &mut Option<(f64, f64, usize)>, cut: usize| {
+            if let Some(c) = t.tile_cut(cut) {
+                consider(best, c);
+            }
+        };
         for i in 1..20 {
-            consider(
+            tiled(
                 &mut best,
                 (t.rows as f64 * i as f64 / 20.0).round() as usize,
             );
         }
         if let Some((_, _, c)) = best {
-            let step = (t.rows / 20).max(1);
+            let step = (t.rows / 20).max(t.gpu_tile).max(1);
             let lo = c.saturating_sub(step);
-            let stride = (2 * step / 16).max(1);
+            let stride = (2 * step / 16).max(t.gpu_tile).max(1);
             for cut in (lo..=(c + step).min(t.rows)).step_by(stride) {
-                consider(&mut best, cut);
+                tiled(&mut best, cut);
             }
         }
         best
@@ -329,7 +360,9 @@ impl<'c> Sim<'c> {
             Choice::Split { cut } => {
                 let f = (t.rows - cut) as f64 / t.rows as f64;
                 let tc = self.costs.node_time(&t.query, Device::Cpu, 1.0 - f);
-                let tg = self.costs.node_time(&t.query, Device::Gpu, f);
+                let tg = self
+                    .costs
+                    .node_time(&t.query, Device::Gpu, t.gpu_share(cut));
                 let [rc, rg] = self.split_ready(t, cut);
                 let cs = self.lines[0].earliest(rc, tc);
                 let gs = self.lines[1].earliest(rg, tg);

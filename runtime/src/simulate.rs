@@ -500,10 +500,12 @@ pub fn layer_task<'g>(graph: &'g Graph, metas: &[TensorMeta]) -> Result<Task<'g>
                 .gpu(&refs, &outs, 0..row_count(&outs[0].shape, axis))
                 .map_or(1, |k| k.len()),
             variant: kernel_variant(&node.op_type, &refs, &outs),
+            gpu_pad: crate::costs::gpu_padding(&node.op_type, &outs),
         },
         inputs: vec![(0, metas[0].numel() as u64 * 4)],
         outputs: vec![(2, outs[0].numel() as u64 * 4)],
         rows: row_count(&outs[0].shape, axis),
+        gpu_tile: plan::gpu_tile_rows(node.op.as_ref(), &refs, &outs),
         gpu_refusal: None,
         forced: None,
         row_local: Vec::new(),

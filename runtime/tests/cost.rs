@@ -49,6 +49,7 @@ fn query(op: &str, flops: u64, bytes: u64) -> NodeCostQuery<'_> {
         },
         dispatches: 1,
         variant: "",
+        gpu_pad: 1.0,
     }
 }
 
@@ -356,6 +357,7 @@ fn short_real_calibration_sees_lavapipe_slower_than_the_cpu_for_matmul() {
         work: mm.work(&[&a, &a], &outs),
         dispatches: 1,
         variant: "",
+        gpu_pad: tandem::costs::gpu_padding("MatMul", &outs),
     };
     let (cpu, gpu_t) = (
         m.node_time(&q, Device::Cpu, 1.0),
@@ -429,6 +431,12 @@ fn observe_report_learns_from_a_run() {
         "MatMul",
         2 * 64 * 32 * 16,
         4 * (64 * 32 + 32 * 16 + 64 * 16),
+    );
+    // The 64x16 output is one 64x64 GPU tile: the GPU launches 4x the useful work.
+    let q = NodeCostQuery { gpu_pad: 4.0, ..q };
+    assert_eq!(
+        tandem::costs::gpu_padding("MatMul", &[TensorMeta::new(DType::F32, vec![64, 16])]),
+        4.0
     );
 
     let mut m = CostModel::unmeasured(None, cpu_key());

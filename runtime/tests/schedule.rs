@@ -26,10 +26,12 @@ fn task(
             },
             dispatches: 1,
             variant: "",
+            gpu_pad: 1.0,
         },
         inputs: ins.to_vec(),
         outputs: outs.to_vec(),
         rows: 1,
+        gpu_tile: 1,
         gpu_refusal: None,
         forced: None,
         row_local: Vec::new(),
@@ -201,6 +203,51 @@ fn balanced_pair_splits_at_the_equal_finish_cut() {
     // HEFT without splits: the CPU alone.
     let h = schedule(std::slice::from_ref(&t), &costs, Policy::Heft);
     assert_eq!(h.choices[0], Choice::On(Device::Cpu));
+}
+
+/// The pair above with a GPU kernel 64 rows tall (16 tiles for 1000 rows, the last one
+/// partial, so the whole node's 0.15 s is 16 tiles' time): the GPU part of a split is a
+/// whole number of tiles. The unrounded cut leaves 399.4 GPU rows; whole tiles: 384 (cut
+/// 616, 6 of 16 tiles: 0.15 * 6/16 = 56.25 ms + 20 us; upload 50 us, join 10 us +
+/// 38.4 us... of bytes, sync 50 us: GPU side 56.40 ms < CPU 0.616 * 0.1 s + 1 us = 61.601 ms)
+/// or 448 (cut 552, 7 tiles: GPU side 65.625 + 0.15 ms = 65.77 ms > CPU 55.2 ms). Best:
+/// cut 616, finishing at 61.601 ms.
+#[test]
+fn split_cut_is_rounded_to_the_kernel_tile_height() {
+    let costs = FrozenCosts::new()
+        .with_op("MatMul", Device::Cpu, coeffs(1e-10, 1e-6))
+        .with_op("MatMul", Device::Gpu, coeffs(1.5e-10, 2e-5));
+    let mut t = task("MatMul", 1_000_000_000, &[(0, 400_000)], &[(1, 400_000)]);
+    t.rows = 1000;
+    t.gpu_tile = 64;
+    let s = schedule(std::slice::from_ref(&t), &costs, Policy::HeftSplit);
+    assert_eq!(s.choices[0], Choice::Split { cut: 616 });
+    assert!(close(s.makespan, 0.061601, 1e-6), "{}", s.makespan);
+}
+
+/// The tile height comes from the op's own launch geometry: the GPU MatMul computes 64x64
+/// output tiles (one workgroup each), so 64 rows, or all of them when there are fewer; Relu
+/// splits along its last axis (a row is one element) and runs 64 elements per workgroup
+/// (unary.wgsl's WG), so 64 rows too.
+#[test]
+fn tile_height_of_real_kernels() {
+    use tandem::plan::gpu_tile_rows;
+    use tandem_ops::{registry, Attrs, TensorMeta};
+    let mm = registry::build("MatMul", &Attrs::new(13)).unwrap();
+    let b = TensorMeta::new(DType::F32, vec![128, 96]);
+    for (m, tile) in [(300, 64), (40, 40)] {
+        let a = TensorMeta::new(DType::F32, vec![m, 128]);
+        let outs = mm.infer(&[&a, &b]).unwrap();
+        assert_eq!(
+            gpu_tile_rows(mm.as_ref(), &[&a, &b], &outs),
+            tile,
+            "M = {m}"
+        );
+    }
+    let relu = registry::build("Relu", &Attrs::new(13)).unwrap();
+    let x = TensorMeta::new(DType::F32, vec![30, 10]);
+    let outs = relu.infer(&[&x]).unwrap();
+    assert_eq!(gpu_tile_rows(relu.as_ref(), &[&x], &outs), 64);
 }
 
 /// Two equal, independent 0.1 s nodes and equally fast devices: one on each, both done in

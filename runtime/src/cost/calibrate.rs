@@ -11,7 +11,7 @@ use super::{
     device_rank, fit, fit_curve, keys, median, rank_device, CostModel, EntryKey, Line, Links,
     Roofline, Sample,
 };
-use crate::costs::{cost_key, kernel_variant};
+use crate::costs::{cost_key, gpu_padding, kernel_variant};
 use crate::gpu::{Gpu, GpuTensor};
 use crate::plan::Device;
 use std::collections::{BTreeMap, HashMap};
@@ -81,6 +81,17 @@ pub struct HeldOut {
     pub within_10: f64,
     /// Median of |predicted - measured| / measured.
     pub median_rel_err: f64,
+    /// Each held-out point: its shape, predicted and measured seconds.
+    pub points: Vec<HeldOutPoint>,
+}
+
+/// One held-out prediction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldOutPoint {
+    /// The benchmark's input shapes, e.g. "[128, 64] x [64, 96]".
+    pub shape: String,
+    pub predicted: f64,
+    pub measured: f64,
 }
 
 /// What calibration measured and how well the fit predicts shapes it did not see.
@@ -94,6 +105,11 @@ pub struct CalibrationReport {
     pub links: Option<Links>,
     /// Why GPU measurements stopped, if they failed.
     pub gpu_error: Option<String>,
+    /// The noise floor of the held-out measurement itself: of the held-out points measured in
+    /// two or more passes, the share whose passes agree within +-10% (max / min <= 1.1), and
+    /// how many such points there were.
+    pub repeat_within_10: f64,
+    pub repeated: usize,
 }
 
 impl std::fmt::Display for CalibrationReport {
@@ -113,6 +129,19 @@ impl std::fmt::Display for CalibrationReport {
                 h.within_10 * 100.0,
                 h.median_rel_err * 100.0
             )?;
+            // `{:#}`: every held-out point with its prediction.
+            if f.alternate() {
+                for p in &h.points {
+                    writeln!(
+                        f,
+                        "    {:<40} predicted {:>10.1} us, measured {:>10.1} us ({:+.0}%)",
+                        p.shape,
+                        p.predicted * 1e6,
+                        p.measured * 1e6,
+                        (p.predicted / p.measured - 1.0) * 100.0
+                    )?;
+                }
+            }
         }
         if let Some(l) = &self.links {
             writeln!(
@@ -128,6 +157,13 @@ impl std::fmt::Display for CalibrationReport {
         if let Some(e) = &self.gpu_error {
             writeln!(f, "GPU measurements stopped: {e}")?;
         }
+        writeln!(
+            f,
+            "noise floor: {:.0}% of {} held-out points measured in 2+ passes agree within +-10% \
+             across passes",
+            self.repeat_within_10 * 100.0,
+            self.repeated
+        )?;
         write!(
             f,
             "overall: {:.0}% of held-out predictions within +-10% ({} samples in {:.1} s)",
@@ -148,6 +184,8 @@ struct Prepared {
     outs: Vec<TensorMeta>,
     flops: f64,
     bytes: f64,
+    /// [`gpu_padding`]: GPU samples count `flops * gpu_pad`.
+    gpu_pad: f64,
 }
 
 fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, String> {
@@ -168,6 +206,7 @@ fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, Strin
         key,
         flops: w.flops as f64,
         bytes: (w.bytes_read + w.bytes_written) as f64,
+        gpu_pad: gpu_padding(b.op, &outs),
         op,
         ins,
         metas,
@@ -261,8 +300,9 @@ fn measure_cpu(p: &Prepared) -> Result<f64, String> {
     Ok(median(times))
 }
 
-/// Median GPU time of all rows of `p`: per-dispatch timestamps summed over the op's dispatches
-/// when the adapter has them, else the batch's wall time divided by the repetitions.
+/// Least GPU time of all rows of `p` over a batch of repetitions: per-dispatch timestamps
+/// summed over the op's dispatches when the adapter has them, else the batch's wall time
+/// divided by the repetitions.
 fn measure_gpu(gpu: &Gpu, p: &Prepared) -> Result<f64, String> {
     let e = |e: crate::Error| e.to_string();
     let refs: Vec<&TensorMeta> = p.metas.iter().collect();
@@ -308,7 +348,11 @@ fn measure_gpu(gpu: &Gpu, p: &Prepared) -> Result<f64, String> {
         Ok(per_rep)
     };
     let first = median(run(1)?);
-    Ok(median(run(reps_for(first))?))
+    // The least repetition: GPU timestamps are wall time (on lavapipe, of a CPU thread that
+    // other processes preempt), and load only ever adds time.
+    Ok(run(reps_for(first))?
+        .into_iter()
+        .fold(f64::INFINITY, f64::min))
 }
 
 /// Link costs: sync = a 16-byte download (submit + map + wait); upload and download of several
@@ -402,9 +446,23 @@ fn held_out(tier: usize) -> bool {
 /// the first pass measured, while the budget lasts.
 const PASSES: usize = 3;
 
+/// What a (bench, tier) point is: cost key, flops, GPU padding, bytes, input shapes.
+type PointInfo = (String, f64, f64, f64, String);
+
+/// One measured point of the suite.
+struct Measured {
+    /// Index of the shape in its benchmark (held out when [`held_out`]).
+    tier: usize,
+    sample: Sample,
+    /// The input shapes, for the report.
+    shape: String,
+    /// Seconds measured in each pass (the sample is their least).
+    passes: Vec<f64>,
+}
+
 /// Run the suite's benchmarks on `devices` in [`PASSES`] passes (smallest shapes first,
 /// round-robin over op kinds) within `opts.budget` from `start`. Returns per (cost key, device
-/// rank) the (tier, sample) list. A lost GPU sets `gpu_error` and ends GPU measurements.
+/// rank) the measured points. A lost GPU sets `gpu_error` and ends GPU measurements.
 fn measure_suite(
     benches: &[Bench],
     devices: &[Device],
@@ -413,7 +471,7 @@ fn measure_suite(
     start: Instant,
     gpu_error: &mut Option<String>,
     progress: &mut dyn FnMut(&Progress),
-) -> BTreeMap<(String, u8), Vec<(usize, Sample)>> {
+) -> BTreeMap<(String, u8), Vec<Measured>> {
     let per_pass: usize = benches.iter().map(|b| b.shapes.len()).sum::<usize>() * devices.len();
     let planned = per_pass * PASSES;
     let tiers = benches.iter().map(|b| b.shapes.len()).max().unwrap_or(0);
@@ -421,8 +479,7 @@ fn measure_suite(
     let mut last: HashMap<(usize, Device), Option<f64>> = HashMap::new();
     // (bench, tier, device rank) -> seconds, one per pass.
     let mut times: BTreeMap<(usize, usize, u8), Vec<f64>> = BTreeMap::new();
-    // (bench, tier) -> (cost key, flops, bytes)
-    let mut points: HashMap<(usize, usize), (String, f64, f64)> = HashMap::new();
+    let mut points: HashMap<(usize, usize), PointInfo> = HashMap::new();
     let mut done = 0;
     'passes: for pass in 0..PASSES {
         for tier in 0..tiers {
@@ -479,7 +536,9 @@ fn measure_suite(
                             }
                             times.entry(rank_of(device)).or_default().push(seconds);
                             points.entry((bi, tier)).or_insert_with(|| {
-                                (prepared.key.clone(), prepared.flops, prepared.bytes)
+                                let shape = describe(inputs);
+                                let p = &prepared;
+                                (p.key.clone(), p.flops, p.gpu_pad, p.bytes, shape)
                             });
                         }
                         Ok(_) => {}
@@ -506,17 +565,27 @@ fn measure_suite(
             }
         }
     }
-    let mut samples: BTreeMap<(String, u8), Vec<(usize, Sample)>> = BTreeMap::new();
+    let mut samples: BTreeMap<(String, u8), Vec<Measured>> = BTreeMap::new();
     for ((bi, tier, rank), t) in times {
-        let (key, flops, bytes) = &points[&(bi, tier)];
-        samples.entry((key.clone(), rank)).or_default().push((
-            tier,
-            Sample {
-                flops: *flops,
-                bytes: *bytes,
-                seconds: t.into_iter().fold(f64::INFINITY, f64::min),
-            },
-        ));
+        let (key, flops, pad, bytes, shape) = &points[&(bi, tier)];
+        let pad = if rank_device(rank) == Device::Gpu {
+            *pad
+        } else {
+            1.0
+        };
+        samples
+            .entry((key.clone(), rank))
+            .or_default()
+            .push(Measured {
+                tier,
+                sample: Sample {
+                    flops: flops * pad,
+                    bytes: *bytes,
+                    seconds: t.iter().copied().fold(f64::INFINITY, f64::min),
+                },
+                shape: shape.clone(),
+                passes: t,
+            });
     }
     samples
 }
@@ -573,27 +642,37 @@ pub fn calibrate(
     // Held-out report: fit without the held-out tiers, predict them.
     let mut report_rows = Vec::new();
     let (mut hits, mut total) = (0usize, 0usize);
+    let (mut agree, mut repeated) = (0usize, 0usize);
     for ((op, rank), s) in &samples {
         let device = rank_device(*rank);
         let train: Vec<Sample> = s
             .iter()
-            .filter(|(t, _)| !held_out(*t))
-            .map(|(_, s)| *s)
+            .filter(|m| !held_out(m.tier))
+            .map(|m| m.sample)
             .collect();
-        let test: Vec<Sample> = s
-            .iter()
-            .filter(|(t, _)| held_out(*t))
-            .map(|(_, s)| *s)
-            .collect();
+        let test: Vec<&Measured> = s.iter().filter(|m| held_out(m.tier)).collect();
+        for m in test.iter().filter(|m| m.passes.len() >= 2) {
+            let hi = m.passes.iter().copied().fold(0.0, f64::max);
+            repeated += 1;
+            agree += usize::from(hi <= 1.1 * m.sample.seconds);
+        }
         let Some(c) = fit_curve(&train) else {
             continue;
         };
         if test.is_empty() {
             continue;
         }
-        let errs: Vec<f64> = test
+        let points: Vec<HeldOutPoint> = test
             .iter()
-            .map(|s| (c.time(s.flops, s.bytes) - s.seconds).abs() / s.seconds)
+            .map(|m| HeldOutPoint {
+                shape: m.shape.clone(),
+                predicted: c.time(m.sample.flops, m.sample.bytes),
+                measured: m.sample.seconds,
+            })
+            .collect();
+        let errs: Vec<f64> = points
+            .iter()
+            .map(|p| (p.predicted - p.measured).abs() / p.measured)
             .collect();
         let within = errs.iter().filter(|e| **e <= 0.10).count();
         hits += within;
@@ -604,6 +683,7 @@ pub fn calibrate(
             count: errs.len(),
             within_10: within as f64 / errs.len() as f64,
             median_rel_err: median(errs),
+            points,
         });
     }
     // The saved model uses every sample.
@@ -611,7 +691,7 @@ pub fn calibrate(
     let mut count = 0;
     for ((op, rank), s) in &samples {
         let device = rank_device(*rank);
-        let all: Vec<Sample> = s.iter().map(|(_, s)| *s).collect();
+        let all: Vec<Sample> = s.iter().map(|m| m.sample).collect();
         count += all.len();
         per_device.entry(device).or_default().extend(&all);
         model.add_calibration(
@@ -644,6 +724,8 @@ pub fn calibrate(
         elapsed: start.elapsed(),
         links,
         gpu_error,
+        repeat_within_10: agree as f64 / repeated.max(1) as f64,
+        repeated,
     };
     (model, report)
 }

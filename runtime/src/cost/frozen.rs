@@ -75,7 +75,7 @@ impl Costs for FrozenCosts {
                 Device::Gpu => &self.gpu_default,
             });
         c.time(
-            q.work.flops as f64 * f,
+            q.flops_on(device, f),
             (q.work.bytes_read + q.work.bytes_written) as f64 * f,
         )
     }

@@ -13,12 +13,12 @@ pub mod nnls;
 pub mod persist;
 mod suite;
 
-pub use calibrate::{CalibrationOptions, CalibrationReport, HeldOut, Progress};
+pub use calibrate::{CalibrationOptions, CalibrationReport, HeldOut, HeldOutPoint, Progress};
 pub use frozen::FrozenCosts;
 pub use keys::{AdapterKey, CpuKey};
 pub use persist::ProfileError;
 
-use crate::costs::{kernel_variant, Costs, NodeCostQuery};
+use crate::costs::{gpu_padding, kernel_variant, Costs, NodeCostQuery};
 use crate::graph::Graph;
 use crate::plan::{Device, Plan, StepKind};
 use crate::report::{Ran, RunReport};
@@ -125,25 +125,32 @@ impl Coeffs {
     }
 }
 
-/// A fitted time curve: the linear model, plus extra seconds per byte of work beyond a
-/// working-set size (a cache level that no longer holds the data: CPU elementwise ops run
-/// about 25% slower per byte past L2).
+/// A fitted time curve: the linear model, whose cost per byte may change at a working-set
+/// size (a kink, either way: a cache level that no longer holds the data makes CPU elementwise
+/// ops about 25% slower per byte past L2; longer rows amortise per-row loop overheads, so
+/// pooling and depthwise kernels get cheaper per byte on large planes).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Curve {
+    /// `per_byte` applies to bytes up to `spill_at` when there is a kink, else to all.
     pub coeffs: Coeffs,
-    /// Bytes of work where the extra cost starts (0 with no extra cost).
+    /// Bytes of work where the kink is (0: none).
     pub spill_at: f64,
+    /// Seconds per byte of work beyond `spill_at`.
     pub per_spill_byte: f64,
 }
 
 impl Curve {
     pub fn time(&self, flops: f64, bytes: f64) -> f64 {
-        self.coeffs.time(flops, bytes) + self.per_spill_byte * (bytes - self.spill_at).max(0.0)
+        if self.spill_at <= 0.0 {
+            return self.coeffs.time(flops, bytes);
+        }
+        self.coeffs.time(flops, bytes.min(self.spill_at))
+            + self.per_spill_byte * (bytes - self.spill_at).max(0.0)
     }
 }
 
-/// Working-set sizes tried as the spill point of a [`Curve`] (bytes of work, inputs + outputs).
-pub const SPILL_CANDIDATES: [f64; 5] = [256e3, 512e3, 1e6, 2e6, 4e6];
+/// Working-set sizes tried as the kink of a [`Curve`] (bytes of work, inputs + outputs).
+pub const SPILL_CANDIDATES: [f64; 7] = [128e3, 256e3, 512e3, 1e6, 2e6, 4e6, 8e6];
 
 /// Fit `seconds ~ a*flops + b*bytes + c` with `a, b, c >= 0`, minimising squared *relative*
 /// error (each row weighted by 1/seconds), so that 10 us ops matter as much as 100 ms ones.
@@ -152,8 +159,8 @@ pub fn fit(samples: &[Sample]) -> Option<Coeffs> {
     fit_spill(samples, None).map(|c| c.coeffs)
 }
 
-/// [`fit`] with a fourth non-negative term `d * max(0, bytes - spill_at)` when `spill_at` is
-/// given.
+/// [`fit`] with a kink at `spill_at` when given: `b * min(bytes, spill_at) + d * max(0, bytes -
+/// spill_at)`, both slopes non-negative and independent.
 fn fit_spill(samples: &[Sample], spill_at: Option<f64>) -> Option<Curve> {
     let good: Vec<&Sample> = samples
         .iter()
@@ -166,8 +173,9 @@ fn fit_spill(samples: &[Sample], spill_at: Option<f64>) -> Option<Curve> {
     let mut a = Vec::with_capacity(good.len() * N);
     for s in &good {
         let w = 1.0 / s.seconds;
+        let below = spill_at.map_or(s.bytes, |c| s.bytes.min(c));
         let spill = spill_at.map_or(0.0, |c| (s.bytes - c).max(0.0));
-        a.extend_from_slice(&[s.flops * w, s.bytes * w, w, spill * w]);
+        a.extend_from_slice(&[s.flops * w, below * w, w, spill * w]);
     }
     // Column scales so the normal equations are well conditioned.
     let mut scale = [0.0f64; N];
@@ -345,7 +353,7 @@ impl Entry {
             Some(spill) => fit_spill(&samples, spill),
             None => {
                 let c = fit_curve(&samples);
-                self.spill = c.map(|c| (c.per_spill_byte > 0.0).then_some(c.spill_at));
+                self.spill = c.map(|c| (c.spill_at > 0.0).then_some(c.spill_at));
                 c
             }
         };
@@ -476,7 +484,7 @@ impl CostModel {
         }
         let f = fraction.min(1.0);
         let s = Sample {
-            flops: q.work.flops as f64 * f,
+            flops: q.flops_on(device, f),
             bytes: (q.work.bytes_read + q.work.bytes_written) as f64 * f,
             seconds,
         };
@@ -545,6 +553,7 @@ impl CostModel {
                 work: node.op.work(&refs, outs),
                 dispatches: 1,
                 variant: kernel_variant(&node.op_type, &refs, outs),
+                gpu_pad: gpu_padding(&node.op_type, outs),
             };
             // (device, fraction of the rows, measured time)
             let parts: Vec<(Device, f64, Option<std::time::Duration>)> = match r.ran {
@@ -703,7 +712,7 @@ impl Costs for CostModel {
             return 0.0;
         }
         let f = fraction.min(1.0);
-        let flops = q.work.flops as f64 * f;
+        let flops = q.flops_on(device, f);
         let bytes = (q.work.bytes_read + q.work.bytes_written) as f64 * f;
         self.predict(&q.cost_key(), q.dtype, device, flops, bytes, q.dispatches)
     }
@@ -781,7 +790,7 @@ mod tests {
                 seconds: 2e-7 + per_byte * b,
             })
             .collect();
-        assert_eq!(fit_curve(&straight).unwrap().per_spill_byte, 0.0);
+        assert_eq!(fit_curve(&straight).unwrap().spill_at, 0.0);
     }
 
     #[test]

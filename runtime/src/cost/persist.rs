@@ -17,7 +17,8 @@ use std::time::Duration;
 use tandem_ops::DType;
 
 /// Version of the profile format; a file of another version is recalibrated.
-pub const PROFILE_VERSION: u32 = 2;
+/// 3: GPU MatMul/Gemm samples count padded flops (`costs::gpu_padding`).
+pub const PROFILE_VERSION: u32 = 3;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
 pub const PROFILE_ENV: &str = "TANDEM_PROFILE";

@@ -125,7 +125,10 @@ fn chain_cuts(tasks: &[Task], costs: &dyn Costs, g: &[usize]) -> Option<Vec<(usi
             .sum();
         let gpu: f64 = g
             .iter()
-            .map(|&i| costs.node_time(&tasks[i].query, Device::Gpu, f))
+            .map(|&i| {
+                let share = tasks[i].gpu_share(k * tasks[i].rows / grid);
+                costs.node_time(&tasks[i].query, Device::Gpu, share)
+            })
             .sum();
         let join =
             costs.transfer_time((join_bytes as f64 * f) as u64, Device::Cpu) + costs.sync_time();
