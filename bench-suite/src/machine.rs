@@ -125,14 +125,15 @@ pub fn git_describe() -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// This machine as the report keys it.
-pub fn describe(adapter: Option<AdapterKey>) -> Machine {
+/// This machine as the report keys it, with the adapters measured (the default one first).
+pub fn describe(adapters: Vec<AdapterKey>) -> Machine {
     let info = CpuInfo::detect();
     Machine {
         cpu_model: info.model,
         cores: info.cores,
         simd: info.simd,
-        adapter,
+        adapter: adapters.first().cloned(),
+        adapters,
         os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
         git: git_describe(),
         load_average_start: load_average(),

@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use tandem::cost::keys::AdapterKey;
+use tandem::gpu::AdapterDesc;
 
 /// Largest max-abs-diff from onnxruntime that `--quick` (CI) accepts.
 pub const QUICK_MAX_DIFF: f64 = 1e-4;
@@ -57,8 +58,9 @@ pub struct Args {
     /// CPU threads of tandem and of every CPU peer.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// GPU adapter to use, by a part of its name (`tandem info` lists them); default: the one
-    /// tandem picks.
+    /// GPU adapters to measure: `all`, or a part of a name or a backend (`vulkan`, `gl`;
+    /// `tandem info` lists them). Default: all in full mode, the one tandem picks in quick
+    /// mode. Rows of adapters after the first are labelled `gpu@<backend>`, `auto@<backend>`.
     #[arg(long)]
     pub adapter: Option<String>,
     /// CI mode: magika only (unless models are named), few runs, no GEMM section; fails when a
@@ -79,34 +81,78 @@ impl crate::Subcommand for Args {
     }
 }
 
-/// Open the chosen adapter's backend and check the adapter is the one asked for; returns its
-/// key (`None` when the machine has no adapter and no gpu row is asked for).
-fn choose_adapter(want: Option<&str>, needed: bool) -> Result<Option<AdapterKey>> {
-    if let Some(w) = want {
-        let all = tandem::gpu::list_adapters();
-        let Some((d, _, _)) = all
-            .iter()
-            .find(|(d, _, _)| d.name.to_lowercase().contains(&w.to_lowercase()))
-        else {
-            let names: Vec<String> = all.iter().map(|(d, _, _)| d.to_string()).collect();
-            bail!("no adapter matches `{w}`; adapters: {}", names.join("; "));
-        };
-        // Gpu::new honours WGPU_BACKEND; set before any other thread exists.
-        std::env::set_var("WGPU_BACKEND", d.backend.to_lowercase());
-    }
-    match tandem::gpu::Gpu::new() {
-        Ok(g) => {
-            let d = g.adapter();
-            if let Some(w) = want {
-                if !d.name.to_lowercase().contains(&w.to_lowercase()) {
-                    bail!("asked for adapter `{w}` but tandem opened {d} (same backend)");
-                }
-            }
-            Ok(Some(AdapterKey::from_desc(d)))
-        }
+/// An adapter the gpu/auto rows run on, and the suffix of its rows' placements.
+struct Adapter {
+    desc: AdapterDesc,
+    /// False for the adapter tandem picks itself (its rows let the session open it).
+    explicit: bool,
+    suffix: String,
+}
+
+/// The adapters to measure, the default one first (suffix ""), each checked to open: `want`
+/// `all` (the default in full mode) takes every adapter wgpu lists, a name part (or backend,
+/// e.g. `gl`) the matching ones, none the one tandem picks. Empty when no row needs a GPU and
+/// none opens.
+fn choose_adapters(want: Option<&str>, needed: bool, all_by_default: bool) -> Result<Vec<Adapter>> {
+    let listed: Vec<AdapterDesc> = tandem::gpu::list_adapters()
+        .into_iter()
+        .map(|(d, _, _)| d)
+        .collect();
+    let default = match tandem::gpu::Gpu::new() {
+        Ok(g) => Some(g.adapter().clone()),
         Err(e) if needed => bail!("no GPU adapter for the gpu/auto rows: {e}"),
-        Err(_) => Ok(None),
+        Err(_) => None,
+    };
+    let mut chosen: Vec<AdapterDesc> = match want.map(str::to_lowercase) {
+        Some(w) if w != "all" => {
+            let hits: Vec<AdapterDesc> = listed
+                .iter()
+                .filter(|d| d.name.to_lowercase().contains(&w) || d.backend.to_lowercase() == w)
+                .cloned()
+                .collect();
+            if hits.is_empty() {
+                let names: Vec<String> = listed.iter().map(|d| d.to_string()).collect();
+                bail!("no adapter matches `{w}`; adapters: {}", names.join("; "));
+            }
+            hits
+        }
+        Some(_) => listed.clone(),
+        None if all_by_default => listed.clone(),
+        None => default.iter().cloned().collect(),
+    };
+    // The adapter tandem picks by default leads, so `gpu`/`auto` mean the same as without
+    // `--adapter`.
+    if let Some(d) = &default {
+        if let Some(i) = chosen.iter().position(|c| c == d) {
+            let first = chosen.remove(i);
+            chosen.insert(0, first);
+        }
     }
+    let mut out: Vec<Adapter> = Vec::new();
+    for d in chosen {
+        if let Err(e) = tandem::gpu::Gpu::open_adapter(&d, Default::default()) {
+            eprintln!("note: adapter {d} left out: {e}");
+            continue;
+        }
+        let mut suffix = if out.is_empty() {
+            String::new()
+        } else {
+            format!("@{}", d.backend)
+        };
+        if out.iter().any(|a| a.suffix == suffix) {
+            suffix = format!("{suffix}#{}", out.len());
+        }
+        let explicit = default.as_ref() != Some(&d);
+        out.push(Adapter {
+            desc: d,
+            explicit,
+            suffix,
+        });
+    }
+    if needed && out.is_empty() {
+        bail!("no GPU adapter opened for the gpu/auto rows");
+    }
+    Ok(out)
 }
 
 fn cases(args: &Args) -> Result<Vec<ModelCase>> {
@@ -150,11 +196,32 @@ fn say(pb: &ProgressBar, line: String) {
     }
 }
 
+/// tandem's rows of one model: every placement on the first adapter, then the GPU-using
+/// placements on each further adapter.
+fn targets<'a>(variants: &[Variant], adapters: &'a [Adapter]) -> Vec<tandem_row::Target<'a>> {
+    let on = |v: Variant, a: Option<&'a Adapter>| tandem_row::Target {
+        variant: v,
+        adapter: a.filter(|a| a.explicit).map(|a| &a.desc),
+        suffix: a.map_or("", |a| a.suffix.as_str()),
+    };
+    let mut out: Vec<_> = variants.iter().map(|&v| on(v, adapters.first())).collect();
+    for a in adapters.iter().skip(1) {
+        out.extend(
+            variants
+                .iter()
+                .filter(|v| v.uses_gpu())
+                .map(|&v| on(v, Some(a))),
+        );
+    }
+    out
+}
+
 /// Everything measured on one model.
 #[allow(clippy::too_many_arguments)]
 fn bench_model(
     case: &ModelCase,
     variants: &[Variant],
+    adapters: &[Adapter],
     peers_on: &[String],
     cpu_rule: &RunRule,
     gpu_rule: &RunRule,
@@ -232,19 +299,19 @@ fn bench_model(
         );
         finish(row, &mut result);
     }
-    for &v in variants {
-        let rule = match v {
+    for target in targets(variants, adapters) {
+        let rule = match target.variant {
             Variant::Cpu => *cpu_rule,
             Variant::Gpu => *gpu_rule,
             Variant::Auto | Variant::AutoNoSplit => cpu_rule.capped(gpu_rule.max_secs),
         };
-        let mut tick = ticker(format!("{} tandem {}", case.name, v.name()));
+        let mut tick = ticker(format!("{} tandem {}", case.name, target.placement()));
         tick(0);
         let row = tandem_row::bench(
             &case.path,
             &inputs,
             reference.as_ref(),
-            v,
+            target,
             threads,
             &rule,
             &mut tick,
@@ -294,9 +361,10 @@ pub fn main(mut args: Args) -> Result<()> {
         eprintln!("note: quick mode leaves burn out (build with `--features burn` to require it)");
         args.peers.retain(|p| p != "burn");
     }
-    let adapter = choose_adapter(
+    let adapters = choose_adapters(
         args.adapter.as_deref(),
         variants.iter().any(|v| v.uses_gpu()),
+        !args.quick,
     )?;
     let cases = cases(&args)?;
     let cpu_rule = RunRule {
@@ -315,7 +383,12 @@ pub fn main(mut args: Args) -> Result<()> {
     let mut report = Report {
         schema: SCHEMA.into(),
         started_unix_s,
-        machine: crate::machine::describe(adapter),
+        machine: crate::machine::describe(
+            adapters
+                .iter()
+                .map(|a| AdapterKey::from_desc(&a.desc))
+                .collect(),
+        ),
         config: Config {
             cpu_rule,
             gpu_rule,
@@ -334,7 +407,8 @@ pub fn main(mut args: Args) -> Result<()> {
         } else {
             0
         };
-    let pb = ProgressBar::new((cases.len() * (variants.len() + peers_per_model)) as u64);
+    let rows_per_model = targets(&variants, &adapters).len() + peers_per_model;
+    let pb = ProgressBar::new((cases.len() * rows_per_model) as u64);
     pb.set_style(
         ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} rows  {msg}")
             .expect("a valid template"),
@@ -343,6 +417,7 @@ pub fn main(mut args: Args) -> Result<()> {
         let m = bench_model(
             case,
             &variants,
+            &adapters,
             &args.peers,
             &cpu_rule,
             &gpu_rule,
@@ -396,4 +471,43 @@ pub fn main(mut args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(backend: &str, explicit: bool, suffix: &str) -> Adapter {
+        Adapter {
+            desc: AdapterDesc {
+                name: "llvmpipe".into(),
+                vendor: 0x10005,
+                device: 0,
+                backend: backend.into(),
+                device_type: "Cpu".into(),
+                driver: "llvmpipe".into(),
+                driver_info: String::new(),
+            },
+            explicit,
+            suffix: suffix.into(),
+        }
+    }
+
+    #[test]
+    fn further_adapters_get_only_the_gpu_placements_with_a_suffix() {
+        let adapters = [adapter("Vulkan", false, ""), adapter("Gl", true, "@Gl")];
+        let variants = [Variant::Cpu, Variant::Gpu, Variant::Auto];
+        let t = targets(&variants, &adapters);
+        let labels: Vec<String> = t.iter().map(|t| t.placement()).collect();
+        assert_eq!(labels, ["cpu", "gpu", "auto", "gpu@Gl", "auto@Gl"]);
+        // The default adapter's rows let the session open it; further ones name theirs.
+        assert!(t[..3].iter().all(|t| t.adapter.is_none()));
+        assert!(t[3..]
+            .iter()
+            .all(|t| t.adapter.is_some_and(|d| d.backend == "Gl")));
+        // No adapter: every placement, no suffix.
+        let none = targets(&variants, &[]);
+        assert_eq!(none.len(), 3);
+        assert!(none.iter().all(|t| t.suffix.is_empty()));
+    }
 }

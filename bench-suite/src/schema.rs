@@ -34,8 +34,12 @@ pub struct Machine {
     pub cores: usize,
     /// Widest SIMD the kernels use, e.g. `avx512f+fma`.
     pub simd: String,
-    /// The adapter the gpu/auto rows used, `None` when none was opened.
+    /// The adapter the `gpu`/`auto` rows used, `None` when none was opened.
     pub adapter: Option<AdapterKey>,
+    /// Every adapter measured, `adapter` first; rows of the others have placements suffixed
+    /// with the adapter's backend (`gpu@Gl`, `auto@Gl`) and name it in `adapter`.
+    #[serde(default)]
+    pub adapters: Vec<AdapterKey>,
     pub os: String,
     /// `git describe --always --dirty` of the tree, when available.
     pub git: Option<String>,

@@ -11,7 +11,9 @@ use crate::schema::{Cold, NodeSummary, OpTime, Row, Span};
 use crate::stats::{measure, Latency, RunRule};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
+use tandem::gpu::{AdapterDesc, Gpu, GpuOptions};
 use tandem::report::Ran;
 use tandem::schedule::Policy;
 use tandem::{Device, Placement, RunReport, Session, SessionOptions};
@@ -54,8 +56,11 @@ impl Variant {
         Variant::ALL.into_iter().find(|v| v.name() == s)
     }
 
-    fn options(self, threads: usize) -> SessionOptions {
-        let o = SessionOptions::default().cpu_threads(threads);
+    fn options(self, threads: usize, gpu: Option<Arc<Gpu>>) -> SessionOptions {
+        let mut o = SessionOptions::default().cpu_threads(threads);
+        if let (true, Some(g)) = (self.uses_gpu(), gpu) {
+            o = o.gpu(g);
+        }
         match self {
             Variant::Cpu => o.placement(Placement::Cpu),
             Variant::Gpu => o.placement(Placement::Gpu),
@@ -73,26 +78,43 @@ pub fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "non-text panic".into())
 }
 
-/// Measure `model` on `variant` with `threads` CPU threads; never panics (a failure is a row
+/// Where a row runs: its placement and, for rows using the GPU, the adapter the row opens
+/// (`None`: the one tandem picks). `suffix` tells rows of extra adapters apart (`@Gl`).
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub variant: Variant,
+    pub adapter: Option<&'a AdapterDesc>,
+    pub suffix: &'a str,
+}
+
+impl Target<'_> {
+    /// The row's placement label: `gpu`, `auto@Gl`.
+    pub fn placement(&self) -> String {
+        format!("{}{}", self.variant.name(), self.suffix)
+    }
+}
+
+/// Measure `model` on `target` with `threads` CPU threads; never panics (a failure is a row
 /// with `error` set). `tick(done)` reports timed iterations (progress bars).
 pub fn bench(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
-    variant: Variant,
+    target: Target,
     threads: usize,
     rule: &RunRule,
     tick: &mut dyn FnMut(usize),
 ) -> Row {
     let version = env!("CARGO_PKG_VERSION");
+    let placement = target.placement();
     match catch_unwind(AssertUnwindSafe(|| {
-        bench_inner(model, inputs, reference, variant, threads, rule, tick)
+        bench_inner(model, inputs, reference, target, threads, rule, tick)
     })) {
         Ok(Ok(row)) => row,
-        Ok(Err(e)) => Row::failed("tandem", variant.name(), version, e),
+        Ok(Err(e)) => Row::failed("tandem", &placement, version, e),
         Err(p) => Row::failed(
             "tandem",
-            variant.name(),
+            &placement,
             version,
             format!("panicked: {}", panic_text(p)),
         ),
@@ -103,7 +125,7 @@ fn bench_inner(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
-    variant: Variant,
+    target: Target,
     threads: usize,
     rule: &RunRule,
     tick: &mut dyn FnMut(usize),
@@ -114,8 +136,16 @@ fn bench_inner(
         .map(|(n, t)| (n.as_str(), t.clone()))
         .collect();
     let t = Instant::now();
+    let variant = target.variant;
+    // The device is opened inside the timed load, as a session opens its own by default.
+    let gpu = match target.adapter.filter(|_| variant.uses_gpu()) {
+        Some(d) => Some(Arc::new(
+            Gpu::open_adapter(d, GpuOptions::default()).map_err(|e| format!("load: {e}"))?,
+        )),
+        None => None,
+    };
     let session =
-        Session::new(model, variant.options(threads)).map_err(|e| format!("load: {e}"))?;
+        Session::new(model, variant.options(threads, gpu)).map_err(|e| format!("load: {e}"))?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let (outs, _) = session
@@ -124,12 +154,15 @@ fn bench_inner(
     let first_run_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut row = Row::failed(
         "tandem",
-        variant.name(),
+        &target.placement(),
         env!("CARGO_PKG_VERSION"),
         String::new(),
     );
     row.error = None;
-    row.adapter = session.gpu().map(|g| g.adapter().name.clone());
+    row.adapter = session.gpu().map(|g| {
+        let d = g.adapter();
+        format!("{} ({})", d.name, d.backend)
+    });
     row.notes.extend(session.warnings().iter().cloned());
     if let Some(want) = reference {
         match max_abs_diff(&outs, want) {

@@ -172,6 +172,22 @@ impl Gpu {
         })
     }
 
+    /// Open the adapter `desc` names (one of [`list_adapters`]), whatever `WGPU_BACKEND` says:
+    /// how a benchmark measures every adapter of the machine in one run.
+    pub fn open_adapter(desc: &AdapterDesc, options: GpuOptions) -> Result<Gpu> {
+        let all = wgpu::Backends::all();
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: all,
+            ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
+        });
+        let adapter = pollster::block_on(instance.enumerate_adapters(all))
+            .into_iter()
+            .find(|a| AdapterDesc::from_info(&a.get_info()) == *desc)
+            .ok_or_else(|| Error::Gpu(format!("adapter {desc} is not on this machine")))?;
+        let backend = wgpu::Backends::from(adapter.get_info().backend);
+        Self::from_adapter(&adapter, backend, options)
+    }
+
     fn with_backends(backends: wgpu::Backends, options: GpuOptions) -> Result<Gpu> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends,
