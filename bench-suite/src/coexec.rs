@@ -376,14 +376,17 @@ fn time_session(
     Ok(median(measure(rule, || s.run(inputs).map(|_| ()), |_| {})?))
 }
 
-/// The 6 orders of (CPU-only A, CPU-only B, auto) that rounds of part (b) cycle through.
-const ORDERS: [[usize; 3]; 6] = [
-    [0, 1, 2],
-    [2, 0, 1],
-    [1, 2, 0],
-    [0, 2, 1],
-    [1, 0, 2],
-    [2, 1, 0],
+/// The orders of (CPU-only A, CPU-only B, auto A, auto B) that rounds of part (b) cycle
+/// through: each session takes each position twice, and alternates with the other placement.
+const ORDERS: [[usize; 4]; 8] = [
+    [0, 2, 1, 3],
+    [3, 0, 2, 1],
+    [1, 3, 0, 2],
+    [2, 1, 3, 0],
+    [3, 1, 2, 0],
+    [0, 3, 1, 2],
+    [2, 0, 3, 1],
+    [1, 2, 0, 3],
 ];
 
 /// (b) auto vs the best single device, per model of the manifest.
@@ -393,12 +396,13 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
             .context("models/manifest.json (run scripts/setup.sh)")?,
     )?;
     println!(
-        "\n(b) models: median ms, CPU 1 thread, lavapipe 1 thread; A/A = CPU-only session B / \
-         CPU-only session A, timed in the same rounds as auto (its distance from 1 is the noise)"
+        "\n(b) models: median ms, CPU 1 thread, lavapipe 1 thread; cpu and auto each pool two \
+         sessions; A/A = session B / session A of one placement, timed in the same rounds (its \
+         distance from 1 is the noise floor)"
     );
     println!(
-        "{:<22} {:>10} {:>10} {:>10} {:>10} {:>7} {:>6}",
-        "model", "cpu", "gpu", "auto", "auto/best", "A/A", "rounds"
+        "{:<22} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>6}",
+        "model", "cpu", "gpu", "auto", "auto/best", "cpu A/A", "autoA/A", "rounds"
     );
     let mut rows_json = Vec::new();
     let mut worst: f64 = 0.0;
@@ -433,26 +437,32 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
             max_secs: a.gpu_cap_s,
         };
         let gpu_ms = time_session(&session(Placement::Gpu)?, &named, 1, &slow)?;
-        // Two CPU-only sessions (A/A: their ratio is the noise floor of this measurement) and
-        // auto run in rounds, each round in another of the 6 orders, so that load from other
-        // processes and cache state left by the previous run fall on all three alike. Auto's
-        // first LEARN_FIRST runs refine the cost model on every run (and may re-plan); steady
-        // state, which is timed, is what a user sees after them: learning 1 run in LEARN_EVERY,
-        // and any re-plan the misses still cause.
+        // Two CPU-only sessions and two auto sessions run in rounds, each round in another of 8
+        // orders, so that load from other processes and cache state left by the previous run
+        // fall on all four alike. Two of each, because a session's own memory layout shifts its
+        // times (measured here: up to 25% between two CPU-only sessions of one model under
+        // load): CPU A/A = B/A is that noise floor, and pooling two sessions per placement
+        // averages it out. Auto's first LEARN_FIRST runs refine the cost model on every run (and
+        // may re-plan); steady state, which is timed, is what a user sees after them: learning
+        // 1 run in LEARN_EVERY, and any re-plan the misses still cause.
         let sessions = [
             session(Placement::Cpu)?,
             session(Placement::Cpu)?,
             session(Placement::Auto)?,
+            session(Placement::Auto)?,
         ];
-        sessions[0].run(&named)?;
-        sessions[1].run(&named)?;
-        for _ in 0..tandem::session::LEARN_FIRST {
-            sessions[2].run(&named)?;
+        for s in &sessions[..2] {
+            s.run(&named)?;
         }
-        let mut ms: [Vec<f64>; 3] = Default::default();
+        for s in &sessions[2..] {
+            for _ in 0..tandem::session::LEARN_FIRST {
+                s.run(&named)?;
+            }
+        }
+        let mut ms: [Vec<f64>; 4] = Default::default();
         let start = Instant::now();
         let mut round = 0;
-        while round < 12 || (start.elapsed().as_secs_f64() < 4.0 && round < 300) {
+        while round < 8 || (start.elapsed().as_secs_f64() < 4.0 && round < 200) {
             for &i in &ORDERS[round % ORDERS.len()] {
                 let t = Instant::now();
                 sessions[i].run(&named)?;
@@ -463,14 +473,15 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
                 break;
             }
         }
-        let [cpu_a, cpu_b, auto_ms] = ms;
+        let [cpu_a, cpu_b, auto_a, auto_b] = ms;
         let aa = median(cpu_b.clone()) / median(cpu_a.clone());
+        let auto_aa = median(auto_b.clone()) / median(auto_a.clone());
         let cpu = median([cpu_a, cpu_b].concat());
-        let auto = median(auto_ms);
+        let auto = median([auto_a, auto_b].concat());
         let ratio = auto / cpu.min(gpu_ms);
         worst = worst.max(ratio);
         worst_aa = worst_aa.max((aa - 1.0).abs());
-        let auto_session = &sessions[2];
+        let auto_session = &sessions[3];
         // Where auto put the nodes in its last run.
         let (_, r) = auto_session.run_with_report(&named)?;
         let split = (r.nodes.iter())
@@ -482,15 +493,16 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
             r.count(Device::Gpu)
         );
         println!(
-            "{name:<22} {cpu:>10.2} {gpu_ms:>10.1} {auto:>10.2} {ratio:>10.3} {aa:>7.3} {round:>6}  \
-             auto: {placed}"
+            "{name:<22} {cpu:>10.2} {gpu_ms:>10.1} {auto:>10.2} {ratio:>10.3} {aa:>7.3} \
+             {auto_aa:>7.3} {round:>6}  auto: {placed}"
         );
         for note in &r.notes {
             println!("    note: {note}");
         }
         rows_json.push(
             json!({"model": name, "cpu_ms": cpu, "gpu_ms": gpu_ms, "auto_ms": auto,
-            "auto_over_best": ratio, "cpu_b_over_cpu_a": aa, "rounds": round,
+            "auto_over_best": ratio, "cpu_b_over_cpu_a": aa, "auto_b_over_auto_a": auto_aa,
+            "rounds": round,
             "auto_nodes": placed}),
         );
     }

@@ -81,6 +81,9 @@ pub struct HeldOut {
     pub within_10: f64,
     /// Median of |predicted - measured| / measured.
     pub median_rel_err: f64,
+    /// Share of these points whose passes agree within +-10% (the measurement's noise floor;
+    /// a point measured once counts as agreeing).
+    pub passes_agree: f64,
     /// Each held-out point: its shape, predicted and measured seconds.
     pub points: Vec<HeldOutPoint>,
 }
@@ -116,18 +119,19 @@ impl std::fmt::Display for CalibrationReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "{:<22} {:<6} {:>5} {:>8} {:>11}",
-            "op", "device", "n", "+-10%", "median err"
+            "{:<22} {:<6} {:>5} {:>8} {:>11} {:>13}",
+            "op", "device", "n", "+-10%", "median err", "passes agree"
         )?;
         for h in &self.held_out {
             writeln!(
                 f,
-                "{:<22} {:<6} {:>5} {:>7.0}% {:>10.1}%",
+                "{:<22} {:<6} {:>5} {:>7.0}% {:>10.1}% {:>12.0}%",
                 h.op,
                 h.device.to_string(),
                 h.count,
                 h.within_10 * 100.0,
-                h.median_rel_err * 100.0
+                h.median_rel_err * 100.0,
+                h.passes_agree * 100.0
             )?;
             // `{:#}`: every held-out point with its prediction.
             if f.alternate() {
@@ -651,11 +655,15 @@ pub fn calibrate(
             .map(|m| m.sample)
             .collect();
         let test: Vec<&Measured> = s.iter().filter(|m| held_out(m.tier)).collect();
-        for m in test.iter().filter(|m| m.passes.len() >= 2) {
+        let agrees = |m: &Measured| {
             let hi = m.passes.iter().copied().fold(0.0, f64::max);
+            hi <= 1.1 * m.sample.seconds
+        };
+        for m in test.iter().filter(|m| m.passes.len() >= 2) {
             repeated += 1;
-            agree += usize::from(hi <= 1.1 * m.sample.seconds);
+            agree += usize::from(agrees(m));
         }
+        let key_agree = test.iter().filter(|m| agrees(m)).count();
         let Some(c) = fit_curve(&train) else {
             continue;
         };
@@ -683,6 +691,7 @@ pub fn calibrate(
             count: errs.len(),
             within_10: within as f64 / errs.len() as f64,
             median_rel_err: median(errs),
+            passes_agree: key_agree as f64 / test.len() as f64,
             points,
         });
     }
