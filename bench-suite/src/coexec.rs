@@ -396,9 +396,9 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
             .context("models/manifest.json (run scripts/setup.sh)")?,
     )?;
     println!(
-        "\n(b) models: median ms, CPU 1 thread, lavapipe 1 thread; cpu and auto each pool two \
-         sessions; A/A = session B / session A of one placement, timed in the same rounds (its \
-         distance from 1 is the noise floor)"
+        "\n(b) models: median ms, CPU 1 thread, lavapipe 1 thread; cpu and auto: geometric mean \
+         of two sessions' medians; A/A = session B / session A of one placement, timed in the \
+         same rounds (its distance from 1 is the noise floor)"
     );
     println!(
         "{:<22} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>6}",
@@ -439,10 +439,10 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
         let gpu_ms = time_session(&session(Placement::Gpu)?, &named, 1, &slow)?;
         // Two CPU-only sessions and two auto sessions run in rounds, each round in another of 8
         // orders, so that load from other processes and cache state left by the previous run
-        // fall on all four alike. Two of each, because a session's own memory layout shifts its
-        // times (measured here: up to 25% between two CPU-only sessions of one model under
-        // load): CPU A/A = B/A is that noise floor, and pooling two sessions per placement
-        // averages it out. Auto's first LEARN_FIRST runs refine the cost model on every run (and
+        // fall on all four alike. Two of each, because a session's own state (memory layout,
+        // its pool thread) shifts its times (measured here under load: two CPU-only sessions of
+        // one model up to 25% apart over 100 rounds): A/A = B/A is that noise floor, and
+        // pooling two sessions per placement averages it out. Auto's first LEARN_FIRST runs refine the cost model on every run (and
         // may re-plan); steady state, which is timed, is what a user sees after them: learning
         // 1 run in LEARN_EVERY, and any re-plan the misses still cause.
         let sessions = [
@@ -473,11 +473,12 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
                 break;
             }
         }
-        let [cpu_a, cpu_b, auto_a, auto_b] = ms;
-        let aa = median(cpu_b.clone()) / median(cpu_a.clone());
-        let auto_aa = median(auto_b.clone()) / median(auto_a.clone());
-        let cpu = median([cpu_a, cpu_b].concat());
-        let auto = median([auto_a, auto_b].concat());
+        // A placement's time: the geometric mean of its two sessions' medians (a pooled median
+        // of two sessions whose times sit apart lands unstably between them).
+        let [cpu_a, cpu_b, auto_a, auto_b] = ms.map(median);
+        let (aa, auto_aa) = (cpu_b / cpu_a, auto_b / auto_a);
+        let cpu = (cpu_a * cpu_b).sqrt();
+        let auto = (auto_a * auto_b).sqrt();
         let ratio = auto / cpu.min(gpu_ms);
         worst = worst.max(ratio);
         worst_aa = worst_aa.max((aa - 1.0).abs());
@@ -501,7 +502,8 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
         }
         rows_json.push(
             json!({"model": name, "cpu_ms": cpu, "gpu_ms": gpu_ms, "auto_ms": auto,
-            "auto_over_best": ratio, "cpu_b_over_cpu_a": aa, "auto_b_over_auto_a": auto_aa,
+            "auto_over_best": ratio, "session_medians_ms": [cpu_a, cpu_b, auto_a, auto_b],
+            "cpu_b_over_cpu_a": aa, "auto_b_over_auto_a": auto_aa,
             "rounds": round,
             "auto_nodes": placed}),
         );
