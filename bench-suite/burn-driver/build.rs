@@ -52,7 +52,9 @@ fn main() {
         let name = e["name"].as_str().unwrap_or("?").to_string();
         let names = |key: &str| -> Vec<String> {
             e[key].as_array().map_or(Vec::new(), |a| {
-                a.iter().map(|x| x["name"].as_str().unwrap_or("?").to_string()).collect()
+                a.iter()
+                    .map(|x| x["name"].as_str().unwrap_or("?").to_string())
+                    .collect()
             })
         };
         let io = format!("&{:?}, &{:?}", names("inputs"), names("outputs"));
@@ -91,14 +93,22 @@ fn main() {
 }
 
 /// Generate model `k` under `$OUT_DIR/m{k}/` and return its glue code, or why not.
-fn generate(models: &Path, out_dir: &Path, k: usize, e: &serde_json::Value) -> Result<String, String> {
+fn generate(
+    models: &Path,
+    out_dir: &Path,
+    k: usize,
+    e: &serde_json::Value,
+) -> Result<String, String> {
     let name = e["name"].as_str().unwrap_or("?");
     if let Some((_, why)) = SKIP.iter().find(|(n, _)| *n == name) {
         return Err(why.to_string());
     }
     let onnx = models.join(e["path"].as_str().ok_or("manifest entry has no path")?);
     if !onnx.is_file() {
-        return Err(format!("{} missing (scripts/fetch_models.py)", onnx.display()));
+        return Err(format!(
+            "{} missing (scripts/fetch_models.py)",
+            onnx.display()
+        ));
     }
     let onnx_s = onnx.to_str().ok_or("non-UTF-8 model path")?.to_string();
     let sub = format!("m{k}");
@@ -176,11 +186,18 @@ fn forward_signature(code: &str) -> Result<(Vec<String>, String), String> {
     let params: Vec<String> = split_top(&sig[..close])
         .into_iter()
         .filter(|p| !p.is_empty() && p != "&self")
-        .map(|p| p.split_once(':').map_or(p.clone(), |(_, t)| t.trim().to_string()))
+        .map(|p| {
+            p.split_once(':')
+                .map_or(p.clone(), |(_, t)| t.trim().to_string())
+        })
         .collect();
     let after = &sig[close + 1..];
     let brace = after.find('{').ok_or("forward has no body")?;
-    let ret = after[..brace].trim().trim_start_matches("->").trim().to_string();
+    let ret = after[..brace]
+        .trim()
+        .trim_start_matches("->")
+        .trim()
+        .to_string();
     Ok((params, ret))
 }
 

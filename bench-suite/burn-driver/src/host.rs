@@ -48,7 +48,8 @@ impl Host {
             Data::I32(v) => v.first().map(|x| *x as f64),
             Data::Bool(v) => v.first().map(|x| *x as u8 as f64),
         };
-        v.map(T::from_f64).ok_or_else(|| "empty scalar input".into())
+        v.map(T::from_f64)
+            .ok_or_else(|| "empty scalar input".into())
     }
 
     /// Parse a C-order .npy file (`<f4`, `<i8`, `<i4`, `|b1`).
@@ -89,9 +90,21 @@ impl Host {
             Ok(body[..n * w].chunks_exact(w))
         };
         let data = match descr.as_str() {
-            "<f4" => Data::F32(chunks(4)?.map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
-            "<i8" => Data::I64(chunks(8)?.map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
-            "<i4" => Data::I32(chunks(4)?.map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()),
+            "<f4" => Data::F32(
+                chunks(4)?
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            "<i8" => Data::I64(
+                chunks(8)?
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
+            "<i4" => Data::I32(
+                chunks(4)?
+                    .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ),
             "|b1" => Data::Bool(chunks(1)?.map(|c| c[0] != 0).collect()),
             d => return Err(format!(".npy dtype `{d}` is not supported")),
         };
@@ -130,7 +143,10 @@ fn field<'a>(header: &'a str, key: &str) -> Result<&'a str, String> {
     let at = header
         .find(&format!("'{key}'"))
         .ok_or_else(|| format!(".npy header has no `{key}`"))?;
-    let rest = header[at + key.len() + 2..].trim_start().trim_start_matches(':').trim_start();
+    let rest = header[at + key.len() + 2..]
+        .trim_start()
+        .trim_start_matches(':')
+        .trim_start();
     let end = if rest.starts_with('(') {
         rest.find(')').map(|i| i + 1)
     } else {
@@ -140,15 +156,26 @@ fn field<'a>(header: &'a str, key: &str) -> Result<&'a str, String> {
 }
 
 /// `h` as a rank-`D` burn tensor of kind `K` on `device`, keeping the input's dtype.
-pub fn to_tensor<const D: usize, K: Basic>(h: &Host, device: &Device) -> Result<Tensor<D, K>, String> {
+pub fn to_tensor<const D: usize, K: Basic>(
+    h: &Host,
+    device: &Device,
+) -> Result<Tensor<D, K>, String> {
     if h.shape.len() != D {
-        return Err(format!("input of rank {} where the model takes rank {D}", h.shape.len()));
+        return Err(format!(
+            "input of rank {} where the model takes rank {D}",
+            h.shape.len()
+        ));
     }
     let data = match &h.data {
         Data::F32(v) => TensorData::new(v.clone(), h.shape.clone()),
         Data::I64(v) => TensorData::new(v.clone(), h.shape.clone()),
         Data::I32(v) => TensorData::new(v.clone(), h.shape.clone()),
-        Data::Bool(v) => return Ok(Tensor::from_data(TensorData::new(v.clone(), h.shape.clone()), device)),
+        Data::Bool(v) => {
+            return Ok(Tensor::from_data(
+                TensorData::new(v.clone(), h.shape.clone()),
+                device,
+            ))
+        }
     };
     // The ONNX input's own dtype, as burn-onnx types the model's constants (the device's
     // default int dtype, e.g. ndarray's i64, would not match an int32 graph).
@@ -159,7 +186,9 @@ pub fn to_tensor<const D: usize, K: Basic>(h: &Host, device: &Device) -> Result<
 /// A burn tensor read back to the host (this waits for the device): floats as f32, integers
 /// as i64, booleans as bool.
 pub fn from_tensor<const D: usize, K: Basic>(t: Tensor<D, K>) -> Result<Host, String> {
-    let data = t.try_into_data().map_err(|e| format!("reading an output: {e:?}"))?;
+    let data = t
+        .try_into_data()
+        .map_err(|e| format!("reading an output: {e:?}"))?;
     let shape = data.shape().as_slice().to_vec();
     let dtype = data.dtype();
     let err = |e| format!("converting an output of dtype {dtype:?}: {e:?}");
@@ -227,10 +256,22 @@ mod tests {
     #[test]
     fn npy_round_trip() {
         for h in [
-            Host { shape: vec![2, 3], data: Data::F32(vec![1.0, -2.5, 3.0, 0.0, 5.0, 6.0]) },
-            Host { shape: vec![3], data: Data::I64(vec![1, -2, 1 << 40]) },
-            Host { shape: vec![], data: Data::I32(vec![7]) },
-            Host { shape: vec![2], data: Data::Bool(vec![true, false]) },
+            Host {
+                shape: vec![2, 3],
+                data: Data::F32(vec![1.0, -2.5, 3.0, 0.0, 5.0, 6.0]),
+            },
+            Host {
+                shape: vec![3],
+                data: Data::I64(vec![1, -2, 1 << 40]),
+            },
+            Host {
+                shape: vec![],
+                data: Data::I32(vec![7]),
+            },
+            Host {
+                shape: vec![2],
+                data: Data::Bool(vec![true, false]),
+            },
         ] {
             assert_eq!(Host::from_npy(&h.to_npy()).unwrap(), h);
         }

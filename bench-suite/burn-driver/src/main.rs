@@ -81,7 +81,10 @@ fn parse_args() -> Result<Args, String> {
             continue;
         }
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num = |v: &str| v.parse::<f64>().map_err(|_| format!("{flag}: `{v}` is not a number"));
+        let num = |v: &str| {
+            v.parse::<f64>()
+                .map_err(|_| format!("{flag}: `{v}` is not a number"))
+        };
         match flag.as_str() {
             "--model-name" => a.model = v,
             "--backend" => a.backend = v,
@@ -128,7 +131,10 @@ fn main() {
     let (report, code) = match std::panic::catch_unwind(AssertUnwindSafe(|| bench(&a))) {
         Ok(Ok(r)) => (r, 0),
         Ok(Err((e, code))) => (json!({"error": e}), code),
-        Err(p) => (json!({"error": format!("burn panicked: {}", panic_text(&p))}), 1),
+        Err(p) => (
+            json!({"error": format!("burn panicked: {}", panic_text(&p))}),
+            1,
+        ),
     };
     let mut report = report;
     report["runtime"] = json!("burn");
@@ -159,7 +165,10 @@ fn device(backend: &str) -> Result<(Device, String), String> {
                 .init_with_setup()
                 .map_err(|e| format!("wgpu init on Vulkan: {e:?}"))?;
             let info = setup.adapter.get_info();
-            Ok((d, format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type)))
+            Ok((
+                d,
+                format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type),
+            ))
         }
         b => Err(format!("unknown backend `{b}` (ndarray|wgpu)")),
     }
@@ -169,7 +178,15 @@ fn bench(a: &Args) -> Result<serde_json::Value, (String, i32)> {
     let (_, in_names, out_names, loader) = models::MODELS
         .iter()
         .find(|(n, ..)| *n == a.model)
-        .ok_or_else(|| (format!("`{}` is not in the manifest burn-driver was built from", a.model), 1))?;
+        .ok_or_else(|| {
+            (
+                format!(
+                    "`{}` is not in the manifest burn-driver was built from",
+                    a.model
+                ),
+                1,
+            )
+        })?;
     let loader = loader.map_err(|why| (format!("not imported by burn-onnx: {why}"), 0))?;
     let fail = |e: String| (e, 1);
     let mut inputs = Vec::new();
@@ -193,7 +210,9 @@ fn bench(a: &Args) -> Result<serde_json::Value, (String, i32)> {
     let start = Instant::now();
     loop {
         let elapsed = start.elapsed().as_secs_f64();
-        if (samples.len() >= a.iters && elapsed >= a.secs) || (elapsed >= a.max_secs && !samples.is_empty()) {
+        if (samples.len() >= a.iters && elapsed >= a.secs)
+            || (elapsed >= a.max_secs && !samples.is_empty())
+        {
             break;
         }
         let t0 = Instant::now();
@@ -203,7 +222,9 @@ fn bench(a: &Args) -> Result<serde_json::Value, (String, i32)> {
     std::fs::create_dir_all(&a.out_dir).map_err(|e| fail(format!("{}: {e}", a.out_dir)))?;
     let mut written = Vec::new();
     for (k, o) in outs.iter().enumerate() {
-        let name = out_names.get(k).map_or(format!("output_{k}"), |s| s.to_string());
+        let name = out_names
+            .get(k)
+            .map_or(format!("output_{k}"), |s| s.to_string());
         let path = std::path::Path::new(&a.out_dir).join(format!("{}.npy", safe(&name)));
         std::fs::write(&path, o.to_npy()).map_err(|e| fail(format!("{}: {e}", path.display())))?;
         written.push(json!({"name": name, "path": path}));
@@ -226,7 +247,13 @@ fn ms(t0: Instant) -> f64 {
 /// `name` as a file name (characters outside `[A-Za-z0-9._-]` become `_`), as ort_driver.py.
 fn safe(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 

@@ -66,6 +66,8 @@ pub fn summary(r: &Report) -> Table {
         "tract",
         "cpu/ORT",
         "cpu/tract",
+        "burn ndarray",
+        "cpu/burn-nd",
         "tandem gpu",
         "burn wgpu",
         "gpu/burn",
@@ -81,6 +83,7 @@ pub fn summary(r: &Report) -> Table {
             let gpu = p50(m, "tandem", "gpu");
             let auto = p50(m, "tandem", "auto");
             let burn = p50(m, "burn-wgpu", "gpu");
+            let burn_nd = p50(m, "burn-ndarray", "cpu");
             vec![
                 m.name.clone(),
                 ms(cpu),
@@ -88,6 +91,8 @@ pub fn summary(r: &Report) -> Table {
                 ms(p50(m, "tract", "cpu")),
                 ratio(cpu, p50(m, "onnxruntime", "cpu")),
                 ratio(cpu, p50(m, "tract", "cpu")),
+                ms(burn_nd),
+                ratio(cpu, burn_nd),
                 ms(gpu),
                 ms(burn),
                 ratio(gpu, burn),
