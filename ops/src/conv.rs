@@ -386,9 +386,7 @@ fn direct_line(
             let src = &xrow[*first..];
             let dst = &mut line[vr.clone()];
             if g.sw == 1 {
-                for (o, xv) in dst.iter_mut().zip(src) {
-                    *o += wv * xv;
-                }
+                crate::cpu_gemm::axpy(dst, wv, src);
             } else {
                 for (o, xv) in dst.iter_mut().zip(src.iter().step_by(g.sw)) {
                     *o += wv * xv;

@@ -169,6 +169,10 @@ unsafe fn gemm_ptr(
     (c_rs, c_cs): (usize, usize),
     threads: Threads,
 ) {
+    if m * n * k <= SMALL_GEMM {
+        // SAFETY: forwarded from the caller's contract.
+        return unsafe { small_gemm((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs)) };
+    }
     let par = match threads {
         Threads::Single => Parallelism::None,
         Threads::Pool => match rayon::current_num_threads() {
@@ -200,6 +204,135 @@ unsafe fn gemm_ptr(
             par,
         );
     }
+}
+
+/// Products of at most this many multiply-adds (a decode step's 1 x 128 x 128) run in plain
+/// loops on the calling thread: the `gemm` crate's dispatch and packing cost more than the
+/// arithmetic there (MatMul 1x128x128: 2.3 us per call through the crate).
+const SMALL_GEMM: usize = 1 << 16;
+
+/// `C = alpha * A * B + beta * C` for small products: rows of C accumulated from rows of B
+/// (contiguous B rows), or dot products (contiguous B columns), else plain indexing. Same
+/// contract as [`gemm_ptr`]; `beta == 0` ignores the old C.
+unsafe fn small_gemm(
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    a: MatRef,
+    b: MatRef,
+    beta: f32,
+    c: *mut f32,
+    (c_rs, c_cs): (usize, usize),
+) {
+    let at = |i: usize, p: usize| a.data[a.offset + i * a.rs + p * a.cs];
+    let mut acc = vec![0.0f32; n];
+    for i in 0..m {
+        if b.cs == 1 {
+            acc.fill(0.0);
+            for p in 0..k {
+                axpy(&mut acc, at(i, p), &b.data[b.offset + p * b.rs..][..n]);
+            }
+        } else if b.rs == 1 && a.cs == 1 {
+            let arow = &a.data[a.offset + i * a.rs..][..k];
+            for (j, s) in acc.iter_mut().enumerate() {
+                *s = dot(arow, &b.data[b.offset + j * b.cs..][..k]);
+            }
+        } else {
+            for (j, s) in acc.iter_mut().enumerate() {
+                *s = (0..k)
+                    .map(|p| at(i, p) * b.data[b.offset + p * b.rs + j * b.cs])
+                    .sum();
+            }
+        }
+        for (j, v) in acc.iter().enumerate() {
+            // SAFETY: element (i, j) of the C view, valid and exclusive (caller contract).
+            unsafe {
+                let p = c.add(i * c_rs + j * c_cs);
+                *p = alpha * v + if beta == 0.0 { 0.0 } else { beta * *p };
+            }
+        }
+    }
+}
+
+/// `acc[i] += a * x[i]` over the shorter length, on the widest vector unit the CPU has: this
+/// crate is built for baseline x86-64 (SSE2), so the AVX-512 / AVX2 versions are chosen at run
+/// time. Same operations in the same order on every path (no fused multiply-add).
+pub fn axpy(acc: &mut [f32], a: f32, x: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            return unsafe { axpy_avx512(acc, a, x) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { axpy_avx2(acc, a, x) };
+        }
+    }
+    axpy_plain(acc, a, x)
+}
+
+#[inline(always)]
+fn axpy_plain(acc: &mut [f32], a: f32, x: &[f32]) {
+    for (s, v) in acc.iter_mut().zip(x) {
+        *s += a * v;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn axpy_avx512(acc: &mut [f32], a: f32, x: &[f32]) {
+    axpy_plain(acc, a, x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn axpy_avx2(acc: &mut [f32], a: f32, x: &[f32]) {
+    axpy_plain(acc, a, x)
+}
+
+/// Dot product of two equally long slices in 16 partial sums (so it vectorises), AVX-512 /
+/// AVX2 chosen at run time as in [`axpy`].
+fn dot(x: &[f32], y: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            return unsafe { dot_avx512(x, y) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { dot_avx2(x, y) };
+        }
+    }
+    dot_plain(x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn dot_avx512(x: &[f32], y: &[f32]) -> f32 {
+    dot_plain(x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_avx2(x: &[f32], y: &[f32]) -> f32 {
+    dot_plain(x, y)
+}
+
+#[inline(always)]
+fn dot_plain(x: &[f32], y: &[f32]) -> f32 {
+    let mut part = [0.0f32; 16];
+    let (xc, yc) = (x.chunks_exact(16), y.chunks_exact(16));
+    let tail: f32 = (xc.remainder().iter())
+        .zip(yc.remainder())
+        .map(|(a, b)| a * b)
+        .sum();
+    for (xs, ys) in xc.zip(yc) {
+        for l in 0..16 {
+            part[l] += xs[l] * ys[l];
+        }
+    }
+    part.iter().sum::<f32>() + tail
 }
 
 /// [`sgemm`] into a destination given by raw pointer, for callers that let several threads
@@ -288,7 +421,14 @@ mod tests {
 
     #[test]
     fn matches_naive_on_odd_shapes_with_alpha_beta_and_transposes() {
-        for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (65, 33, 129), (130, 70, 3)] {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (7, 13, 5),
+            (1, 128, 128),
+            (3, 37, 200),
+            (65, 33, 129),
+            (130, 70, 3),
+        ] {
             let a = fill(m * k, 1);
             let b = fill(k * n, 2);
             let want = naive(m, n, k, &a, &b);
@@ -334,6 +474,22 @@ mod tests {
             );
             for (g, w) in c.iter().zip(&want) {
                 assert!((g - (2.0 * w + 0.5)).abs() < 1e-4);
+            }
+            // Row-major A with transposed B (the dot-product form of small products).
+            let mut c = vec![f32::NAN; m * n];
+            sgemm(
+                m,
+                n,
+                k,
+                1.0,
+                MatRef::row_major(&a, 0, k),
+                MatRef::row_major(&bt, 0, k).t(),
+                0.0,
+                MatMut::row_major(&mut c, 0, n),
+                Threads::Pool,
+            );
+            for (g, w) in c.iter().zip(&want) {
+                assert!((g - w).abs() < 1e-4, "{m}x{n}x{k} A.B^T: {g} vs {w}");
             }
         }
     }

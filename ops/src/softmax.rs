@@ -13,6 +13,9 @@ use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Wo
 use rayon::prelude::*;
 use std::ops::Range;
 
+/// Fewest elements a parallel task of the CPU kernel gets.
+const PAR_MIN: usize = 8192;
+
 /// What a lane turns into. The discriminant is `mode` in `softmax.wgsl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -144,17 +147,23 @@ impl Op for Softmax {
         let x = &x[rows.start * block..rows.end * block];
         let y = &mut y[rows.start * block..rows.end * block];
         let mode = self.mode;
+        // At least PAR_MIN elements per task: a small softmax (a decode step's few heads) runs
+        // on the calling thread instead of waking another worker for a microsecond of work.
+        let per = |len: usize| PAR_MIN.div_ceil(len.max(1));
         if mode == Mode::Hard {
             y.par_chunks_mut(block)
                 .zip(x.par_chunks(block))
+                .with_min_len(per(block))
                 .for_each(|(y, x)| hard_lanes(x, y, n, inner));
         } else if inner == 1 {
             y.par_chunks_mut(n)
                 .zip(x.par_chunks(n))
+                .with_min_len(per(n))
                 .for_each(|(y, x)| lane(x, y, mode == Mode::Log));
         } else {
             y.par_chunks_mut(block)
                 .zip(x.par_chunks(block))
+                .with_min_len(per(block))
                 .for_each(|(y, x)| strided_lanes(x, y, n, inner, mode == Mode::Log));
         }
         Ok(())

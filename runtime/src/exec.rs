@@ -315,6 +315,26 @@ impl<'a> Run<'a> {
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
         let metas = &step.inputs;
+        // The common case on the CPU: every input whole on the host (one Vec, no lookups twice).
+        let on_host = |v: usize| {
+            let s = &self.slots[v];
+            match &s.host {
+                Some(h) if s.split.is_none() => Some(h.clone()),
+                None if s.gpu.is_none() => self.meta(v).value.clone(),
+                _ => None,
+            }
+        };
+        if halves.is_empty() {
+            let direct: Option<Vec<Arc<Tensor>>> = (0..metas.len())
+                .map(|i| match node.inputs[i] {
+                    Some(v) => on_host(v),
+                    None => metas[i].value.clone(),
+                })
+                .collect();
+            if let Some(d) = direct {
+                return Ok(d);
+            }
+        }
         let given: Vec<usize> = (0..metas.len())
             .filter_map(|i| node.inputs[i])
             .filter(|v| !halves.contains(v))
