@@ -108,11 +108,13 @@ impl Source<'_> {
 }
 
 /// Values of hostile shapes (up to the session's memory cap) are not read again: the
-/// initializers a candidate adds are shaped after what it reads.
+/// initializers a candidate adds are shaped after what it reads. A zero dim does not make a
+/// value small: `[0, i32::MAX]` has no elements, but a MatMul weight shaped after its last dim
+/// would have 2^31 rows.
 fn small(m: &TensorMeta) -> bool {
     m.shape
         .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .try_fold(1usize, |n, &d| n.checked_mul(d.max(1)))
         .is_some_and(|n| n <= 1 << 16)
 }
 

@@ -135,3 +135,35 @@ fn show_seed() {
     }
     println!("mismatches: {:?}", outcome.mismatches);
 }
+
+/// Inputs the `generated_graph` fuzz target crashed on (runtime/fuzz/regressions/), replayed
+/// as it replays them: no panic or abort, no disagreement with the CPU, valid models run.
+/// - lrn-nan-*: LRN over a channel window holding a NaN gave inf on the GPU (`pow` of a NaN
+///   base is 0 on lavapipe) where the CPU and onnxruntime give NaN.
+/// - gen-*: the generator shaped a MatMul weight after the last dim of a value with no
+///   elements (`[0, i32::MAX]`): a 32 GB allocation (abort) or > 2 GB RSS.
+#[test]
+fn fuzz_regressions_replay() {
+    let gpu = gpu();
+    let costs = Arc::new(CostModel::unmeasured(
+        Some(AdapterKey::from_desc(gpu.adapter())),
+        CpuKey::detect(1),
+    ));
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/regressions");
+    let mut files: Vec<_> = std::fs::read_dir(dir).expect("regressions").collect();
+    files.sort_by_key(|f| f.as_ref().map(|f| f.path()).ok());
+    assert!(files.len() >= 5, "regression inputs missing from {dir}");
+    for f in files {
+        let path = f.expect("dir entry").path();
+        let g = tandem::fuzzgen::from_bytes(&std::fs::read(&path).expect("input"));
+        let outcome = run_everywhere(&g, Some(gpu.clone()), Some(costs.clone()));
+        assert!(
+            outcome.mismatches.is_empty(),
+            "{path:?}: {:?}",
+            outcome.mismatches
+        );
+        if let (false, Some((_, Err(e)))) = (g.hostile, outcome.runs.first()) {
+            panic!("{path:?}: a valid model fails on the CPU: {e}");
+        }
+    }
+}
