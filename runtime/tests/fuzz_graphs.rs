@@ -142,6 +142,8 @@ fn show_seed() {
 ///   base is 0 on lavapipe) where the CPU and onnxruntime give NaN.
 /// - gen-*: the generator shaped a MatMul weight after the last dim of a value with no
 ///   elements (`[0, i32::MAX]`): a 32 GB allocation (abort) or > 2 GB RSS.
+/// - slow-*: hostile Resize/Pad outputs of 16-80 MB ran 12-30 s (lavapipe); the fuzz cap
+///   (`fuzzgen::MAX_HOST_MEMORY`, 8 MiB) now refuses them: every run must be that typed error.
 #[test]
 fn fuzz_regressions_replay() {
     let gpu = gpu();
@@ -164,6 +166,12 @@ fn fuzz_regressions_replay() {
         );
         if let (false, Some((_, Err(e)))) = (g.hostile, outcome.runs.first()) {
             panic!("{path:?}: a valid model fails on the CPU: {e}");
+        }
+        if path.to_string_lossy().contains("/slow-") {
+            for (p, r) in &outcome.runs {
+                let e = r.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(e.contains("host memory limit"), "{path:?} {p:?}: {e}");
+            }
         }
     }
 }
