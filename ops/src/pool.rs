@@ -594,6 +594,24 @@ impl Op for Pool {
         if ins[0].numel() > u32::MAX as usize || range.end > u32::MAX as usize {
             return Err(big());
         }
+        // The shader walks windows in i32 positions: input, pads, dilated kernel and the last
+        // window's start must fit (a kernel_shape of 2^31-1 with SAME pads wrapped around).
+        let extent = |i: usize| {
+            [
+                (g.k[i] - 1).saturating_mul(g.d[i]),
+                g.pb[i],
+                g.pe[i],
+                g.ind[i],
+            ]
+            .into_iter()
+            .fold(g.outd[i].saturating_mul(g.s[i]), usize::saturating_add)
+        };
+        if (0..3).any(|i| extent(i) > i32::MAX as usize) {
+            return Err(OpError::Unsupported(format!(
+                "{} on GPU: window, pads and strides exceed the shader's i32 positions",
+                self.name
+            )));
+        }
         let v4 = |a: [usize; 3], w: usize| [a[0] as u32, a[1] as u32, a[2] as u32, w as u32];
         let p = PoolParams {
             in_dims: v4(g.ind, g.nc),
