@@ -1,0 +1,481 @@
+//! Conv's CPU paths: the direct loop over output lines for `cg == 1` (depthwise and
+//! single-input-channel convs) and the GEMM per (image, group) over pixel chunks, with im2col
+//! into per-thread scratch, the shared-im2col channel split of deep layers, and the rectangles
+//! a row range becomes.
+//!
+//! Sits between the Conv operator (`conv.rs`: attributes, geometry `Geom2`, the GPU kernel) and
+//! the shared CPU GEMM (`cpu_gemm.rs`).
+
+use super::*;
+use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
+use rayon::prelude::*;
+
+/// Raw output pointer shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+pub(super) struct OutPtr(*mut f32, usize);
+// SAFETY: only used to hand disjoint output blocks to rayon tasks (see `gemm_path`).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Direct loop for `cg == 1`: output lines `(n, oc, oh)` in `rows`, each from its one input
+/// channel, several lines per task (a depthwise line is often only 7 to 56 elements).
+pub(super) fn direct_path(
+    g: &Geom2,
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    out: &mut [f32],
+    rows: Range<usize>,
+) {
+    let ow = g.ow.max(1);
+    let dst = &mut out[rows.start * ow..rows.end * ow];
+    let threads = rayon::current_num_threads().max(1);
+    // About 16K multiply-adds per task, and at least 4 tasks per thread where there are lines
+    // enough.
+    let per = (16_384 / (ow * g.kh * g.kw))
+        .min(rows.len().div_ceil(4 * threads))
+        .max(1);
+    // Per kernel column: the output columns whose tap lies inside the input row, and the input
+    // column of the first (the same for every line).
+    let taps: Vec<(Range<usize>, usize)> = (0..g.kw)
+        .map(|kj| {
+            let off = (kj * g.dw) as i64 - g.pl;
+            let vr = valid_range(g.ow, g.sw, off, g.w);
+            let first = if vr.is_empty() {
+                0
+            } else {
+                ((vr.start * g.sw) as i64 + off) as usize
+            };
+            (vr, first)
+        })
+        .collect();
+    dst.par_chunks_mut(per * ow)
+        .enumerate()
+        .for_each(|(ci, chunk)| {
+            for (i, line) in chunk.chunks_mut(ow).enumerate() {
+                direct_line(g, (x, w, b), &taps, rows.start + ci * per + i, line);
+            }
+        });
+}
+
+/// Output line `r` = `(n, oc, oh)` of a `cg == 1` convolution: the bias, then each tap's
+/// weight times the input row segment it reads (`taps`: see [`direct_path`]).
+pub(super) fn direct_line(
+    g: &Geom2,
+    (x, w, b): (&[f32], &[f32], Option<&[f32]>),
+    taps: &[(Range<usize>, usize)],
+    r: usize,
+    line: &mut [f32],
+) {
+    let (oh, oc, n) = (r % g.oh, (r / g.oh) % g.m, r / (g.oh * g.m));
+    line.fill(b.map_or(0.0, |b| b[oc]));
+    let xplane = &x[(n * g.c + oc / g.mg) * g.h * g.w..][..g.h * g.w];
+    for ki in 0..g.kh {
+        let ih = (oh * g.sh + ki * g.dh) as i64 - g.pt;
+        if ih < 0 || ih >= g.h as i64 {
+            continue;
+        }
+        let xrow = &xplane[ih as usize * g.w..][..g.w];
+        for (kj, (vr, first)) in taps.iter().enumerate() {
+            if vr.is_empty() {
+                continue;
+            }
+            let wv = w[(oc * g.kh + ki) * g.kw + kj];
+            let src = &xrow[*first..];
+            let dst = &mut line[vr.clone()];
+            if g.sw == 1 {
+                crate::cpu_gemm::axpy(dst, wv, src);
+            } else {
+                for (o, xv) in dst.iter_mut().zip(src.iter().step_by(g.sw)) {
+                    *o += wv * xv;
+                }
+            }
+        }
+    }
+}
+
+/// im2col of pixels `p0..p1` of one image and group (`xg`: its cg input planes) into `col`
+/// (`ckk` rows of `p1 - p0`).
+pub(super) fn im2col(g: &Geom2, xg: &[f32], p0: usize, p1: usize, col: &mut [f32]) {
+    let per_c = g.kh * g.kw * (p1 - p0);
+    for (c, part) in col[..g.cg * per_c].chunks_mut(per_c).enumerate() {
+        im2col_channel(g, &xg[c * g.h * g.w..][..g.h * g.w], p0, p1, part);
+    }
+}
+
+/// [`im2col`] split over input channels on the pool (one block of columns that every task
+/// then reads).
+pub(super) fn im2col_par(g: &Geom2, xg: &[f32], p0: usize, p1: usize, col: &mut [f32]) {
+    let per_c = g.kh * g.kw * (p1 - p0);
+    col[..g.cg * per_c]
+        .par_chunks_mut(per_c)
+        .enumerate()
+        .for_each(|(c, part)| im2col_channel(g, &xg[c * g.h * g.w..][..g.h * g.w], p0, p1, part));
+}
+
+/// The `kh * kw` im2col rows of one input plane for pixels `p0..p1`.
+pub(super) fn im2col_channel(g: &Geom2, xplane: &[f32], p0: usize, p1: usize, rows: &mut [f32]) {
+    let np = p1 - p0;
+    for ki in 0..g.kh {
+        for kj in 0..g.kw {
+            let row = &mut rows[(ki * g.kw + kj) * np..][..np];
+            let off = (kj * g.dw) as i64 - g.pl;
+            if g.ow == 1 {
+                im2col_column(g, xplane, ki, off, p0, row);
+                continue;
+            }
+            let vr = valid_range(g.ow, g.sw, off, g.w);
+            let mut p = p0;
+            while p < p1 {
+                let (oh, ow0) = (p / g.ow, p % g.ow);
+                let ow1 = g.ow.min(ow0 + (p1 - p));
+                let seg = &mut row[p - p0..p - p0 + (ow1 - ow0)];
+                p += ow1 - ow0;
+                let ih = (oh * g.sh + ki * g.dh) as i64 - g.pt;
+                if ih < 0 || ih >= g.h as i64 {
+                    seg.fill(0.0);
+                    continue;
+                }
+                let xrow = &xplane[ih as usize * g.w..][..g.w];
+                // Zeros left and right of the valid columns, a (strided) copy between.
+                let (a, b) = (vr.start.clamp(ow0, ow1), vr.end.clamp(ow0, ow1));
+                seg[..a - ow0].fill(0.0);
+                seg[b - ow0..].fill(0.0);
+                let dst = &mut seg[a - ow0..b - ow0];
+                if dst.is_empty() {
+                    continue;
+                }
+                let src = &xrow[((a * g.sw) as i64 + off) as usize..];
+                if g.sw == 1 {
+                    dst.copy_from_slice(&src[..dst.len()]);
+                } else {
+                    for (v, xv) in dst.iter_mut().zip(src.iter().step_by(g.sw)) {
+                        *v = *xv;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One im2col row when every output line is one pixel (`ow == 1`, 1-D convolutions): pixel `p`
+/// is output line `p`, so the row is a strided copy down input column `off`, zero where the
+/// tap falls in the padding.
+pub(super) fn im2col_column(
+    g: &Geom2,
+    xplane: &[f32],
+    ki: usize,
+    off: i64,
+    p0: usize,
+    row: &mut [f32],
+) {
+    if off < 0 || off >= g.w as i64 {
+        row.fill(0.0);
+        return;
+    }
+    let p1 = p0 + row.len();
+    let shift = (ki * g.dh) as i64 - g.pt;
+    let vr = valid_range(g.oh, g.sh, shift, g.h);
+    let (a, b) = (vr.start.clamp(p0, p1), vr.end.clamp(p0, p1));
+    row[..a - p0].fill(0.0);
+    row[b - p0..].fill(0.0);
+    if a < b {
+        let first = ((a * g.sh) as i64 + shift) as usize * g.w + off as usize;
+        let src = xplane[first..].iter().step_by(g.sh * g.w);
+        for (v, xv) in row[a - p0..b - p0].iter_mut().zip(src) {
+            *v = *xv;
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's im2col buffer, reused across calls (see [`with_scratch`]).
+    static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Largest im2col buffer a thread keeps between calls (16 MiB); larger ones are freed.
+pub(super) const SCRATCH_KEEP: usize = 4 << 20;
+
+/// Run `f` on `len` floats of this thread's im2col buffer: grown when needed, never cleared
+/// (im2col writes every element it hands on). The buffer is taken out of the thread-local for
+/// the call, so a nested call on the same thread (rayon work-stealing inside a GEMM) gets a
+/// buffer of its own instead of sharing this one.
+pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    let mut v = SCRATCH.with(|s| s.take());
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    let r = f(&mut v[..len]);
+    if v.len() <= SCRATCH_KEEP {
+        SCRATCH.with(|s| s.set(v));
+    }
+    r
+}
+
+/// One rectangle of a row range inside a group: output channels `oc` (absolute) x pixels.
+#[derive(Debug, Clone)]
+pub(super) struct Rect {
+    oc: Range<usize>,
+    pix: Range<usize>,
+}
+
+/// Split group-local rows `q` (`ocl * OH + oh`) into at most 3 rectangles.
+pub(super) fn rects(g: &Geom2, oc0: usize, q: Range<usize>) -> Vec<Rect> {
+    let (oh, ow) = (g.oh, g.ow);
+    let mut v = Vec::new();
+    let (c0, h0) = (q.start / oh, q.start % oh);
+    let (c1, h1) = (q.end / oh, q.end % oh);
+    if c0 == c1 {
+        v.push(Rect {
+            oc: oc0 + c0..oc0 + c0 + 1,
+            pix: h0 * ow..h1 * ow,
+        });
+        return v;
+    }
+    let mut full = c0..c1;
+    if h0 != 0 {
+        v.push(Rect {
+            oc: oc0 + c0..oc0 + c0 + 1,
+            pix: h0 * ow..oh * ow,
+        });
+        full.start += 1;
+    }
+    if !full.is_empty() {
+        v.push(Rect {
+            oc: oc0 + full.start..oc0 + full.end,
+            pix: 0..oh * ow,
+        });
+    }
+    if h1 != 0 {
+        v.push(Rect {
+            oc: oc0 + c1..oc0 + c1 + 1,
+            pix: 0..h1 * ow,
+        });
+    }
+    v
+}
+
+/// One GEMM-path task: image, group, its rectangles, a pixel chunk.
+type Task = (usize, usize, std::sync::Arc<Vec<Rect>>, Range<usize>);
+
+/// GEMM path: per (image, group), rectangles of the row range; then either pixel chunks in
+/// parallel (each with its own im2col block), or, when the rectangles have at least as many
+/// output channels as pixels (deep layers, 1-D convolutions), one im2col block shared by
+/// tasks that split the output channels: pixel chunks would each repack all the weights.
+pub(super) fn gemm_path(
+    g: &Geom2,
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    out: &mut [f32],
+    rows: Range<usize>,
+) {
+    let ckk = g.ckk();
+    let direct_b = g.kh == 1
+        && g.kw == 1
+        && g.sh == 1
+        && g.sw == 1
+        && g.pt == 0
+        && g.pl == 0
+        && g.oh == g.h
+        && g.ow == g.w;
+    let threads = rayon::current_num_threads().max(1);
+    let optr = OutPtr(out.as_mut_ptr(), out.len());
+    let mut tasks: Vec<Task> = Vec::new();
+    let img_rows = g.m * g.oh;
+    for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
+        for grp in 0..g.group {
+            let lo = n * img_rows + grp * g.mg * g.oh;
+            let q = rows.start.max(lo)..rows.end.min(lo + g.mg * g.oh);
+            if q.is_empty() {
+                continue;
+            }
+            let rs = rects(g, grp * g.mg, q.start - lo..q.end - lo);
+            let union = rs.iter().map(|r| r.pix.start).min().unwrap()
+                ..rs.iter().map(|r| r.pix.end).max().unwrap();
+            let chans = rs.iter().map(|r| r.oc.len()).max().unwrap();
+            if chans >= union.len() {
+                channel_split(g, (x, w, b), optr, (n, grp), &rs, union, direct_b);
+                continue;
+            }
+            let target = if direct_b {
+                union.len()
+            } else {
+                (262_144 / ckk).max(64)
+            };
+            // A multiple of the thread count, so no thread idles through a last round.
+            let mut count = union.len().div_ceil(target);
+            if union.len() >= 64 * threads {
+                count = count.next_multiple_of(threads);
+            }
+            let chunk = union.len().div_ceil(count);
+            let rs = std::sync::Arc::new(rs);
+            let mut p = union.start;
+            while p < union.end {
+                let e = (p + chunk).min(union.end);
+                tasks.push((n, grp, rs.clone(), p..e));
+                p = e;
+            }
+        }
+    }
+    let run = |(n, grp, rs, chunk): &Task, th: Threads| {
+        let xg_off = (n * g.c + grp * g.cg) * g.h * g.w;
+        let blocks = |bdata: &[f32], boff: usize, brs: usize, base: usize| {
+            for r in rs.iter() {
+                let pix = r.pix.start.max(chunk.start)..r.pix.end.min(chunk.end);
+                if pix.is_empty() {
+                    continue;
+                }
+                let bm = MatRef {
+                    data: bdata,
+                    offset: boff + pix.start - base,
+                    rs: brs,
+                    cs: 1,
+                };
+                // SAFETY: tasks cover disjoint (channel, pixel) blocks of the output:
+                // rectangles partition the row range, chunks partition each group's pixels.
+                unsafe { gemm_block(g, (w, b), optr, *n, r.oc.clone(), pix, bm, th) };
+            }
+        };
+        if direct_b {
+            blocks(x, xg_off, g.h * g.w, 0);
+        } else {
+            with_scratch(ckk * chunk.len(), |col| {
+                im2col(g, &x[xg_off..], chunk.start, chunk.end, col);
+                blocks(col, 0, chunk.len(), chunk.start);
+            });
+        }
+    };
+    if tasks.len() >= threads && threads > 1 {
+        tasks.par_iter().for_each(|t| run(t, Threads::Single));
+    } else {
+        tasks.iter().for_each(|t| run(t, Threads::Pool));
+    }
+}
+
+/// The GEMM path for one (image, group) whose rectangles `rs` have at least as many output
+/// channels as pixels: im2col of the pixel `union` once (in parallel over input channels), then
+/// each rectangle's channels cut in one part per thread.
+pub(super) fn channel_split(
+    g: &Geom2,
+    (x, w, b): (&[f32], &[f32], Option<&[f32]>),
+    optr: OutPtr,
+    (n, grp): (usize, usize),
+    rs: &[Rect],
+    union: Range<usize>,
+    direct_b: bool,
+) {
+    let threads = rayon::current_num_threads().max(1);
+    let mut parts: Vec<(Range<usize>, Range<usize>)> = Vec::new();
+    for r in rs {
+        let k = if r.oc.len() >= 8 * threads {
+            threads
+        } else {
+            1
+        };
+        let step = r.oc.len().div_ceil(k);
+        let mut c = r.oc.start;
+        while c < r.oc.end {
+            parts.push((c..(c + step).min(r.oc.end), r.pix.clone()));
+            c += step;
+        }
+    }
+    let xg_off = (n * g.c + grp * g.cg) * g.h * g.w;
+    let go = |bdata: &[f32], boff: usize, brs: usize, base: usize| {
+        let one = |(oc, pix): &(Range<usize>, Range<usize>), th: Threads| {
+            let bm = MatRef {
+                data: bdata,
+                offset: boff + pix.start - base,
+                rs: brs,
+                cs: 1,
+            };
+            // SAFETY: the parts cut the rectangles (disjoint output blocks) by channel.
+            unsafe { gemm_block(g, (w, b), optr, n, oc.clone(), pix.clone(), bm, th) };
+        };
+        if parts.len() >= threads && threads > 1 {
+            parts.par_iter().for_each(|p| one(p, Threads::Single));
+        } else {
+            parts.iter().for_each(|p| one(p, Threads::Pool));
+        }
+    };
+    if direct_b {
+        go(x, xg_off, g.h * g.w, 0);
+    } else {
+        with_scratch(g.ckk() * union.len(), |col| {
+            im2col_par(g, &x[xg_off..], union.start, union.end, col);
+            go(col, 0, union.len(), union.start);
+        });
+    }
+}
+
+/// Output channels `oc` x pixels `pix` of image `n`: the GEMM of those weight rows with `bm`
+/// (`ckk` rows of B starting at the block's first pixel), then the bias while the block is
+/// still in cache.
+///
+/// # Safety
+/// No other thread may access that output block during the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_block(
+    g: &Geom2,
+    (w, b): (&[f32], Option<&[f32]>),
+    optr: OutPtr,
+    n: usize,
+    oc: Range<usize>,
+    pix: Range<usize>,
+    bm: MatRef,
+    th: Threads,
+) {
+    let (plane, ckk) = (g.oh * g.ow, g.ckk());
+    let first = (n * g.m + oc.start) * plane + pix.start;
+    let a = MatRef::row_major(w, oc.start * ckk, ckk);
+    // SAFETY: the caller holds the block exclusively; sgemm_raw checks it lies in the output.
+    unsafe {
+        sgemm_raw(
+            oc.len(),
+            pix.len(),
+            ckk,
+            1.0,
+            a,
+            bm,
+            0.0,
+            optr.ptr(),
+            optr.1,
+            (first, plane, 1),
+            th,
+        );
+    }
+    let Some(b) = b else { return };
+    for (i, c) in oc.enumerate() {
+        let at = first + i * plane;
+        assert!(at + pix.len() <= optr.1, "Conv bias block out of bounds");
+        // SAFETY: in bounds (checked) and held exclusively by this call (caller contract).
+        let line = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), pix.len()) };
+        line.iter_mut().for_each(|v| *v += b[c]);
+    }
+}
+
+/// Compute output lines `rows` of a convolution on the CPU (f32).
+pub fn conv_cpu(
+    g: &Geom2,
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    out: &mut [f32],
+    rows: Range<usize>,
+) {
+    let rows = rows.start.min(g.n * g.m * g.oh)..rows.end.min(g.n * g.m * g.oh);
+    if rows.is_empty() || g.ow == 0 {
+        return;
+    }
+    if g.cg == 1 {
+        return direct_path(g, x, w, b, out, rows);
+    }
+    gemm_path(g, x, w, b, out, rows);
+}
