@@ -18,27 +18,32 @@ pub struct Shader {
     pub source: &'static str,
 }
 
+/// `shader!(CONST, "file")` embeds `wgsl/file.wgsl`; `shader!(CONST, "file", "prelude", ...)`
+/// puts the prelude files' text (shared helper functions, no bindings) in front of it.
 macro_rules! shader {
-    ($ident:ident, $file:literal) => {
+    ($ident:ident, $file:literal $(, $prelude:literal)*) => {
         pub const $ident: Shader = Shader {
             name: $file,
-            source: include_str!(concat!("../wgsl/", $file, ".wgsl")),
+            source: concat!(
+                $(include_str!(concat!("../wgsl/", $prelude, ".wgsl")),)*
+                include_str!(concat!("../wgsl/", $file, ".wgsl"))
+            ),
         };
     };
 }
 
 shader!(COPY, "copy");
-shader!(UNARY, "unary");
-shader!(BINARY, "binary");
+shader!(UNARY, "unary", "float_bits");
+shader!(BINARY, "binary", "float_bits", "pow_c99");
 shader!(WHERE, "where");
 shader!(CAST, "cast");
 shader!(SOFTMAX, "softmax");
-shader!(REDUCE, "reduce");
-shader!(POOL, "pool");
+shader!(REDUCE, "reduce", "float_bits");
+shader!(POOL, "pool", "float_bits");
 shader!(NORM, "norm");
 shader!(NORM_STATS, "norm_stats");
 shader!(BATCHNORM, "batchnorm");
-shader!(LRN, "lrn");
+shader!(LRN, "lrn", "float_bits", "pow_c99");
 shader!(INDEX_MAP, "index_map");
 shader!(GATHER, "gather");
 shader!(PAD, "pad");

@@ -29,18 +29,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 @group(0) @binding(2) var<uniform> params: Params;
 
-// NaN built at run time: Chrome's WGSL compiler (Tint) rejects a const-expression
-// whose value is not finite, so the bits go through a `let` first.
-fn nan_f32() -> f32 {
-    let bits = 0x7fc00000u;
-    return bitcast<f32>(bits);
-}
-
-// NaN on the bits: lavapipe's LLVM folds `v != v` to false (see README.md, "Numerics").
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
-
 fn base_offset(e: u32) -> u32 {
     var rem = e;
     var off = 0u;

@@ -29,13 +29,8 @@ struct Params {
 const FRAC_1_SQRT_2: f32 = 0.70710678;
 const SQRT_2_OVER_PI: f32 = 0.7978846;
 
-// NaN tests and clamps on the bits: WGSL leaves clamp/min/max of NaN to the implementation, and
-// lavapipe's LLVM folds `v != v` to false (see README.md, "Numerics").
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
-
-// clamp(v, lo, hi) that keeps NaN.
+// clamp(v, lo, hi) that keeps NaN (WGSL leaves clamp/min/max of NaN to the implementation;
+// NaN tests use float_bits.wgsl's is_nan).
 fn clamp_nan(v: f32, lo: f32, hi: f32) -> f32 {
     return select(clamp(v, lo, hi), v, is_nan(v));
 }
