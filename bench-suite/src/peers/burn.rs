@@ -14,9 +14,9 @@
 //! fails the run. Full mode always has burn rows.
 
 use crate::models::{max_abs_diff, Named};
-use crate::peers::ort::repo_root;
-use crate::schema::{Cold, Row};
-use crate::stats::{Latency, RunRule};
+use crate::peers::ort::{fill_timing, repo_root, DriverOutput};
+use crate::schema::Row;
+use crate::stats::RunRule;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,12 +57,6 @@ struct DriverOut {
     outputs: Vec<DriverOutput>,
     #[serde(default)]
     peak_rss_kb: f64,
-}
-
-#[derive(Deserialize)]
-struct DriverOutput {
-    name: String,
-    path: PathBuf,
 }
 
 /// burn's two rows for `model` (a manifest name): `cpu_rule` for ndarray, `gpu_rule` for wgpu
@@ -193,14 +187,14 @@ fn row_from_output(
             .notes
             .push("no reference outputs to compare with".into()),
     }
-    let latency = Latency::from_samples(d.samples_ms, rule);
-    row.cold = Some(Cold {
-        load_ms: d.load_ms,
-        first_run_ms: d.first_run_ms,
-    });
-    row.throughput_per_s = Some(latency.throughput());
-    row.latency = Some(latency);
-    row.peak_rss_mib = Some(d.peak_rss_kb / 1024.0);
+    fill_timing(
+        &mut row,
+        d.load_ms,
+        d.first_run_ms,
+        d.samples_ms,
+        d.peak_rss_kb,
+        rule,
+    );
     row.notes
         .push("each run uploads the inputs and reads every output back".into());
     Ok(row)

@@ -37,10 +37,31 @@ struct DriverOut {
     peak_rss_kb: f64,
 }
 
+/// One output file of a driver report (`ort_driver.py`'s protocol, which burn's driver speaks
+/// too).
 #[derive(Deserialize)]
-struct DriverOutput {
-    name: String,
-    path: PathBuf,
+pub(crate) struct DriverOutput {
+    pub(crate) name: String,
+    pub(crate) path: PathBuf,
+}
+
+/// The timing fields of a driver's row: cold start, latency under `rule`, throughput, peak RSS.
+pub(crate) fn fill_timing(
+    row: &mut Row,
+    load_ms: f64,
+    first_run_ms: f64,
+    samples_ms: Vec<f64>,
+    peak_rss_kb: f64,
+    rule: &RunRule,
+) {
+    let latency = Latency::from_samples(samples_ms, rule);
+    row.cold = Some(Cold {
+        load_ms,
+        first_run_ms,
+    });
+    row.throughput_per_s = Some(latency.throughput());
+    row.latency = Some(latency);
+    row.peak_rss_mib = Some(peak_rss_kb / 1024.0);
 }
 
 /// `name` as a file name (characters outside `[A-Za-z0-9._-]` become `_`).
@@ -134,14 +155,14 @@ fn run(
         row.notes
             .push("this run's outputs are the reference".into());
     }
-    let latency = Latency::from_samples(d.samples_ms, rule);
-    row.cold = Some(Cold {
-        load_ms: d.load_ms,
-        first_run_ms: d.first_run_ms,
-    });
-    row.throughput_per_s = Some(latency.throughput());
-    row.latency = Some(latency);
-    row.peak_rss_mib = Some(d.peak_rss_kb / 1024.0);
+    fill_timing(
+        &mut row,
+        d.load_ms,
+        d.first_run_ms,
+        d.samples_ms,
+        d.peak_rss_kb,
+        rule,
+    );
     row.notes
         .push("peak RSS includes the Python interpreter and numpy".into());
     Ok((row, Some(got)))
