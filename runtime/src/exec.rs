@@ -302,8 +302,16 @@ impl<'a> Run<'a> {
                 let n = step.inputs.get(i)?.numel();
                 let at = n.is_multiple_of(rows).then_some(cut * (n / rows));
                 let slot = &self.slots[v];
-                (at.is_some() && slot.split == at && slot.gpu.is_some() && slot.host.is_some())
-                    .then_some(v)
+                // A value also read whole (at an input the op does not read row for row) is
+                // joined instead.
+                let only_chained = (node.inputs.iter().enumerate())
+                    .all(|(j, x)| *x != Some(v) || step.chained.contains(&j));
+                (at.is_some()
+                    && only_chained
+                    && slot.split == at
+                    && slot.gpu.is_some()
+                    && slot.host.is_some())
+                .then_some(v)
             })
             .collect()
     }
@@ -539,7 +547,9 @@ impl<'a> Run<'a> {
     /// Values `vs` whole on the host: downloading (in one submit) what is only on the GPU and
     /// joining split values.
     async fn host_tensors(&mut self, vs: &[usize]) -> Result<Vec<Arc<Tensor>>> {
-        let missing: Vec<usize> = vs
+        // Once each: a node reading one value twice (Mul(x, x)) must not join it twice (the
+        // second join would overwrite the joined copy with the GPU half alone).
+        let mut missing: Vec<usize> = vs
             .iter()
             .copied()
             .filter(|&v| {
@@ -547,6 +557,8 @@ impl<'a> Run<'a> {
                 s.host.is_none() || s.split.is_some()
             })
             .collect();
+        missing.sort_unstable();
+        missing.dedup();
         if !missing.is_empty() {
             self.submit()?;
             let gpu = self

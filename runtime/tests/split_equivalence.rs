@@ -5,9 +5,14 @@
 mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use tandem::exec::{execute, Context, GpuConstants};
+use tandem::graph::{Graph, Node, Value};
+use tandem::plan::{build, Placement, Plan, Request, StepKind};
+use tandem::schedule::Policy;
 use tandem::testing::{const_metas, run_split};
-use tandem::{Session, SessionOptions, Tensor, TensorMeta};
+use tandem::{DType, Session, SessionOptions, Tensor, TensorMeta};
 use tandem_ops::shape::row_count;
+use tandem_ops::{AttrValue, Attrs};
 
 struct Line {
     name: String,
@@ -124,27 +129,19 @@ fn split_runs_equal_expected_outputs_for_every_splittable_op() {
     );
 }
 
-/// Relu(x) -> Add(_, y) -> Softmax(axis -1) on [6, 40], every node split at the same fraction
-/// (Softmax rows 0..k on the CPU, elementwise rows 0..40k), run by the executor on the CPU and
-/// the real adapter. Chained, the values between the nodes stay in their halves: the only
-/// transfers are the uploads of x and y and the final join. Both ways equal a naive loop.
-#[test]
-fn chained_splits_equal_a_naive_loop_with_no_joins_inside() {
-    use tandem::exec::{execute, Context, GpuConstants};
-    use tandem::graph::{Graph, Node, Value};
-    use tandem::plan::{build, Placement, Request, StepKind};
-    use tandem::schedule::Policy;
-    use tandem::DType;
-    use tandem_ops::{AttrValue, Attrs};
-
-    let (n, d) = (6usize, 40usize);
-    let value = |name: &str| Value {
+/// An f32 value of a hand-built graph.
+fn f32_value(name: &str) -> Value {
+    Value {
         name: name.into(),
         dtype: Some(DType::F32),
         shape: None,
         constant: None,
-    };
-    let node = |op_type: &str, attrs: Attrs, inputs: &[usize], out: usize| Node {
+    }
+}
+
+/// A node of a hand-built graph (opset 13), named after its op type.
+fn node(op_type: &str, attrs: Attrs, inputs: &[usize], out: usize) -> Node {
+    Node {
         name: op_type.to_lowercase(),
         op_type: op_type.into(),
         domain: String::new(),
@@ -152,9 +149,67 @@ fn chained_splits_equal_a_naive_loop_with_no_joins_inside() {
         inputs: inputs.iter().map(|&i| Some(i)).collect(),
         outputs: vec![out],
         op: tandem_ops::registry::build(op_type, &attrs).expect("registered op"),
+    }
+}
+
+/// The plan of `graph` with every node whole on the GPU (then edited by the tests).
+fn gpu_plan(graph: &Graph, inputs: &[Tensor], gpu: &tandem::gpu::Gpu) -> Plan {
+    let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
+    let request = Request {
+        placement: Placement::Gpu,
+        overrides: &[],
+        costs: None,
+        policy: Policy::HeftSplit,
+        assume_gpu: false,
     };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    build(graph, &metas, &request, Some(gpu), &pool).expect("plan")
+}
+
+/// Step `s` of `plan` split at output row `cut`, its `chained` inputs read in their halves.
+fn split_step(graph: &Graph, plan: &mut Plan, s: usize, cut: usize, chained: Vec<usize>) {
+    let step = &mut plan.steps[s];
+    let op = &graph.nodes[step.node].op;
+    let ins: Vec<&TensorMeta> = step.inputs.iter().collect();
+    let rows = step.rows.end;
+    step.kind = StepKind::Split {
+        cut,
+        row_len: step.outputs[0].numel() / rows,
+        kernels: op.gpu(&ins, &step.outputs, cut..rows).expect("gpu kernels"),
+    };
+    step.chained = chained;
+}
+
+/// Run `plan` on the CPU (one thread) and the real adapter.
+fn run_plan(graph: &Graph, plan: &Plan, inputs: &[Tensor]) -> (Vec<Tensor>, tandem::RunReport) {
+    let gpu = tandem::testing::gpu();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let constants = GpuConstants::default();
+    let cx = Context {
+        graph,
+        plan,
+        gpu: Some(gpu.as_ref()),
+        pool: &pool,
+        constants: &constants,
+    };
+    execute(&cx, inputs.to_vec()).expect("run")
+}
+
+/// Relu(x) -> Add(_, y) -> Softmax(axis -1) on [6, 40], every node split at the same fraction
+/// (Softmax rows 0..k on the CPU, elementwise rows 0..40k), run by the executor on the CPU and
+/// the real adapter. Chained, the values between the nodes stay in their halves: the only
+/// transfers are the uploads of x and y and the final join. Both ways equal a naive loop.
+#[test]
+fn chained_splits_equal_a_naive_loop_with_no_joins_inside() {
+    let (n, d) = (6usize, 40usize);
     let graph = Graph {
-        values: ["x", "y", "r", "a", "o"].map(value).to_vec(),
+        values: ["x", "y", "r", "a", "o"].map(f32_value).to_vec(),
         nodes: vec![
             node("Relu", Attrs::new(13), &[0], 2),
             node("Add", Attrs::new(13), &[2, 1], 3),
@@ -187,59 +242,26 @@ fn chained_splits_equal_a_naive_loop_with_no_joins_inside() {
     }
     let want = Tensor::f32(&[n, d], want);
     let inputs = vec![Tensor::f32(&[n, d], xs), Tensor::f32(&[n, d], ys)];
-    let metas: Vec<TensorMeta> = inputs
-        .iter()
-        .map(|t| TensorMeta {
-            dtype: t.dtype(),
-            shape: t.shape.clone(),
-            value: None,
-        })
-        .collect();
-    let gpu = tandem::testing::gpu();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
-    let request = Request {
-        placement: Placement::Gpu,
-        overrides: &[],
-        costs: None,
-        policy: Policy::HeftSplit,
-        assume_gpu: false,
-    };
-    let whole = build(&graph, &metas, &request, Some(gpu.as_ref()), &pool).expect("plan");
+    let whole = gpu_plan(&graph, &inputs, &tandem::testing::gpu());
     assert_eq!(whole.steps.len(), 3);
     for k in [1, 3, 5] {
         for chain in [true, false] {
             let mut plan = whole.clone();
-            for step in &mut plan.steps {
-                let op = &graph.nodes[step.node].op;
+            for s in 0..plan.steps.len() {
+                let step = &plan.steps[s];
                 let ins: Vec<&TensorMeta> = step.inputs.iter().collect();
-                let rows = step.rows.end;
-                let cut = k * rows / n;
-                step.kind = StepKind::Split {
-                    cut,
-                    row_len: step.outputs[0].numel() / rows,
-                    kernels: op.gpu(&ins, &step.outputs, cut..rows).expect("gpu kernels"),
-                };
-                step.chained = if chain {
-                    op.row_local(&ins, &step.outputs)
+                let chained = if chain {
+                    graph.nodes[step.node].op.row_local(&ins, &step.outputs)
                 } else {
                     Vec::new()
                 };
-                if chain && step.node > 0 {
-                    assert!(step.chained.contains(&0), "the chain reads its first input");
+                if chain && s > 0 {
+                    assert!(chained.contains(&0), "the chain reads its first input");
                 }
+                let cut = k * step.rows.end / n;
+                split_step(&graph, &mut plan, s, cut, chained);
             }
-            let constants = GpuConstants::default();
-            let cx = Context {
-                graph: &graph,
-                plan: &plan,
-                gpu: Some(gpu.as_ref()),
-                pool: &pool,
-                constants: &constants,
-            };
-            let (outs, report) = execute(&cx, inputs.clone()).expect("run");
+            let (outs, report) = run_plan(&graph, &plan, &inputs);
             tandem::testing::assert_close(&outs[0], &want, 1e-5, 1e-6);
             let to_cpu = report
                 .transfers
@@ -255,5 +277,54 @@ fn chained_splits_equal_a_naive_loop_with_no_joins_inside() {
                 assert_eq!((report.uploads, report.downloads), (4, 3), "cut {k}/{n}");
             }
         }
+    }
+}
+
+/// A split value read twice by one node: Relu(x) split at row `k`, then MatMul(r, r) split at
+/// the same row with only A chained (B must be joined, not read as its halves), then Mul(r, r)
+/// whole on the CPU (its join once served the second read the GPU half alone: a wrong magika
+/// result under stress). Both equal a naive loop.
+#[test]
+fn a_split_value_read_twice_by_one_node_is_joined_once() {
+    let n = 8usize;
+    let graph = Graph {
+        values: ["x", "r", "sq", "mm"].map(f32_value).to_vec(),
+        nodes: vec![
+            node("Relu", Attrs::new(13), &[0], 1),
+            node("MatMul", Attrs::new(13), &[1, 1], 3),
+            node("Mul", Attrs::new(13), &[1, 1], 2),
+        ],
+        inputs: vec![0],
+        outputs: vec![2, 3],
+    };
+    let xs: Vec<f32> = (0..n * n)
+        .map(|i| ((i * 37 % 23) as f32 - 9.0) / 4.0)
+        .collect();
+    let r: Vec<f32> = xs.iter().map(|v| v.max(0.0)).collect();
+    let sq: Vec<f32> = r.iter().map(|v| v * v).collect();
+    let mut mm = vec![0f32; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            mm[i * n + j] = (0..n).map(|k| r[i * n + k] * r[k * n + j]).sum();
+        }
+    }
+    let inputs = vec![Tensor::f32(&[n, n], xs)];
+    let whole = gpu_plan(&graph, &inputs, &tandem::testing::gpu());
+    for k in [1, n / 2, n - 1] {
+        let mut plan = whole.clone();
+        let step_of = |node: usize| plan.steps.iter().position(|s| s.node == node).unwrap();
+        let (relu, matmul, mul) = (step_of(0), step_of(1), step_of(2));
+        assert!(relu < matmul && matmul < mul, "steps in node order");
+        // Relu's rows may be elements: cut it at the same fraction.
+        let relu_cut = k * plan.steps[relu].rows.end / n;
+        split_step(&graph, &mut plan, relu, relu_cut, Vec::new());
+        split_step(&graph, &mut plan, matmul, k, vec![0]);
+        plan.steps[mul].kind = StepKind::Whole {
+            device: tandem::Device::Cpu,
+            kernels: Vec::new(),
+        };
+        let (outs, _) = run_plan(&graph, &plan, &inputs);
+        tandem::testing::assert_close(&outs[0], &Tensor::f32(&[n, n], sq.clone()), 1e-5, 1e-6);
+        tandem::testing::assert_close(&outs[1], &Tensor::f32(&[n, n], mm.clone()), 1e-4, 1e-5);
     }
 }
