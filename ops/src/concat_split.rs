@@ -5,11 +5,11 @@
 //! output of Split) is one `index_map.wgsl` dispatch with a strided output (input) side.
 
 use crate::movement::{
-    absent, check_gpu_size, plan_value, with_same_type, Elem, IndexMap, SameTypeKernel,
+    absent, check_gpu_size, for_each_chunk, plan_value, with_same_type, Elem, IndexMap,
+    SameTypeKernel,
 };
 use crate::shape::{normalize_axis, row_len, strides};
 use crate::{Attrs, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
-use rayon::prelude::*;
 use std::ops::Range;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -65,7 +65,7 @@ impl SameTypeKernel for ConcatRows {
         let first_row = self.start / total;
         let out = &mut out[first_row * total..self.end.div_ceil(total) * total];
         let (start, end) = (self.start - first_row * total, self.end - first_row * total);
-        out.par_chunks_mut(total).enumerate().for_each(|(r, row)| {
+        for_each_chunk(out, total, |r, row| {
             let o = first_row + r;
             let mut off = 0;
             for (k, &len) in self.chunks.iter().enumerate() {
@@ -262,13 +262,12 @@ impl SameTypeKernel for SplitPart {
         if self.len == 0 {
             return Ok(());
         }
-        out.par_chunks_mut(self.len)
-            .enumerate()
-            .take(self.outer)
-            .for_each(|(o, dst)| {
-                let s = o * self.in_len + self.off;
-                dst.copy_from_slice(&ins[0][s..s + self.len]);
-            });
+        let n = (self.outer * self.len).min(out.len());
+        let out = &mut out[..n];
+        for_each_chunk(out, self.len, |o, dst| {
+            let s = o * self.in_len + self.off;
+            dst.copy_from_slice(&ins[0][s..s + self.len]);
+        });
         Ok(())
     }
 }

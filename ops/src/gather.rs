@@ -6,11 +6,11 @@
 //! negative ones count from the end; an index out of range is `Invalid` on the CPU.
 
 use crate::movement::{
-    check_gpu_size, first_axis, pack8, row_elems, with_same_type, Elem, SameTypeKernel,
+    check_gpu_size, first_axis, for_each_chunk, pack8, row_elems, with_same_type, Elem,
+    SameTypeKernel,
 };
 use crate::shape::{grid_1d, normalize_axis, strides};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
-use rayon::prelude::*;
 use std::ops::Range;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -106,22 +106,20 @@ impl SameTypeKernel for TakeSlices<'_> {
         let (n, inner) = (self.idx.len(), self.inner);
         let out = &mut out[self.start..self.end];
         let chunk = inner * (4096 / inner).max(1);
-        out.par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(c, block)| {
-                let mut j = self.start + c * chunk;
-                let mut k = 0;
-                while k < block.len() {
-                    let e = j % inner;
-                    let row = j / inner;
-                    let (o, i) = (row / n, row % n);
-                    let len = (inner - e).min(block.len() - k);
-                    let s = (o * self.axis_dim + self.idx[i]) * inner + e;
-                    block[k..k + len].copy_from_slice(&ins[0][s..s + len]);
-                    k += len;
-                    j += len;
-                }
-            });
+        for_each_chunk(out, chunk, |c, block| {
+            let mut j = self.start + c * chunk;
+            let mut k = 0;
+            while k < block.len() {
+                let e = j % inner;
+                let row = j / inner;
+                let (o, i) = (row / n, row % n);
+                let len = (inner - e).min(block.len() - k);
+                let s = (o * self.axis_dim + self.idx[i]) * inner + e;
+                block[k..k + len].copy_from_slice(&ins[0][s..s + len]);
+                k += len;
+                j += len;
+            }
+        });
         Ok(())
     }
 }
@@ -138,11 +136,10 @@ struct TakeElements<'a> {
 
 impl SameTypeKernel for TakeElements<'_> {
     fn run<T: Elem>(&self, ins: &[&[T]], out: &mut [T]) -> Result<()> {
-        out[self.start..self.end]
-            .par_iter_mut()
-            .enumerate()
-            .for_each(|(t, o)| {
-                let v = self.start + t;
+        const CHUNK: usize = 4096;
+        for_each_chunk(&mut out[self.start..self.end], CHUNK, |c, block| {
+            for (t, o) in block.iter_mut().enumerate() {
+                let v = self.start + c * CHUNK + t;
                 let mut rem = v;
                 let mut s = 0;
                 for d in (0..self.out_dims.len()).rev() {
@@ -151,7 +148,8 @@ impl SameTypeKernel for TakeElements<'_> {
                     s += if d == self.axis { self.idx[v] } else { c } * self.data_strides[d];
                 }
                 *o = ins[0][s];
-            });
+            }
+        });
         Ok(())
     }
 }

@@ -8,6 +8,30 @@ use crate::shape::grid_1d;
 use crate::{DType, Data, GpuKernel, OpError, Result, Tensor, TensorMeta};
 use rayon::prelude::*;
 
+/// Below this many output bytes a data movement kernel runs on the calling thread: handing
+/// work to a rayon worker (a wake-up, then a join) costs microseconds, more than copying this
+/// much (a decode step's KV-cache Concat and Transpose outputs are ~64 KiB).
+pub const INLINE_BYTES: usize = 96 << 10;
+
+/// True when `n` elements of `T` are few enough for the calling thread ([`INLINE_BYTES`]).
+pub fn run_inline<T>(n: usize) -> bool {
+    n.saturating_mul(std::mem::size_of::<T>()) < INLINE_BYTES
+}
+
+/// `f(i, piece)` for `out` cut into `chunk`-long pieces (the last may be shorter; `chunk` 0 is
+/// taken as 1): on the calling thread when `out` is small ([`run_inline`]), else in parallel on
+/// the current rayon pool. The one place the movement kernels choose between the two.
+pub fn for_each_chunk<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let chunk = chunk.max(1);
+    if run_inline::<T>(out.len()) {
+        out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+    } else {
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
+    }
+}
+
 /// Element types the data movement kernels are generic over.
 pub trait Elem: Copy + Default + Send + Sync + 'static {}
 impl<T: Copy + Default + Send + Sync + 'static> Elem for T {}
@@ -348,9 +372,7 @@ impl IndexMap {
         } else {
             1 << 14
         };
-        out.par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(i, block)| m.fill(src, block, start + i * chunk));
+        for_each_chunk(out, chunk, |i, block| m.fill(src, block, start + i * chunk));
     }
 
     /// True for a (batched) plain transpose whose last output axis is strided in the input
@@ -365,30 +387,33 @@ impl IndexMap {
             && self.modulo.iter().all(|&m| m == 0)
     }
 
-    /// The tiled path of [`IndexMap::cpu`]: units of `TILE` output rows of one matrix, each
-    /// written `COLS` columns at a time so the strided input lines stay in cache (few columns:
-    /// power-of-two strides map every line to one cache set).
+    /// The tiled path of [`IndexMap::cpu`]: units of `TILE` output rows of one matrix (in
+    /// parallel unless small), each written in 8x8 blocks read as 8 contiguous input lines and
+    /// written as 8 contiguous output lines; partial rows and edges element by element.
     fn transpose_tiles<T: Elem>(&self, src: &[T], out: &mut [T], start: usize) {
         const TILE: usize = 32;
-        const COLS: usize = 8;
         let r = self.dims.len();
         let (p_n, q_n) = (self.dims[r - 2], self.dims[r - 1]);
-        let sq = self.in_stride[r - 1];
         let end = start + out.len();
         let per_matrix = p_n * q_n;
+        let inline = run_inline::<T>(out.len());
         // Cut `out` into units (matrix, first row) intersected with start..end.
         let mut units = Vec::new();
         let mut rest = out;
         let mut v = start;
         while v < end {
             let (o, p0) = (v / per_matrix, (v % per_matrix) / q_n / TILE * TILE);
-            let unit_end = (o * per_matrix + (p0 + TILE).min(p_n) * q_n).min(end);
+            let unit_end = if inline {
+                ((o + 1) * per_matrix).min(end)
+            } else {
+                (o * per_matrix + (p0 + TILE).min(p_n) * q_n).min(end)
+            };
             let (head, tail) = rest.split_at_mut(unit_end - v);
             units.push((v, o, head));
             rest = tail;
             v = unit_end;
         }
-        units.into_par_iter().for_each(|(v0, o, block)| {
+        let unit = |(v0, o, block): (usize, usize, &mut [T])| {
             let mut rem = o;
             let mut base = self.in_base;
             for d in (0..r - 2).rev() {
@@ -396,19 +421,67 @@ impl IndexMap {
                 rem /= self.dims[d];
             }
             let lo = v0 - o * per_matrix;
-            let hi = lo + block.len();
-            let (p_lo, p_hi) = (lo / q_n, hi.div_ceil(q_n));
-            for q0 in (0..q_n).step_by(COLS) {
-                let q1 = (q0 + COLS).min(q_n);
-                for p in p_lo..p_hi {
-                    let row = p * q_n;
-                    let (a, b) = ((row + q0).max(lo), (row + q1).min(hi));
-                    for j in a..b {
-                        block[j - lo] = src[base + p + (j - row) * sq];
+            self.transpose_block(&src[base..], block, lo);
+        };
+        if inline {
+            units.into_iter().for_each(unit);
+        } else {
+            units.into_par_iter().for_each(unit);
+        }
+    }
+
+    /// Output elements `lo..lo + block.len()` of one matrix of a tiled transpose whose input
+    /// starts at `src[0]`: output (p, q) = `src[p + q * sq]`.
+    fn transpose_block<T: Elem>(&self, src: &[T], block: &mut [T], lo: usize) {
+        const B: usize = 8;
+        let r = self.dims.len();
+        let q_n = self.dims[r - 1];
+        let sq = self.in_stride[r - 1];
+        let hi = lo + block.len();
+        let one = |block: &mut [T], p: usize, q0: usize, q1: usize| {
+            for q in q0..q1 {
+                block[p * q_n + q - lo] = src[p + q * sq];
+            }
+        };
+        // Whole output rows p_a..p_b; the partial rows around them element by element.
+        let (p_a, p_b) = (lo.div_ceil(q_n), hi / q_n);
+        if p_a > p_b {
+            // Inside one row.
+            let p = lo / q_n;
+            one(block, p, lo - p * q_n, hi - p * q_n);
+            return;
+        }
+        if lo < p_a * q_n {
+            one(block, p_a - 1, lo - (p_a - 1) * q_n, q_n);
+        }
+        if hi > p_b * q_n {
+            one(block, p_b, 0, hi - p_b * q_n);
+        }
+        let (q_full, mut p) = (q_n / B * B, p_a);
+        while p + B <= p_b {
+            for q0 in (0..q_full).step_by(B) {
+                // tile[i][j] = output (p + j, q0 + i): 8 contiguous input lines.
+                let mut tile = [[T::default(); B]; B];
+                for (i, line) in tile.iter_mut().enumerate() {
+                    let s = p + (q0 + i) * sq;
+                    line.copy_from_slice(&src[s..s + B]);
+                }
+                for j in 0..B {
+                    let d = (p + j) * q_n + q0 - lo;
+                    let dst: &mut [T; B] = (&mut block[d..d + B]).try_into().expect("8 long");
+                    for (i, o) in dst.iter_mut().enumerate() {
+                        *o = tile[i][j];
                     }
                 }
             }
-        });
+            for j in p..p + B {
+                one(block, j, q_full, q_n);
+            }
+            p += B;
+        }
+        for j in p..p_b {
+            one(block, j, 0, q_n);
+        }
     }
 
     fn fill<T: Elem>(&self, src: &[T], out: &mut [T], start: usize) {
@@ -624,6 +697,19 @@ mod tests {
         assert!(m.coalesced().is_tiled_transpose());
         let want = naive(&m, &src);
         for start in [0, 1, 33, 70 * 32 + 5, 3150 + 7] {
+            let mut out = vec![-1; want.len() - start];
+            m.cpu(&src, &mut out, start);
+            assert_eq!(out, want[start..], "from {start}");
+            let mut part = vec![-1; 100.min(want.len() - start)];
+            m.cpu(&src, &mut part, start);
+            assert_eq!(part, want[start..start + part.len()], "100 from {start}");
+        }
+        // Above INLINE_BYTES: units of 32 rows in parallel. [3, 90, 100] -> [3, 100, 90]
+        let src: Vec<i32> = (0..3 * 90 * 100).collect();
+        let m = IndexMap::new(&[3, 100, 90], vec![9000, 1, 100]);
+        assert!(!run_inline::<i32>(src.len()));
+        let want = naive(&m, &src);
+        for start in [0, 7, 9000 * 2 - 3] {
             let mut out = vec![-1; want.len() - start];
             m.cpu(&src, &mut out, start);
             assert_eq!(out, want[start..], "from {start}");

@@ -4,9 +4,7 @@
 //! (`movement.rs`, `index_map.wgsl`): output axis d reads input index start_d + c * step_d.
 //! Opset 1 takes starts/ends/axes as attributes; opset >= 10 as inputs, known at plan time.
 
-use crate::movement::{
-    absent, cpu_metas, first_axis, index_map_cpu, index_map_gpu, plan_value, IndexMap,
-};
+use crate::movement::{absent, first_axis, index_map_cpu, index_map_gpu, plan_value, IndexMap};
 use crate::shape::{normalize_axis, strides};
 use crate::{Attrs, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
 use std::ops::Range;
@@ -96,24 +94,20 @@ pub fn slice_axes(
 }
 
 impl Slice {
-    fn map(&self, ins: &[&TensorMeta]) -> Result<IndexMap> {
-        let shape = &ins[0].shape;
+    /// The index map for input `shape`; `value(i, name)` gives the contents of input `i`
+    /// (`None` for an absent optional input).
+    fn map_with(
+        &self,
+        shape: &[usize],
+        value: impl Fn(usize, &str) -> Result<Option<Vec<i64>>>,
+    ) -> Result<IndexMap> {
         let axes_steps = match &self.attrs {
             Some((s, e, a)) => slice_axes(shape, s, e, a.as_deref(), None)?,
             None => {
-                let get = |i: usize, name: &str| -> Result<Option<Vec<i64>>> {
-                    if i >= 3 && absent(ins, i) {
-                        return Ok(None);
-                    }
-                    let m = ins.get(i).ok_or_else(|| {
-                        OpError::Invalid(format!("Slice: input `{name}` is missing"))
-                    })?;
-                    Ok(Some(plan_value("Slice", name, m)?.to_i64_vec()))
-                };
-                let starts = get(1, "starts")?.unwrap_or_default();
-                let ends = get(2, "ends")?.unwrap_or_default();
-                let axes = get(3, "axes")?;
-                let steps = get(4, "steps")?;
+                let starts = value(1, "starts")?.unwrap_or_default();
+                let ends = value(2, "ends")?.unwrap_or_default();
+                let axes = value(3, "axes")?;
+                let steps = value(4, "steps")?;
                 slice_axes(shape, &starts, &ends, axes.as_deref(), steps.as_deref())?
             }
         };
@@ -122,6 +116,18 @@ impl Slice {
         map.offset = axes_steps.iter().map(|a| a.0).collect();
         map.step = axes_steps.iter().map(|a| a.1).collect();
         Ok(map)
+    }
+
+    fn map(&self, ins: &[&TensorMeta]) -> Result<IndexMap> {
+        self.map_with(&ins[0].shape, |i, name| {
+            if i >= 3 && absent(ins, i) {
+                return Ok(None);
+            }
+            let m = ins
+                .get(i)
+                .ok_or_else(|| OpError::Invalid(format!("Slice: input `{name}` is missing")))?;
+            Ok(Some(plan_value("Slice", name, m)?.to_i64_vec()))
+        })
     }
 }
 
@@ -147,9 +153,15 @@ impl Op for Slice {
     }
 
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
-        let metas = cpu_metas(ins);
-        let refs: Vec<&TensorMeta> = metas.iter().collect();
-        let map = self.map(&refs)?;
+        // The inputs' contents as they are (no metas built per run).
+        let map = self.map_with(&ins[0].shape, |i, name| match ins.get(i) {
+            Some(t) if i >= 3 && t.numel() == 0 && t.shape.len() == 1 => Ok(None),
+            Some(t) => Ok(Some(t.to_i64_vec())),
+            None if i >= 3 => Ok(None),
+            None => Err(OpError::Invalid(format!(
+                "Slice: input `{name}` is missing"
+            ))),
+        })?;
         index_map_cpu("Slice", &map, ins[0], &mut outs[0], rows)
     }
 

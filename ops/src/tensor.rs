@@ -114,6 +114,20 @@ impl Data {
         }
     }
 
+    /// Sets every element to zero (false for bool), keeping the allocation.
+    pub fn fill_zero(&mut self) {
+        match self {
+            Data::F32(v) => v.fill(0.0),
+            Data::F16(v) => v.fill(f16::ZERO),
+            Data::F64(v) => v.fill(0.0),
+            Data::I64(v) => v.fill(0),
+            Data::I32(v) => v.fill(0),
+            Data::I8(v) => v.fill(0),
+            Data::U8(v) => v.fill(0),
+            Data::Bool(v) => v.fill(false),
+        }
+    }
+
     /// Element `i` as f64 (exact for every type but i64 beyond 2^53).
     pub fn get_f64(&self, i: usize) -> f64 {
         match self {

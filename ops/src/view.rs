@@ -291,14 +291,13 @@ struct CopyRange {
 
 impl SameTypeKernel for CopyRange {
     fn run<T: Elem>(&self, ins: &[&[T]], out: &mut [T]) -> Result<()> {
-        use rayon::prelude::*;
         let (dst, src) = (
             &mut out[self.start..self.end],
             &ins[0][self.start..self.end],
         );
-        dst.par_chunks_mut(1 << 16)
-            .zip(src.par_chunks(1 << 16))
-            .for_each(|(d, s)| d.copy_from_slice(s));
+        crate::movement::for_each_chunk(dst, 1 << 16, |i, d| {
+            d.copy_from_slice(&src[i << 16..(i << 16) + d.len()])
+        });
         Ok(())
     }
 }

@@ -21,9 +21,10 @@ use crate::plan::{node_error, Device, Plan, StepKind};
 use crate::report::{NodeReport, Ran, RunReport, Transfer};
 use crate::{Error, Result};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tandem_ops::{GpuKernel, Tensor, TensorMeta};
+use tandem_ops::{DType, GpuKernel, Tensor, TensorMeta};
 use web_time::Instant;
 
 /// GPU copies of constant tensors, uploaded once per session (keyed by the tensor's address;
@@ -63,6 +64,69 @@ struct Slot {
     split: Option<usize>,
 }
 
+/// Host tensors of one run past their last use, by (dtype, elements): the outputs of later CPU
+/// steps of the same size take them (zeroed again) instead of a fresh allocation, so a small
+/// model's run does not pay a malloc and a free per node. Only tensors up to
+/// [`Spare::MAX_TENSOR`] bytes are kept, at most [`Spare::MAX_TOTAL`] bytes in all: a big
+/// model's peak memory stays what its plan says.
+#[derive(Default)]
+struct Spare {
+    free: HashMap<(DType, usize), Vec<Tensor>, BuildHasherDefault<SizeHasher>>,
+    bytes: usize,
+}
+
+/// A hash for (dtype, length) keys: one multiply per word (the default SipHash costs more than
+/// the allocation it saves).
+#[derive(Default)]
+struct SizeHasher(u64);
+
+impl Hasher for SizeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+impl Spare {
+    const MAX_TENSOR: usize = 1 << 20;
+    const MAX_TOTAL: usize = 4 << 20;
+
+    /// Keep `t` for reuse (or drop it when too big or the spare store is full).
+    fn put(&mut self, t: Tensor) {
+        let bytes = t.numel() * t.dtype().size();
+        if bytes == 0 || bytes > Self::MAX_TENSOR || self.bytes + bytes > Self::MAX_TOTAL {
+            return;
+        }
+        self.bytes += bytes;
+        self.free.entry((t.dtype(), t.numel())).or_default().push(t);
+    }
+
+    /// A zero tensor of `m`'s dtype and shape: a kept one when one fits exactly.
+    fn zeros(&mut self, m: &TensorMeta) -> Tensor {
+        let n = m.numel();
+        match self.free.get_mut(&(m.dtype, n)).and_then(Vec::pop) {
+            Some(mut t) => {
+                self.bytes -= n * m.dtype.size();
+                t.data.fill_zero();
+                t.shape.clear();
+                t.shape.extend_from_slice(&m.shape);
+                t
+            }
+            None => Tensor::zeros(m.dtype, &m.shape),
+        }
+    }
+}
+
 /// Everything a run reads besides its inputs.
 pub struct Context<'a> {
     pub graph: &'a Graph,
@@ -93,6 +157,8 @@ struct Run<'a> {
     gpu_off: Option<String>,
     /// Host copies past their last use, kept until the GPU work in flight is done.
     released: Vec<usize>,
+    /// Released host tensors for reuse by later CPU steps.
+    spare: Spare,
 }
 
 /// Run the plan on `inputs` (in `graph.inputs` order); outputs in `graph.outputs` order.
@@ -118,6 +184,7 @@ pub async fn execute_async(
         cpu_started: Duration::ZERO,
         gpu_off: None,
         released: Vec::new(),
+        spare: Spare::default(),
     };
     for &n in &cx.plan.folded {
         let node = &cx.graph.nodes[n];
@@ -163,6 +230,9 @@ pub async fn execute_async(
         }
     };
     run.wait_all().await?;
+    // The slots' references go first, so that each output not also held elsewhere (an input,
+    // a constant) is moved out instead of copied.
+    run.slots = Vec::new();
     let outputs = tensors.into_iter().map(Arc::unwrap_or_clone).collect();
     run.report.total = start.elapsed();
     Ok((outputs, run.report))
@@ -183,7 +253,14 @@ impl<'a> Run<'a> {
             name: node.name.clone(),
             op_type: node.op_type.clone(),
             ran: Ran::View,
-            start: self.started.elapsed(),
+            // CPU steps take the start of their kernel (below): no clock read here for them.
+            start: match step.kind {
+                StepKind::Whole {
+                    device: Device::Cpu,
+                    ..
+                } => Duration::ZERO,
+                _ => self.started.elapsed(),
+            },
             time: Duration::ZERO,
             gpu_time: None,
             fallback: step.fallback.clone(),
@@ -248,7 +325,18 @@ impl<'a> Run<'a> {
         for v in node.inputs.iter().flatten() {
             if cx.plan.last_use[*v] == Some(s) && !cx.graph.outputs.contains(v) {
                 // Host copies may outlive their last use while GPU work is unfinished.
+                // With no GPU work pending and `v` not a model input, `release` empties the
+                // slot (exec/fault.rs): its host tensor, when nothing else holds it (a
+                // constant), is reused by a later CPU step.
+                let gpu_idle = self.batch.is_none() && self.inflight.is_empty();
+                let host = match gpu_idle && !cx.graph.inputs.contains(v) {
+                    true => self.slots[*v].host.take(),
+                    false => None,
+                };
                 self.release(*v);
+                if let Some(t) = host.and_then(Arc::into_inner) {
+                    self.spare.put(t);
+                }
             }
         }
         Ok(())
@@ -379,11 +467,7 @@ impl<'a> Run<'a> {
         };
         let ins = self.host_inputs(s, &halves).await?;
         let refs: Vec<&Tensor> = ins.iter().map(|t| t.as_ref()).collect();
-        let mut outs: Vec<Tensor> = step
-            .outputs
-            .iter()
-            .map(|m| Tensor::zeros(m.dtype, &m.shape))
-            .collect();
+        let mut outs: Vec<Tensor> = step.outputs.iter().map(|m| self.spare.zeros(m)).collect();
         let start = Instant::now();
         self.cpu_started = start - self.started;
         let rows = rows.unwrap_or_else(|| step.rows.clone());

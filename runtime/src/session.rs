@@ -339,7 +339,7 @@ impl Session {
             pool: &self.pool,
             constants: &self.constants,
         };
-        let (outs, mut report) = exec::execute_async(&cx, ordered.clone()).await?;
+        let (outs, mut report) = exec::execute_async(&cx, ordered).await?;
         report.faults.splice(0..0, reopened);
         if plan.gpu_wait > 0.0 {
             report.notes.push(format!(
