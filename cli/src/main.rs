@@ -78,6 +78,10 @@ struct RunArgs {
     /// Run this many times and print the median latency.
     #[arg(long, default_value_t = 1)]
     runs: usize,
+    /// Keep BatchNormalization and activations after Convs as separate nodes (by default they
+    /// are fused into the Conv at load time).
+    #[arg(long)]
+    no_fuse: bool,
 }
 
 fn main() {
@@ -176,7 +180,7 @@ fn session_options(
 }
 
 fn run(a: &RunArgs) -> Result<()> {
-    let opts = session_options(&a.placement, &a.force, a.threads)?;
+    let opts = session_options(&a.placement, &a.force, a.threads)?.fuse(!a.no_fuse);
     let session = Session::new(a.model.as_path(), opts)?;
     for w in session.warnings() {
         eprintln!("note: {w}");
@@ -258,7 +262,7 @@ fn explain(session: &Session, inputs: &[(&str, tandem::Tensor)]) -> Result<()> {
             Some(e) => println!(
                 "{:<40} {:<18} {:>10} {:>10} {:>16}  {:<12} {}",
                 name,
-                node.op_type,
+                tandem::fuse::label(node),
                 ms(e.cpu),
                 e.gpu.map_or("-".into(), ms),
                 e.split
@@ -269,7 +273,7 @@ fn explain(session: &Session, inputs: &[(&str, tandem::Tensor)]) -> Result<()> {
             None => println!(
                 "{:<40} {:<18} {:>10} {:>10} {:>16}  {:<12} {}",
                 name,
-                node.op_type,
+                tandem::fuse::label(node),
                 "-",
                 "-",
                 "-",

@@ -201,16 +201,118 @@ impl Geom2 {
     }
 }
 
-/// Conv with its attributes.
+/// An elementwise function applied to each output element after the bias (an epilogue fused
+/// into the Conv by the runtime's graph rewrite, `tandem::fuse`), with the semantics of the
+/// unfused ONNX op: NaN stays NaN for Relu, LeakyRelu and Clip.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Activation {
+    #[default]
+    None,
+    Relu,
+    /// `x < 0 ? alpha * x : x`.
+    LeakyRelu(f32),
+    /// Clip to `[lo, hi]` (`lo > hi` gives `hi`, as ONNX).
+    Clip(f32, f32),
+    Sigmoid,
+    /// SiLU: `x * sigmoid(x)` (the `Mul(x, Sigmoid(x))` pattern).
+    Silu,
+}
+
+impl Activation {
+    /// The activation code of `conv.wgsl` (`params.act`) and its two parameters.
+    pub fn gpu_params(self) -> (u32, f32, f32) {
+        match self {
+            Activation::None => (0, 0.0, 0.0),
+            Activation::Relu => (1, 0.0, 0.0),
+            Activation::LeakyRelu(a) => (2, a, 0.0),
+            Activation::Clip(lo, hi) => (3, lo, hi),
+            Activation::Sigmoid => (4, 0.0, 0.0),
+            Activation::Silu => (5, 0.0, 0.0),
+        }
+    }
+
+    /// Flops per output element, for [`Op::work`].
+    pub fn flops(self) -> u64 {
+        match self {
+            Activation::None => 0,
+            Activation::Relu => 1,
+            Activation::LeakyRelu(_) | Activation::Clip(..) => 2,
+            Activation::Sigmoid => 4,
+            Activation::Silu => 5,
+        }
+    }
+
+    /// Apply to one value.
+    #[inline(always)]
+    pub fn apply(self, v: f32) -> f32 {
+        let sigmoid = |v: f32| 1.0 / (1.0 + crate::unary::exp_f32(-v));
+        match self {
+            Activation::None => v,
+            Activation::Relu => {
+                if v < 0.0 {
+                    0.0
+                } else {
+                    v
+                }
+            }
+            Activation::LeakyRelu(a) => {
+                if v < 0.0 {
+                    a * v
+                } else {
+                    v
+                }
+            }
+            Activation::Clip(lo, hi) => {
+                let y = if v < lo { lo } else { v };
+                if y > hi {
+                    hi
+                } else {
+                    y
+                }
+            }
+            Activation::Sigmoid => sigmoid(v),
+            Activation::Silu => v * sigmoid(v),
+        }
+    }
+
+    /// Apply to a block of outputs in place (one `match` per block, so each loop vectorises).
+    pub fn apply_slice(self, out: &mut [f32]) {
+        match self {
+            Activation::None => {}
+            Activation::Relu => out.iter_mut().for_each(|v| *v = Activation::Relu.apply(*v)),
+            Activation::Sigmoid => out
+                .iter_mut()
+                .for_each(|v| *v = Activation::Sigmoid.apply(*v)),
+            Activation::Silu => out.iter_mut().for_each(|v| *v = Activation::Silu.apply(*v)),
+            a => out.iter_mut().for_each(|v| *v = a.apply(*v)),
+        }
+    }
+}
+
+/// One node a fused Conv absorbed: its op type and node name (for reports).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Absorbed {
+    pub op_type: String,
+    pub node: String,
+}
+
+/// Conv with its attributes, and what the runtime's fusion pass folded into it: a following
+/// BatchNormalization (already folded into W and B, only recorded here) and an activation
+/// applied to each output block.
 #[derive(Debug, Clone)]
 pub struct Conv {
     pub attrs: ConvAttrs,
+    pub activation: Activation,
+    /// Nodes folded into this one, in graph order (empty for a plain Conv).
+    pub absorbed: Vec<Absorbed>,
 }
 
 /// Registry constructor.
 pub fn conv(attrs: &Attrs) -> Result<Box<dyn Op>> {
     Ok(Box::new(Conv {
         attrs: ConvAttrs::parse("Conv", attrs)?,
+        activation: Activation::None,
+        absorbed: Vec::new(),
     }))
 }
 
@@ -336,7 +438,10 @@ struct ConvParams {
     threads: u32,
     ocb: u32,
     mgb: u32,
-    _pad: [u32; 3],
+    /// [`Activation::gpu_params`].
+    act: u32,
+    act_a: f32,
+    act_b: f32,
 }
 
 fn u32_of(v: usize) -> Result<u32> {
@@ -346,6 +451,10 @@ fn u32_of(v: usize) -> Result<u32> {
 impl Op for Conv {
     fn name(&self) -> &'static str {
         "Conv"
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
@@ -366,7 +475,9 @@ impl Op for Conv {
             .geom(&shapes(ins))
             .map(|(g, _)| {
                 let o = (g.n * g.m * g.oh * g.ow) as u64;
-                2 * o * g.ckk() as u64 + if ins.len() > 2 { o } else { 0 }
+                2 * o * g.ckk() as u64
+                    + if ins.len() > 2 { o } else { 0 }
+                    + o * self.activation.flops()
             })
             .unwrap_or(0);
         Work {
@@ -387,7 +498,7 @@ impl Op for Conv {
         let w = f32_in("Conv", ins[1])?;
         let b = ins.get(2).map(|t| f32_in("Conv", t)).transpose()?;
         let out = f32_out("Conv", &mut outs[0])?;
-        conv_cpu(&g, x, w, b, out, rows);
+        conv_cpu(&g, x, w, b, self.activation, out, rows);
         Ok(())
     }
 
@@ -416,6 +527,7 @@ impl Op for Conv {
         let (b0, b1) = (block(pl0), block(pl1));
         let threads = (b1 + 1 - b0) * bpp;
         u32_of(g.n * g.m * plane)?;
+        let (act, act_a, act_b) = self.activation.gpu_params();
         let p = ConvParams {
             n: u32_of(g.n)?,
             c: u32_of(g.c)?,
@@ -442,7 +554,9 @@ impl Op for Conv {
             threads: u32_of(threads)?,
             ocb: ocb as u32,
             mgb: u32_of(mgb)?,
-            _pad: [0; 3],
+            act,
+            act_a,
+            act_b,
         };
         let inputs = if ins.len() > 2 {
             vec![0, 1, 2]

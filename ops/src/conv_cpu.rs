@@ -1,7 +1,8 @@
 //! Conv's CPU paths: the direct loop over output lines for `cg == 1` (depthwise and
 //! single-input-channel convs) and the GEMM per (image, group) over pixel chunks, with im2col
 //! into per-thread scratch, the shared-im2col channel split of deep layers, and the rectangles
-//! a row range becomes.
+//! a row range becomes. A fused activation ([`Activation`]) is applied to each output block
+//! (a direct line, a GEMM block) right after it is written, while it is still in cache.
 //!
 //! Sits between the Conv operator (`conv.rs`: attributes, geometry `Geom2`, the GPU kernel) and
 //! the shared CPU GEMM (`cpu_gemm.rs`).
@@ -29,8 +30,7 @@ impl OutPtr {
 pub(super) fn direct_path(
     g: &Geom2,
     x: &[f32],
-    w: &[f32],
-    b: Option<&[f32]>,
+    (w, b, act): (&[f32], Option<&[f32]>, Activation),
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -61,6 +61,7 @@ pub(super) fn direct_path(
         .for_each(|(ci, chunk)| {
             for (i, line) in chunk.chunks_mut(ow).enumerate() {
                 direct_line(g, (x, w, b), &taps, rows.start + ci * per + i, line);
+                act.apply_slice(line);
             }
         });
 }
@@ -272,8 +273,7 @@ type Task = (usize, usize, std::sync::Arc<Vec<Rect>>, Range<usize>);
 pub(super) fn gemm_path(
     g: &Geom2,
     x: &[f32],
-    w: &[f32],
-    b: Option<&[f32]>,
+    (w, b, act): (&[f32], Option<&[f32]>, Activation),
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -302,7 +302,7 @@ pub(super) fn gemm_path(
                 ..rs.iter().map(|r| r.pix.end).max().unwrap();
             let chans = rs.iter().map(|r| r.oc.len()).max().unwrap();
             if chans >= union.len() {
-                channel_split(g, (x, w, b), optr, (n, grp), &rs, union, direct_b);
+                channel_split(g, (x, w, b, act), optr, (n, grp), &rs, union, direct_b);
                 continue;
             }
             let target = if direct_b {
@@ -341,7 +341,7 @@ pub(super) fn gemm_path(
                 };
                 // SAFETY: tasks cover disjoint (channel, pixel) blocks of the output:
                 // rectangles partition the row range, chunks partition each group's pixels.
-                unsafe { gemm_block(g, (w, b), optr, *n, r.oc.clone(), pix, bm, th) };
+                unsafe { gemm_block(g, (w, b, act), optr, *n, r.oc.clone(), pix, bm, th) };
             }
         };
         if direct_b {
@@ -365,7 +365,7 @@ pub(super) fn gemm_path(
 /// each rectangle's channels cut in one part per thread.
 pub(super) fn channel_split(
     g: &Geom2,
-    (x, w, b): (&[f32], &[f32], Option<&[f32]>),
+    (x, w, b, act): (&[f32], &[f32], Option<&[f32]>, Activation),
     optr: OutPtr,
     (n, grp): (usize, usize),
     rs: &[Rect],
@@ -397,7 +397,7 @@ pub(super) fn channel_split(
                 cs: 1,
             };
             // SAFETY: the parts cut the rectangles (disjoint output blocks) by channel.
-            unsafe { gemm_block(g, (w, b), optr, n, oc.clone(), pix.clone(), bm, th) };
+            unsafe { gemm_block(g, (w, b, act), optr, n, oc.clone(), pix.clone(), bm, th) };
         };
         if parts.len() >= threads && threads > 1 {
             parts.par_iter().for_each(|p| one(p, Threads::Single));
@@ -416,15 +416,15 @@ pub(super) fn channel_split(
 }
 
 /// Output channels `oc` x pixels `pix` of image `n`: the GEMM of those weight rows with `bm`
-/// (`ckk` rows of B starting at the block's first pixel), then the bias while the block is
-/// still in cache.
+/// (`ckk` rows of B starting at the block's first pixel), then the bias and the activation
+/// while the block is still in cache.
 ///
 /// # Safety
 /// No other thread may access that output block during the call.
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_block(
     g: &Geom2,
-    (w, b): (&[f32], Option<&[f32]>),
+    (w, b, act): (&[f32], Option<&[f32]>, Activation),
     optr: OutPtr,
     n: usize,
     oc: Range<usize>,
@@ -451,22 +451,29 @@ unsafe fn gemm_block(
             th,
         );
     }
-    let Some(b) = b else { return };
+    if b.is_none() && act == Activation::None {
+        return;
+    }
     for (i, c) in oc.enumerate() {
         let at = first + i * plane;
         assert!(at + pix.len() <= optr.1, "Conv bias block out of bounds");
         // SAFETY: in bounds (checked) and held exclusively by this call (caller contract).
         let line = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), pix.len()) };
-        line.iter_mut().for_each(|v| *v += b[c]);
+        if let Some(b) = b {
+            line.iter_mut().for_each(|v| *v += b[c]);
+        }
+        act.apply_slice(line);
     }
 }
 
-/// Compute output lines `rows` of a convolution on the CPU (f32).
+/// Compute output lines `rows` of a convolution on the CPU (f32), `act` applied to each
+/// output block right after it is computed.
 pub fn conv_cpu(
     g: &Geom2,
     x: &[f32],
     w: &[f32],
     b: Option<&[f32]>,
+    act: Activation,
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -475,7 +482,7 @@ pub fn conv_cpu(
         return;
     }
     if g.cg == 1 {
-        return direct_path(g, x, w, b, out, rows);
+        return direct_path(g, x, (w, b, act), out, rows);
     }
-    gemm_path(g, x, w, b, out, rows);
+    gemm_path(g, x, (w, b, act), out, rows);
 }

@@ -46,6 +46,12 @@ pub trait Op: Debug + Send + Sync {
     /// The ONNX op type, e.g. `"Conv"`.
     fn name(&self) -> &'static str;
 
+    /// The op as `Any`, for graph rewrites that must recognise its concrete type (the runtime's
+    /// fusion pass looks for [`crate::conv::Conv`]). Default `None`: not rewritable.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// Output types and shapes from input metas (the only shape logic). `value` of an input
     /// meta is set when that input is a plan-time constant; ops whose output shape depends on
     /// an input's contents (Reshape, Slice...) read it there and fail with `Unsupported` if it is

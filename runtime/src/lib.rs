@@ -5,6 +5,7 @@ pub mod costs;
 pub mod cpu_info;
 pub mod error;
 pub mod exec;
+pub mod fuse;
 pub mod fuzzgen;
 pub mod gpu;
 pub mod graph;

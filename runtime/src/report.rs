@@ -166,6 +166,9 @@ pub struct RunReport {
     /// How this run was planned when it was not the cached plan (e.g. around another
     /// session's work on a shared GPU).
     pub notes: Vec<String>,
+    /// Node name -> label of the nodes fusion made (`Conv+BatchNormalization+Relu`), printed
+    /// in place of their op type.
+    pub fused: std::sync::Arc<std::collections::HashMap<String, String>>,
 }
 
 impl RunReport {
@@ -197,16 +200,16 @@ impl fmt::Display for RunReport {
             .clamp(4, 48);
         writeln!(
             f,
-            "{:<w$}  {:<22} {:<6} {:>10}",
+            "{:<w$}  {:<28} {:<6} {:>10}",
             "node", "op", "ran", "time"
         )?;
         for n in &self.nodes {
             let name: String = n.name.chars().take(48).collect();
             write!(
                 f,
-                "{:<w$}  {:<22} {:<12} {:>10}",
+                "{:<w$}  {:<28} {:<12} {:>10}",
                 name,
-                n.op_type,
+                self.fused.get(&n.name).unwrap_or(&n.op_type),
                 n.ran.to_string(),
                 format!("{:.3} ms", n.time.as_secs_f64() * 1e3)
             )?;

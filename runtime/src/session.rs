@@ -43,6 +43,9 @@ pub struct SessionOptions {
     pub max_gpu_memory: Option<u64>,
     /// Most host bytes a run may need (see [`SessionOptions::max_host_memory`]).
     pub max_host_memory: Option<u64>,
+    /// Fold BatchNormalization and activations into Convs at load time (see
+    /// [`SessionOptions::fuse`]; default on).
+    pub fuse: bool,
 }
 
 impl Default for SessionOptions {
@@ -57,6 +60,7 @@ impl Default for SessionOptions {
             calibration_budget: std::time::Duration::from_secs(10),
             max_gpu_memory: None,
             max_host_memory: None,
+            fuse: true,
         }
     }
 }
@@ -100,6 +104,14 @@ impl SessionOptions {
     /// (`Gpu::set_memory_cap`).
     pub fn max_gpu_memory(mut self, bytes: u64) -> Self {
         self.max_gpu_memory = Some(bytes);
+        self
+    }
+
+    /// Fold each BatchNormalization with constant parameters into the Conv before it, and a
+    /// following Relu, LeakyRelu, Clip, Sigmoid or SiLU into the Conv as an epilogue
+    /// (`crate::fuse`); `false` keeps the graph as imported. Default `true`.
+    pub fn fuse(mut self, on: bool) -> Self {
+        self.fuse = on;
         self
     }
 
@@ -147,6 +159,8 @@ pub struct Session {
     /// Set once a plan needed the contents of small integer inputs (see `plan_for`).
     plans_by_value: std::sync::atomic::AtomicBool,
     constants: GpuConstants,
+    /// Node name -> label (`Conv+BatchNormalization+Relu`) of the Convs fusion made.
+    fused: Arc<HashMap<String, String>>,
 }
 
 /// A run whose measured time differs from the plan's prediction by more than this fraction
@@ -181,9 +195,13 @@ impl Session {
     /// Load and check a model. Fails with a typed error for an unreadable or invalid model or an
     /// unsupported node (named), and when the GPU is asked for but none can be opened.
     pub fn new<'a>(model: impl Into<ModelSource<'a>>, options: SessionOptions) -> Result<Session> {
-        let graph = match model.into() {
+        let mut graph = match model.into() {
             ModelSource::Path(p) => import::import_file(p)?,
             ModelSource::Bytes(b) => import::import_bytes(b, None)?,
+        };
+        let fused = match options.fuse {
+            true => crate::fuse::fuse(&mut graph).fused.into_iter().collect(),
+            false => HashMap::new(),
         };
         let wants_gpu = options.placement == Placement::Gpu
             || options.overrides.iter().any(|(_, d)| *d == Device::Gpu);
@@ -242,6 +260,7 @@ impl Session {
             plans: Mutex::new(HashMap::new()),
             plans_by_value: Default::default(),
             constants: GpuConstants::default(),
+            fused: Arc::new(fused),
         })
     }
 
@@ -341,6 +360,7 @@ impl Session {
         };
         let (outs, mut report) = exec::execute_async(&cx, ordered).await?;
         report.faults.splice(0..0, reopened);
+        report.fused = self.fused.clone();
         if plan.gpu_wait > 0.0 {
             report.notes.push(format!(
                 "the shared GPU was busy with other sessions' work for about {:.1} ms more: \

@@ -6,6 +6,9 @@
 // with mg < 4) consecutive output channels of one group, so each loaded input value feeds ocb
 // FMAs and each weight 4. Channel blocks: mgb = ceil(mg / ocb) per group, numbered over
 // (n, group, block) from params.blk0; bpp blocks of 4 pixels per plane.
+// Fused activation after the bias (params.act; the runtime's fusion pass sets it): 0 none,
+// 1 Relu, 2 LeakyRelu (alpha act_a), 3 Clip [act_a, act_b], 4 Sigmoid, 5 SiLU x * sigmoid(x);
+// the same formulas as unary.wgsl, NaN staying NaN for 1-3.
 // Bindings: 0 x, 1 w, 2 bias (read; w bound again when has_bias = 0), 3 out (read_write),
 // 4 params. Overrides: WG (workgroup size).
 
@@ -37,9 +40,9 @@ struct Params {
     threads: u32,
     ocb: u32,
     mgb: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    act: u32,
+    act_a: f32,
+    act_b: f32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -55,6 +58,20 @@ fn load_x(base: u32, ih: vec4<i32>, iw: vec4<i32>) -> vec4<f32> {
     let idx = select(vec4<u32>(base), vec4<u32>(base) + vec4<u32>(ih) * params.w + vec4<u32>(iw), ok);
     let v = vec4<f32>(x[idx.x], x[idx.y], x[idx.z], x[idx.w]);
     return select(vec4<f32>(0.0), v, ok);
+}
+
+fn activate(v: vec4<f32>) -> vec4<f32> {
+    switch params.act {
+        case 1u: { return select(v, vec4<f32>(0.0), v < vec4<f32>(0.0)); }
+        case 2u: { return select(v, params.act_a * v, v < vec4<f32>(0.0)); }
+        case 3u: {
+            let y = select(v, vec4<f32>(params.act_a), v < vec4<f32>(params.act_a));
+            return select(y, vec4<f32>(params.act_b), y > vec4<f32>(params.act_b));
+        }
+        case 4u: { return 1.0 / (1.0 + exp(-v)); }
+        case 5u: { return v * (1.0 / (1.0 + exp(-v))); }
+        default: { return v; }
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -118,6 +135,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         if (params.has_bias != 0u) {
             v = v + vec4<f32>(bias[oc]);
         }
+        v = activate(v);
         let e0 = (n * params.m + oc) * npix + p0;
         for (var j = 0u; j < 4u; j = j + 1u) {
             let e = e0 + j;

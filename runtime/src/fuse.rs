@@ -1,0 +1,422 @@
+//! Conv fusion: a graph rewrite that folds a following BatchNormalization into a Conv's weights
+//! and bias, and a following activation (Relu, LeakyRelu, Clip, Sigmoid, or SiLU as
+//! `Mul(x, Sigmoid(x))`) into the Conv as an epilogue ([`Activation`]), so each runs in the
+//! Conv's pass over its output instead of a pass of its own.
+//!
+//! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
+//! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.
+//!
+//! Rules: a node is absorbed only when the value between it and the Conv is not a graph output
+//! and has no other reader, and only in the default ONNX domain. BatchNormalization is folded
+//! only when its four parameters and the Conv's W (and B, if any) are f32 constants of the
+//! right shapes: `W' = W * s / sqrt(var + eps)` per output channel, `B' = (B - mean) * s /
+//! sqrt(var + eps) + beta`, computed in f64 and stored as new f32 constants. "Constant" includes
+//! the output of a node whose inputs are all constants (the light zoo models make their weights
+//! with `ConstantOfShape`), evaluated here as the planner would fold it. Inputs left without a
+//! reader are dropped with the nodes that only made them; others keep them. Clip's bounds must
+//! be constants. Anything else is left as it is: the pass never fails a model that loads.
+//!
+//! Parameters private to an op (BatchNormalization's epsilon, LeakyRelu's alpha, Clip's bounds)
+//! are read by running the op's own CPU kernel on probe inputs, so the pass needs nothing of
+//! the op's internals: LeakyRelu(-1) = -alpha, Clip(-inf) and Clip(+inf) are the effective
+//! bounds, and BatchNormalization of 1 with mean 0, var 0, scale 1, B 0 is 1 / sqrt(eps).
+
+use crate::graph::{Dim, Graph, Node, Value, ValueId};
+use std::collections::HashSet;
+use std::sync::Arc;
+use tandem_ops::conv::{Absorbed, Activation, Conv};
+use tandem_ops::{DType, Op, Tensor, TensorMeta};
+
+/// What the pass did: one entry per Conv that absorbed something.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FuseSummary {
+    /// (Conv node name, label such as `Conv+BatchNormalization+Relu`).
+    pub fused: Vec<(String, String)>,
+}
+
+/// The label of a node for reports: `Conv+BatchNormalization+Relu` for a fused Conv, else its
+/// op type.
+pub fn label(node: &Node) -> String {
+    match as_conv(node.op.as_ref()) {
+        Some(c) if !c.absorbed.is_empty() => {
+            let mut s = node.op_type.clone();
+            for a in &c.absorbed {
+                s.push('+');
+                s.push_str(&a.op_type);
+            }
+            s
+        }
+        _ => node.op_type.clone(),
+    }
+}
+
+fn as_conv(op: &dyn Op) -> Option<&Conv> {
+    op.as_any()?.downcast_ref::<Conv>()
+}
+
+/// Readers of each value (node index per input slot, so a node reading a value twice counts
+/// twice), whether it is a graph output, and its producer.
+struct Uses {
+    readers: Vec<Vec<usize>>,
+    output: Vec<bool>,
+    producer: Vec<Option<usize>>,
+}
+
+impl Uses {
+    fn of(graph: &Graph) -> Uses {
+        let mut readers = vec![Vec::new(); graph.values.len()];
+        let mut producer = vec![None; graph.values.len()];
+        for (i, n) in graph.nodes.iter().enumerate() {
+            for v in n.inputs.iter().flatten() {
+                readers[*v].push(i);
+            }
+            for &v in &n.outputs {
+                producer[v] = Some(i);
+            }
+        }
+        let mut output = vec![false; graph.values.len()];
+        for &v in &graph.outputs {
+            output[v] = true;
+        }
+        Uses {
+            readers,
+            output,
+            producer,
+        }
+    }
+
+    /// The single reader of `v`, when `v` is not a graph output and that reader reads it once.
+    fn sole_reader(&self, v: ValueId) -> Option<usize> {
+        match self.readers[v].as_slice() {
+            [r] if !self.output[v] => Some(*r),
+            _ => None,
+        }
+    }
+}
+
+/// Fuse every Conv of `graph` with what follows it (see the module doc). Node order stays
+/// topological; absorbed nodes are removed; values left without a reader stay in the graph.
+pub fn fuse(graph: &mut Graph) -> FuseSummary {
+    let uses = Uses::of(graph);
+    let mut names: HashSet<String> = graph.values.iter().map(|v| v.name.clone()).collect();
+    let mut removed = vec![false; graph.nodes.len()];
+    let mut dropped: Vec<ValueId> = Vec::new();
+    let mut summary = FuseSummary::default();
+    for i in 0..graph.nodes.len() {
+        let node = &graph.nodes[i];
+        if removed[i] || node.op_type != "Conv" || !default_domain(node) {
+            continue;
+        }
+        let Some(conv) = as_conv(node.op.as_ref()) else {
+            continue;
+        };
+        if node.outputs.len() != 1 || conv.activation != Activation::None {
+            continue;
+        }
+        let mut fused = conv.clone();
+        if let Some(bn) = uses.sole_reader(node.outputs[0]) {
+            if let Some((w, b)) = fold_batch_norm(graph, &uses, i, bn) {
+                let base = graph.nodes[i].name.clone();
+                let w = add_constant(graph, &mut names, &base, "W", w);
+                let b = add_constant(graph, &mut names, &base, "B", b);
+                dropped.extend(graph.nodes[i].inputs[1..].iter().flatten());
+                dropped.extend(graph.nodes[bn].inputs[1..].iter().flatten());
+                let conv_node = &mut graph.nodes[i];
+                conv_node.inputs.resize(3, None);
+                conv_node.inputs[1] = Some(w);
+                conv_node.inputs[2] = Some(b);
+                absorb(graph, &mut fused, i, bn, &mut removed);
+            }
+        }
+        if let Some((act, absorbed)) = activation_after(graph, &uses, i) {
+            fused.activation = act;
+            for a in absorbed {
+                absorb(graph, &mut fused, i, a, &mut removed);
+            }
+        }
+        if !fused.absorbed.is_empty() {
+            let node = &mut graph.nodes[i];
+            node.op = Box::new(fused);
+            summary.fused.push((node.name.clone(), label(node)));
+        }
+    }
+    drop_unread(graph, &uses, &mut removed, dropped);
+    let mut keep = removed.iter().map(|r| !r);
+    graph.nodes.retain(|_| keep.next().unwrap_or(true));
+    summary
+}
+
+/// Values the folds stopped reading (`dropped`): once no remaining node reads one and it is no
+/// graph output, its constant is freed, or the node that made it is removed (when none of its
+/// outputs is read), and so on up that node's inputs.
+fn drop_unread(graph: &mut Graph, uses: &Uses, removed: &mut [bool], mut dropped: Vec<ValueId>) {
+    let mut reads = vec![0usize; graph.values.len()];
+    for (i, n) in graph.nodes.iter().enumerate() {
+        if !removed[i] {
+            n.inputs.iter().flatten().for_each(|&v| reads[v] += 1);
+        }
+    }
+    let unread =
+        |reads: &[usize], v: ValueId| reads[v] == 0 && !uses.output.get(v).is_some_and(|&o| o);
+    while let Some(v) = dropped.pop() {
+        if !unread(&reads, v) {
+            continue;
+        }
+        match uses.producer.get(v).copied().flatten() {
+            None => graph.values[v].constant = None,
+            Some(p) => {
+                let node = &graph.nodes[p];
+                if removed[p] || !node.outputs.iter().all(|&o| unread(&reads, o)) {
+                    continue;
+                }
+                removed[p] = true;
+                for &u in node.inputs.iter().flatten() {
+                    reads[u] -= 1;
+                    dropped.push(u);
+                }
+            }
+        }
+    }
+}
+
+fn default_domain(node: &Node) -> bool {
+    node.domain.is_empty() || node.domain == "ai.onnx"
+}
+
+/// Node `a` (reading Conv `i`'s output, directly or through other absorbed nodes) is absorbed:
+/// the Conv takes over `a`'s output, `a` is recorded and removed.
+fn absorb(graph: &mut Graph, fused: &mut Conv, i: usize, a: usize, removed: &mut [bool]) {
+    let out = graph.nodes[a].outputs[0];
+    fused.absorbed.push(Absorbed {
+        op_type: graph.nodes[a].op_type.clone(),
+        node: graph.nodes[a].name.clone(),
+    });
+    graph.nodes[i].outputs[0] = out;
+    removed[a] = true;
+}
+
+/// The activation reading Conv `i`'s output alone, with the nodes it spans (one, or Sigmoid
+/// and Mul for SiLU).
+fn activation_after(graph: &Graph, uses: &Uses, i: usize) -> Option<(Activation, Vec<usize>)> {
+    let out = graph.nodes[i].outputs[0];
+    if uses.output[out] {
+        return None;
+    }
+    let is = |n: usize, op: &str| {
+        let node = &graph.nodes[n];
+        node.op_type == op && default_domain(node) && node.outputs.len() == 1
+    };
+    // SiLU: the Conv output read by a Sigmoid and by a Mul of it with the Sigmoid's output.
+    if let [a, b] = uses.readers[out].as_slice() {
+        let (s, m) = if is(*a, "Sigmoid") {
+            (*a, *b)
+        } else {
+            (*b, *a)
+        };
+        let sig_out = graph.nodes[s].outputs[0];
+        let mul_ins = &graph.nodes[m].inputs;
+        let pair = |x: Option<ValueId>, y: Option<ValueId>| x == Some(out) && y == Some(sig_out);
+        if a != b
+            && is(s, "Sigmoid")
+            && is(m, "Mul")
+            && mul_ins.len() == 2
+            && (pair(mul_ins[0], mul_ins[1]) || pair(mul_ins[1], mul_ins[0]))
+            && uses.sole_reader(sig_out) == Some(m)
+        {
+            return Some((Activation::Silu, vec![s, m]));
+        }
+        return None;
+    }
+    let a = uses.sole_reader(out)?;
+    let node = &graph.nodes[a];
+    if !default_domain(node) || node.outputs.len() != 1 || node.inputs.first() != Some(&Some(out)) {
+        return None;
+    }
+    let act = match (node.op_type.as_str(), node.inputs.len()) {
+        ("Relu", 1) => Activation::Relu,
+        ("Sigmoid", 1) => Activation::Sigmoid,
+        ("LeakyRelu", 1) => Activation::LeakyRelu(-probe(node.op.as_ref(), &[-1.0], &[])?[0]),
+        ("Clip", _) => {
+            let mut bounds = Vec::new();
+            for v in &node.inputs[1..] {
+                bounds.push(match v {
+                    Some(v) => const_of(graph, uses, *v, 4)?.as_ref().clone(),
+                    None => Tensor::f32(&[0], Vec::new()),
+                });
+            }
+            let y = probe(
+                node.op.as_ref(),
+                &[f32::NEG_INFINITY, f32::INFINITY],
+                &bounds,
+            )?;
+            Activation::Clip(y[0], y[1])
+        }
+        _ => return None,
+    };
+    Some((act, vec![a]))
+}
+
+/// `op` run on the CPU with input 0 = `x` (a 1-D f32 tensor) and `rest` after it; its first
+/// output as f32, or `None` if the op refuses (the pass then leaves the node alone).
+fn probe(op: &dyn Op, x: &[f32], rest: &[Tensor]) -> Option<Vec<f32>> {
+    probe_tensors(op, Tensor::f32(&[x.len()], x.to_vec()), rest)
+}
+
+fn probe_tensors(op: &dyn Op, x: Tensor, rest: &[Tensor]) -> Option<Vec<f32>> {
+    let mut ins = vec![&x];
+    ins.extend(rest.iter());
+    Some(eval(op, &ins, 1)?.first()?.as_f32()?.to_vec())
+}
+
+/// W' and B' of Conv `i` with BatchNormalization node `bn` (reading its output) folded in.
+fn fold_batch_norm(graph: &Graph, uses: &Uses, i: usize, bn: usize) -> Option<(Tensor, Tensor)> {
+    let (conv, node) = (&graph.nodes[i], &graph.nodes[bn]);
+    if node.op_type != "BatchNormalization"
+        || !default_domain(node)
+        || node.outputs.len() != 1
+        || node.inputs.len() != 5
+        || node.inputs[0] != Some(conv.outputs[0])
+    {
+        return None;
+    }
+    let f32_const = |v: Option<ValueId>| -> Option<Arc<Tensor>> {
+        let t = const_of(graph, uses, v?, 4)?;
+        t.as_f32()?;
+        Some(t)
+    };
+    let w_t = f32_const(*conv.inputs.get(1)?)?;
+    let (w_shape, w) = (&w_t.shape, w_t.as_f32()?);
+    let m = *w_shape.first()?;
+    if w_shape.len() < 3 || m == 0 || w.len() % m != 0 {
+        return None;
+    }
+    let b_t = match conv.inputs.get(2).copied().flatten() {
+        Some(v) => f32_const(Some(v))?,
+        None => Arc::new(Tensor::f32(&[m], vec![0.0; m])),
+    };
+    let mut p = vec![b_t];
+    for k in 1..5 {
+        p.push(f32_const(node.inputs[k])?);
+    }
+    if p.iter().any(|t| t.shape.as_slice() != [m]) {
+        return None;
+    }
+    let eps = batch_norm_eps(node.op.as_ref())?;
+    let [b, scale, beta, mean, var] = [0, 1, 2, 3, 4].map(|k| p[k].as_f32().unwrap_or(&[]));
+    let per = w.len() / m;
+    let mut w2 = Vec::with_capacity(w.len());
+    let mut b2 = Vec::with_capacity(m);
+    for oc in 0..m {
+        let k = scale[oc] as f64 / (var[oc] as f64 + eps).sqrt();
+        w2.extend(w[oc * per..][..per].iter().map(|&x| (x as f64 * k) as f32));
+        b2.push(((b[oc] as f64 - mean[oc] as f64) * k + beta[oc] as f64) as f32);
+    }
+    Some((Tensor::f32(w_shape, w2), Tensor::f32(&[m], b2)))
+}
+
+/// Largest tensor (elements) the pass evaluates from constant inputs (64 MiB of f32).
+const MAX_EVAL_ELEMENTS: usize = 16 << 20;
+
+/// The contents of `v`: a constant, or the output of a node whose inputs are all constants (up
+/// to `depth` producers back), evaluated on the CPU as the planner would fold it.
+fn const_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<Arc<Tensor>> {
+    if let Some(c) = &graph.values[v].constant {
+        return Some(c.clone());
+    }
+    let node = &graph.nodes[uses.producer[v]?];
+    if depth == 0 {
+        return None;
+    }
+    let last = node
+        .inputs
+        .iter()
+        .rposition(Option::is_some)
+        .map_or(0, |i| i + 1);
+    let mut ins = Vec::new();
+    for u in &node.inputs[..last] {
+        ins.push(match u {
+            Some(u) => const_of(graph, uses, *u, depth - 1)?,
+            None => Arc::new(Tensor::f32(&[0], Vec::new())),
+        });
+    }
+    let k = node.outputs.iter().position(|&o| o == v)?;
+    let refs: Vec<&Tensor> = ins.iter().map(|t| t.as_ref()).collect();
+    eval(node.op.as_ref(), &refs, node.outputs.len())?
+        .into_iter()
+        .nth(k)
+        .map(Arc::new)
+}
+
+/// The first `n` outputs of `op` on `ins`, on the CPU; `None` if the op refuses or an output
+/// is over [`MAX_EVAL_ELEMENTS`] (the pass then leaves the node alone).
+fn eval(op: &dyn Op, ins: &[&Tensor], n: usize) -> Option<Vec<Tensor>> {
+    let metas: Vec<TensorMeta> = ins
+        .iter()
+        .map(|t| TensorMeta::constant((*t).clone()))
+        .collect();
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    let mut outs = op.infer(&refs).ok()?;
+    outs.truncate(n);
+    if op.is_view() {
+        // Output 0 is input 0's elements (views have no kernel of their own to call).
+        return match (outs.as_slice(), ins.first()) {
+            ([o], Some(x)) => Some(vec![Tensor::new(o.shape.clone(), x.data.clone())]),
+            _ => None,
+        };
+    }
+    if outs.iter().all(|o| o.value.is_some()) {
+        return Some(
+            outs.into_iter()
+                .filter_map(|o| o.value)
+                .map(|t| (*t).clone())
+                .collect(),
+        );
+    }
+    let fits = |o: &TensorMeta| {
+        (o.shape.iter())
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .is_some_and(|e| e <= MAX_EVAL_ELEMENTS)
+    };
+    if outs.is_empty() || !outs.iter().all(fits) {
+        return None;
+    }
+    let rows = tandem_ops::shape::row_count(&outs[0].shape, op.split_axis(&refs, &outs));
+    let mut out: Vec<Tensor> = outs
+        .iter()
+        .map(|m| Tensor::zeros(m.dtype, &m.shape))
+        .collect();
+    op.cpu(ins, &mut out, 0..rows).ok()?;
+    Some(out)
+}
+
+/// BatchNormalization's epsilon, from its kernel: x = 1, mean 0, var 0, scale 1, B 0 gives
+/// 1 / sqrt(eps). `None` when that is not a finite positive number.
+fn batch_norm_eps(op: &dyn Op) -> Option<f64> {
+    let one = |v: f32| Tensor::f32(&[1], vec![v]);
+    let x = Tensor::f32(&[1, 1, 1], vec![1.0]);
+    let y = probe_tensors(op, x, &[one(1.0), one(0.0), one(0.0), one(0.0)])?;
+    let y = *y.first()? as f64;
+    (y.is_finite() && y > 0.0).then(|| 1.0 / (y * y))
+}
+
+/// A new f32 constant named `<conv>:fused_<what>` (made unique).
+fn add_constant(
+    graph: &mut Graph,
+    names: &mut HashSet<String>,
+    conv: &str,
+    what: &str,
+    t: Tensor,
+) -> ValueId {
+    let mut name = format!("{conv}:fused_{what}");
+    while names.contains(&name) {
+        name.push('_');
+    }
+    names.insert(name.clone());
+    graph.values.push(Value {
+        name,
+        dtype: Some(DType::F32),
+        shape: Some(t.shape.iter().map(|&d| Dim::Fixed(d)).collect()),
+        constant: Some(Arc::new(t)),
+    });
+    graph.values.len() - 1
+}
