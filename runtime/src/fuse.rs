@@ -7,10 +7,12 @@
 //! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.
 //!
 //! Rules: a node is absorbed only when the value between it and the Conv is not a graph output
-//! and has no other reader, and only in the default ONNX domain. BatchNormalization is folded
-//! only when its four parameters and the Conv's W (and B, if any) are f32 constants of the
-//! right shapes: `W' = W * s / sqrt(var + eps)` per output channel, `B' = (B - mean) * s /
-//! sqrt(var + eps) + beta`, computed in f64 and stored as new f32 constants. "Constant" includes
+//! and has no other reader, and only in the default ONNX domain. A chain of per-channel affine
+//! nodes is folded into W and B: BatchNormalization (`W' = W * s / sqrt(var + eps)` per output
+//! channel, `B' = (B - mean) * s / sqrt(var + eps) + beta`), and Mul or Add by a per-channel or
+//! scalar constant (the light zoo's inception_v2 and densenet121 follow each BN with one of
+//! each), only when W (and B, if any) and every parameter are f32 constants of the right
+//! shapes; computed in f64, stored as new f32 constants. "Constant" includes
 //! the output of a node whose inputs are all constants (the light zoo models make their weights
 //! with `ConstantOfShape`), evaluated here as the planner would fold it. Inputs left without a
 //! reader are dropped with the nodes that only made them; others keep them. Clip's bounds must
@@ -114,18 +116,23 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
             continue;
         }
         let mut fused = conv.clone();
-        if let Some(bn) = uses.sole_reader(node.outputs[0]) {
-            if let Some((w, b)) = fold_batch_norm(graph, &uses, i, bn) {
-                let base = graph.nodes[i].name.clone();
-                let w = add_constant(graph, &mut names, &base, "W", w);
-                let b = add_constant(graph, &mut names, &base, "B", b);
-                dropped.extend(graph.nodes[i].inputs[1..].iter().flatten());
-                dropped.extend(graph.nodes[bn].inputs[1..].iter().flatten());
-                let conv_node = &mut graph.nodes[i];
-                conv_node.inputs.resize(3, None);
-                conv_node.inputs[1] = Some(w);
-                conv_node.inputs[2] = Some(b);
-                absorb(graph, &mut fused, i, bn, &mut removed);
+        if let Some((w, b, chain)) = fold_affine(graph, &uses, i) {
+            let base = graph.nodes[i].name.clone();
+            let w = add_constant(graph, &mut names, &base, "W", w);
+            let b = add_constant(graph, &mut names, &base, "B", b);
+            dropped.extend(graph.nodes[i].inputs[1..].iter().flatten());
+            let mut cur = graph.nodes[i].outputs[0];
+            for &a in &chain {
+                let node = &graph.nodes[a];
+                dropped.extend(node.inputs.iter().flatten().filter(|&&v| v != cur));
+                cur = node.outputs[0];
+            }
+            let conv_node = &mut graph.nodes[i];
+            conv_node.inputs.resize(3, None);
+            conv_node.inputs[1] = Some(w);
+            conv_node.inputs[2] = Some(b);
+            for a in chain {
+                absorb(graph, &mut fused, i, a, &mut removed);
             }
         }
         if let Some((act, absorbed)) = activation_after(graph, &uses, i) {
@@ -268,50 +275,138 @@ fn probe_tensors(op: &dyn Op, x: Tensor, rest: &[Tensor]) -> Option<Vec<f32>> {
     Some(eval(op, &ins, 1)?.first()?.as_f32()?.to_vec())
 }
 
-/// W' and B' of Conv `i` with BatchNormalization node `bn` (reading its output) folded in.
-fn fold_batch_norm(graph: &Graph, uses: &Uses, i: usize, bn: usize) -> Option<(Tensor, Tensor)> {
-    let (conv, node) = (&graph.nodes[i], &graph.nodes[bn]);
-    if node.op_type != "BatchNormalization"
-        || !default_domain(node)
-        || node.outputs.len() != 1
-        || node.inputs.len() != 5
-        || node.inputs[0] != Some(conv.outputs[0])
-    {
-        return None;
-    }
-    let f32_const = |v: Option<ValueId>| -> Option<Arc<Tensor>> {
-        let t = const_of(graph, uses, v?, 4)?;
-        t.as_f32()?;
-        Some(t)
-    };
-    let w_t = f32_const(*conv.inputs.get(1)?)?;
+/// Per output channel, `y -> y * k + shift` (f64).
+type Affine = (Vec<f64>, Vec<f64>);
+
+/// The chain of per-channel affine nodes reading Conv `i`'s output one after the other (each
+/// the sole reader of the value before it): BatchNormalization, and Mul or Add by a constant
+/// that is one value per channel or a scalar. Returns W' and B' with the chain folded in, and
+/// the chain's nodes; `None` when the chain is empty or W, B or a parameter is not constant.
+fn fold_affine(graph: &Graph, uses: &Uses, i: usize) -> Option<(Tensor, Tensor, Vec<usize>)> {
+    let conv = &graph.nodes[i];
+    let w_t = f32_const(graph, uses, *conv.inputs.get(1)?)?;
     let (w_shape, w) = (&w_t.shape, w_t.as_f32()?);
     let m = *w_shape.first()?;
     if w_shape.len() < 3 || m == 0 || w.len() % m != 0 {
         return None;
     }
-    let b_t = match conv.inputs.get(2).copied().flatten() {
-        Some(v) => f32_const(Some(v))?,
-        None => Arc::new(Tensor::f32(&[m], vec![0.0; m])),
-    };
-    let mut p = vec![b_t];
-    for k in 1..5 {
-        p.push(f32_const(node.inputs[k])?);
+    let mut affine: Affine = (vec![1.0; m], vec![0.0; m]);
+    let mut chain = Vec::new();
+    let mut cur = conv.outputs[0];
+    while let Some(r) = uses.sole_reader(cur) {
+        let node = &graph.nodes[r];
+        if !default_domain(node) || node.outputs.len() != 1 {
+            break;
+        }
+        let ok = match node.op_type.as_str() {
+            "BatchNormalization" => batch_norm_step(graph, uses, node, cur, m, &mut affine),
+            "Mul" | "Add" => binary_step(graph, uses, node, cur, w_shape.len(), &mut affine),
+            _ => None,
+        };
+        if ok.is_none() {
+            break;
+        }
+        chain.push(r);
+        cur = node.outputs[0];
     }
-    if p.iter().any(|t| t.shape.as_slice() != [m]) {
+    if chain.is_empty() {
         return None;
     }
-    let eps = batch_norm_eps(node.op.as_ref())?;
-    let [b, scale, beta, mean, var] = [0, 1, 2, 3, 4].map(|k| p[k].as_f32().unwrap_or(&[]));
+    let b_t = match conv.inputs.get(2).copied().flatten() {
+        Some(v) => f32_const(graph, uses, Some(v))?,
+        None => Arc::new(Tensor::f32(&[m], vec![0.0; m])),
+    };
+    let b = b_t.as_f32().filter(|b| b.len() == m)?;
+    let (k, shift) = affine;
     let per = w.len() / m;
     let mut w2 = Vec::with_capacity(w.len());
     let mut b2 = Vec::with_capacity(m);
     for oc in 0..m {
-        let k = scale[oc] as f64 / (var[oc] as f64 + eps).sqrt();
-        w2.extend(w[oc * per..][..per].iter().map(|&x| (x as f64 * k) as f32));
-        b2.push(((b[oc] as f64 - mean[oc] as f64) * k + beta[oc] as f64) as f32);
+        w2.extend(
+            w[oc * per..][..per]
+                .iter()
+                .map(|&x| (x as f64 * k[oc]) as f32),
+        );
+        b2.push((b[oc] as f64 * k[oc] + shift[oc]) as f32);
     }
-    Some((Tensor::f32(w_shape, w2), Tensor::f32(&[m], b2)))
+    Some((Tensor::f32(w_shape, w2), Tensor::f32(&[m], b2), chain))
+}
+
+/// `v` as an f32 constant (see [`const_of`]).
+fn f32_const(graph: &Graph, uses: &Uses, v: Option<ValueId>) -> Option<Arc<Tensor>> {
+    let t = const_of(graph, uses, v?, 4)?;
+    t.as_f32()?;
+    Some(t)
+}
+
+/// Compose BatchNormalization `node` (reading `cur`) into `affine`: `y -> (y - mean) * a +
+/// beta`, `a = scale / sqrt(var + eps)`.
+fn batch_norm_step(
+    graph: &Graph,
+    uses: &Uses,
+    node: &Node,
+    cur: ValueId,
+    m: usize,
+    (k, shift): &mut Affine,
+) -> Option<()> {
+    if node.inputs.len() != 5 || node.inputs[0] != Some(cur) {
+        return None;
+    }
+    let mut p = Vec::new();
+    for v in &node.inputs[1..] {
+        let t = f32_const(graph, uses, *v)?;
+        if t.shape.as_slice() != [m] {
+            return None;
+        }
+        p.push(t);
+    }
+    let eps = batch_norm_eps(node.op.as_ref())?;
+    let [scale, beta, mean, var] = [0, 1, 2, 3].map(|j| p[j].as_f32().unwrap_or(&[]));
+    for c in 0..m {
+        let a = scale[c] as f64 / (var[c] as f64 + eps).sqrt();
+        k[c] *= a;
+        shift[c] = (shift[c] - mean[c] as f64) * a + beta[c] as f64;
+    }
+    Some(())
+}
+
+/// Compose Mul or Add `node` of `cur` and a constant into `affine`, when the constant is a
+/// scalar or one value per channel of an output of rank `rank` (shape `[M, 1, ..]` or `[1, M,
+/// 1, ..]`), so the result keeps the Conv output's shape.
+fn binary_step(
+    graph: &Graph,
+    uses: &Uses,
+    node: &Node,
+    cur: ValueId,
+    rank: usize,
+    (k, shift): &mut Affine,
+) -> Option<()> {
+    let other = match node.inputs.as_slice() {
+        [Some(a), Some(b)] if *a == cur && *b != cur => *b,
+        [Some(a), Some(b)] if *b == cur && *a != cur => *a,
+        _ => return None,
+    };
+    let t = f32_const(graph, uses, Some(other))?;
+    let v = t.as_f32()?;
+    let m = k.len();
+    let per_channel = t.shape.len() <= rank && {
+        let mut dims = vec![1; rank - t.shape.len()];
+        dims.extend(&t.shape);
+        dims[0] == 1 && dims[1] == m && dims[2..].iter().all(|&d| d == 1)
+    };
+    let at = |c: usize| v[if per_channel { c } else { 0 }] as f64;
+    if !per_channel && (v.len() != 1 || t.shape.len() > rank) {
+        return None;
+    }
+    for c in 0..m {
+        if node.op_type == "Mul" {
+            k[c] *= at(c);
+            shift[c] *= at(c);
+        } else {
+            shift[c] += at(c);
+        }
+    }
+    Some(())
 }
 
 /// Largest tensor (elements) the pass evaluates from constant inputs (64 MiB of f32).

@@ -592,3 +592,96 @@ fn odd_graphs_are_left_alone() {
     };
     assert_eq!(run(true).is_ok(), run(false).is_ok());
 }
+
+/// BN, then Mul and Add by per-channel constants (inception_v2's pattern), then Relu: all
+/// folded; a Mul by a constant that varies along W stays a node of its own.
+#[test]
+fn per_channel_mul_and_add_are_folded() {
+    let g = geometries()[0];
+    let m = g.w[0];
+    let x = Tensor::f32(&g.dims(g.x), fill(g.x.iter().product(), 1));
+    let (wv, bv) = (fill(g.w.iter().product(), 2), fill(m, 3));
+    let [sc, beta, mean, var] = bn_params(m);
+    let (mulc, addc) = (fill(m, 9), fill(m, 10));
+    let out = g.dims(g.out());
+    let [_, _, oh, ow] = g.out();
+    let bn = Some((&sc[..], &beta[..], &mean[..], &var[..], 1e-5));
+    let base = naive(
+        &g,
+        x.as_f32().unwrap(),
+        &wv,
+        Some(&bv),
+        bn,
+        Activation::None,
+    );
+    let mut weights = vec![weight("W", &g.w, &wv), weight("B", &[m], &bv)];
+    for (n, v) in [("s", &sc), ("beta", &beta), ("mean", &mean), ("var", &var)] {
+        weights.push(weight(n, &[m], v));
+    }
+    weights.push(weight("mulc", &[m, 1, 1], &mulc));
+    weights.push(weight("addc", &[1, m, 1, 1], &addc));
+    let wide: Vec<f32> = fill(ow, 11);
+    weights.push(weight("wide", &[1, 1, 1, ow], &wide));
+    let conv = || {
+        let c = node("Conv", "conv", &["x", "W", "B"], &["c"]);
+        let c = with_attr(c, ints("strides", &[2, 2]));
+        with_attr(c, ints("pads", &[1, 1, 1, 1]))
+    };
+    let bn_node = || {
+        node(
+            "BatchNormalization",
+            "bn",
+            &["c", "s", "beta", "mean", "var"],
+            &["n"],
+        )
+    };
+
+    let bytes = model(
+        vec![
+            conv(),
+            bn_node(),
+            node("Mul", "mul", &["mulc", "n"], &["p"]),
+            node("Add", "add", &["p", "addc"], &["q"]),
+            node("Relu", "relu", &["q"], &["y"]),
+        ],
+        weights.clone(),
+        &["x"],
+        &["y"],
+    );
+    let want: Vec<f32> = (base.iter().enumerate())
+        .map(|(i, v)| {
+            let c = (i / (oh * ow)) % m;
+            (v * mulc[c] + addc[c]).max(0.0)
+        })
+        .collect();
+    for placement in [Placement::Cpu, Placement::Gpu] {
+        let s = session(&bytes, placement, true);
+        assert_eq!(s.graph().nodes.len(), 1);
+        let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
+        assert_eq!(
+            report.fused.get("conv").map(String::as_str),
+            Some("Conv+BatchNormalization+Mul+Add+Relu")
+        );
+        assert_close(&outs[0].1, &Tensor::f32(&out, want.clone()), 1e-4, 1e-4);
+    }
+
+    // A Mul by a constant along W: BN folds, the Mul and the Relu after it stay.
+    let bytes = model(
+        vec![
+            conv(),
+            bn_node(),
+            node("Mul", "mul", &["n", "wide"], &["p"]),
+            node("Relu", "relu", &["p"], &["y"]),
+        ],
+        weights,
+        &["x"],
+        &["y"],
+    );
+    let s = session(&bytes, Placement::Cpu, true);
+    assert_eq!(s.graph().nodes.len(), 3);
+    let want: Vec<f32> = (base.iter().enumerate())
+        .map(|(i, v)| (v * wide[i % ow]).max(0.0))
+        .collect();
+    let outs = s.run(&[("x", x)]).unwrap();
+    assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
+}
