@@ -12,6 +12,9 @@ use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Wo
 use rayon::prelude::*;
 use std::ops::Range;
 
+/// Below this many multiply-adds a MatMul runs on the calling thread.
+const SMALL_MACS: usize = 1 << 15;
+
 /// MatMul: `Y = A @ B` following `numpy.matmul`.
 #[derive(Debug, Clone)]
 pub struct MatMul;
@@ -327,7 +330,12 @@ impl Op for MatMul {
                 threads,
             );
         };
-        if pieces.len() > 1 && pieces.len() >= rayon::current_num_threads() {
+        let threads = rayon::current_num_threads();
+        let macs = lr.len() * g.n * g.k;
+        if macs < SMALL_MACS {
+            // Waking a worker costs more than the product (a decode step's attention heads).
+            pieces.into_iter().for_each(|p| run(p, Threads::Single));
+        } else if pieces.len() > 1 && pieces.len() >= threads {
             pieces.into_par_iter().for_each(|p| run(p, Threads::Single));
         } else {
             pieces.into_iter().for_each(|p| run(p, Threads::Pool));

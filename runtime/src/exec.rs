@@ -159,6 +159,9 @@ struct Run<'a> {
     released: Vec<usize>,
     /// Released host tensors for reuse by later CPU steps.
     spare: Spare,
+    /// Argument lists of CPU steps, reused (empty between steps).
+    ins_buf: Vec<Arc<Tensor>>,
+    outs_buf: Vec<Tensor>,
 }
 
 /// Run the plan on `inputs` (in `graph.inputs` order); outputs in `graph.outputs` order.
@@ -185,6 +188,8 @@ pub async fn execute_async(
         gpu_off: None,
         released: Vec::new(),
         spare: Spare::default(),
+        ins_buf: Vec::new(),
+        outs_buf: Vec::new(),
     };
     for &n in &cx.plan.folded {
         let node = &cx.graph.nodes[n];
@@ -411,6 +416,9 @@ impl<'a> Run<'a> {
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
         let metas = &step.inputs;
+        // Into the run's reused Vec (cpu_step gives it back).
+        let mut direct = std::mem::take(&mut self.ins_buf);
+        direct.clear();
         // The common case on the CPU: every input whole on the host (one Vec, no lookups twice).
         let on_host = |v: usize| {
             let s = &self.slots[v];
@@ -421,16 +429,19 @@ impl<'a> Run<'a> {
             }
         };
         if halves.is_empty() {
-            let direct: Option<Vec<Arc<Tensor>>> = (0..metas.len())
-                .map(|i| match node.inputs[i] {
+            let whole = (0..metas.len()).all(|i| {
+                let t = match node.inputs[i] {
                     Some(v) => on_host(v),
                     None => metas[i].value.clone(),
-                })
-                .collect();
-            if let Some(d) = direct {
-                return Ok(d);
+                };
+                t.map(|t| direct.push(t)).is_some()
+            });
+            if whole {
+                return Ok(direct);
             }
         }
+        direct.clear();
+        self.ins_buf = direct;
         let given: Vec<usize> = (0..metas.len())
             .filter_map(|i| node.inputs[i])
             .filter(|v| !halves.contains(v))
@@ -465,18 +476,39 @@ impl<'a> Run<'a> {
             Some(_) => self.halves(s),
             None => Vec::new(),
         };
-        let ins = self.host_inputs(s, &halves).await?;
-        let refs: Vec<&Tensor> = ins.iter().map(|t| t.as_ref()).collect();
-        let mut outs: Vec<Tensor> = step.outputs.iter().map(|m| self.spare.zeros(m)).collect();
+        let mut ins = self.host_inputs(s, &halves).await?;
+        // No allocation per step for the argument lists: up to 8 inputs in an array, the
+        // input and output Vecs reused from step to step.
+        let (small, many): ([&Tensor; 8], Vec<&Tensor>);
+        let refs: &[&Tensor] = match ins.first() {
+            Some(first) if ins.len() <= 8 => {
+                let mut a = [first.as_ref(); 8];
+                for (r, t) in a.iter_mut().zip(&ins) {
+                    *r = t.as_ref();
+                }
+                small = a;
+                &small[..ins.len()]
+            }
+            _ => {
+                many = ins.iter().map(|t| t.as_ref()).collect();
+                &many
+            }
+        };
+        let mut outs = std::mem::take(&mut self.outs_buf);
+        outs.clear();
+        outs.extend(step.outputs.iter().map(|m| self.spare.zeros(m)));
         let start = Instant::now();
         self.cpu_started = start - self.started;
         let rows = rows.unwrap_or_else(|| step.rows.clone());
-        crate::limits::install(cx.pool, || node.op.cpu(&refs, &mut outs, rows))
+        crate::limits::install(cx.pool, || node.op.cpu(refs, &mut outs, rows))
             .map_err(|e| node_error(node, e))?;
         let took = start.elapsed();
-        for (&v, t) in node.outputs.iter().zip(outs) {
+        for (&v, t) in node.outputs.iter().zip(outs.drain(..)) {
             self.slots[v].host = Some(Arc::new(t));
         }
+        self.outs_buf = outs;
+        ins.clear();
+        self.ins_buf = ins;
         Ok(took)
     }
 
