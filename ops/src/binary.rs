@@ -101,7 +101,8 @@ const FLAG_WRAP_I8: u32 = 16;
 const FLAG_WRAP_U8: u32 = 32;
 
 /// `out[r] = f(a, b)` with `a`, `b` broadcast by `bc` to the output; `out` is the output
-/// block of range `r`. Inner loops are plain slice loops, specialised per broadcast pattern.
+/// block of range `r`. Inner loops are plain slice loops, specialised per broadcast pattern
+/// and run on the widest vectors the CPU has (`crate::simd`).
 pub(crate) fn zip_broadcast<A: Elem, B: Elem, U: Elem>(
     bc: &Broadcast<2>,
     a: &[A],
@@ -114,26 +115,39 @@ pub(crate) fn zip_broadcast<A: Elem, B: Elem, U: Elem>(
     bc.par_runs(out, r, |o, [ia, ib]| {
         let n = o.len();
         match (sa, sb) {
-            (1, 1) => {
-                for ((o, &x), &y) in o.iter_mut().zip(&a[ia..ia + n]).zip(&b[ib..ib + n]) {
-                    *o = f(x, y);
-                }
-            }
-            (1, _) => {
-                let y = b[ib];
-                for (o, &x) in o.iter_mut().zip(&a[ia..ia + n]) {
-                    *o = f(x, y);
-                }
-            }
-            (_, 1) => {
-                let x = a[ia];
-                for (o, &y) in o.iter_mut().zip(&b[ib..ib + n]) {
-                    *o = f(x, y);
-                }
-            }
+            (1, 1) => zip_run(o, &a[ia..ia + n], &b[ib..ib + n], &f),
+            (1, _) => zip_run_scalar_b(o, &a[ia..ia + n], b[ib], &f),
+            (_, 1) => zip_run_scalar_a(o, a[ia], &b[ib..ib + n], &f),
             _ => o.fill(f(a[ia], b[ib])),
         }
     });
+}
+
+crate::simd::kernel! {
+    /// `o[i] = f(a[i], b[i])`; the three slices have equal length.
+    fn zip_run<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(o: &mut [U], a: &[A], b: &[B], f: &F) {
+        for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    }
+}
+
+crate::simd::kernel! {
+    /// `o[i] = f(a[i], y)`; `o` and `a` have equal length.
+    fn zip_run_scalar_b<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(o: &mut [U], a: &[A], y: B, f: &F) {
+        for (o, &x) in o.iter_mut().zip(a) {
+            *o = f(x, y);
+        }
+    }
+}
+
+crate::simd::kernel! {
+    /// `o[i] = f(x, b[i])`; `o` and `b` have equal length.
+    fn zip_run_scalar_a<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(o: &mut [U], x: A, b: &[B], f: &F) {
+        for (o, &y) in o.iter_mut().zip(b) {
+            *o = f(x, y);
+        }
+    }
 }
 
 /// `out[r] = f(a)` with `a` broadcast by `bc` to the output (`out` is the block of `r`).
@@ -148,9 +162,7 @@ pub(crate) fn map_broadcast<A: Elem, U: Elem>(
     bc.par_runs(out, r, |o, [ia]| {
         let n = o.len();
         if sa == 1 {
-            for (o, &x) in o.iter_mut().zip(&a[ia..ia + n]) {
-                *o = f(x);
-            }
+            crate::simd::map(&a[ia..ia + n], o, &f);
         } else {
             o.fill(f(a[ia]));
         }
@@ -169,16 +181,21 @@ fn fold_broadcast<B: Elem, U: Elem>(
     bc.par_runs(out, r, |o, [ib]| {
         let n = o.len();
         if sb == 1 {
-            for (o, &y) in o.iter_mut().zip(&b[ib..ib + n]) {
-                *o = f(*o, y);
-            }
+            fold_run(o, &b[ib..ib + n], &f);
         } else {
             let y = b[ib];
-            for o in o.iter_mut() {
-                *o = f(*o, y);
-            }
+            crate::simd::map_in_place(o, &|v| f(v, y));
         }
     });
+}
+
+crate::simd::kernel! {
+    /// `o[i] = f(o[i], b[i])`; `o` and `b` have equal length.
+    fn fold_run<B: Copy, U: Copy, F: Fn(U, B) -> U>(o: &mut [U], b: &[B], f: &F) {
+        for (o, &y) in o.iter_mut().zip(b) {
+            *o = f(*o, y);
+        }
+    }
 }
 
 impl Binary {
@@ -271,9 +288,7 @@ impl Binary {
         let o = &mut typed_mut::<T>(out)?[r.clone()];
         let d = T::from_count(n);
         Broadcast::<0>::new([], out_shape).par_runs(o, r, |o, []| {
-            for v in o.iter_mut() {
-                *v = T::div(*v, d);
-            }
+            crate::simd::map_in_place(o, &|v| T::div(v, d))
         });
         Ok(())
     }

@@ -253,86 +253,33 @@ unsafe fn small_gemm(
     }
 }
 
-/// `acc[i] += a * x[i]` over the shorter length, on the widest vector unit the CPU has: this
-/// crate is built for baseline x86-64 (SSE2), so the AVX-512 / AVX2 versions are chosen at run
-/// time. Same operations in the same order on every path (no fused multiply-add).
-pub fn axpy(acc: &mut [f32], a: f32, x: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked just above).
-            return unsafe { axpy_avx512(acc, a, x) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { axpy_avx2(acc, a, x) };
+crate::simd::kernel! {
+    /// `acc[i] += a * x[i]` over the shorter length, on the widest vectors the CPU has
+    /// (`crate::simd`). Same operations in the same order on every level (no fused multiply-add).
+    pub fn axpy(acc: &mut [f32], a: f32, x: &[f32]) {
+        for (s, v) in acc.iter_mut().zip(x) {
+            *s += a * v;
         }
     }
-    axpy_plain(acc, a, x)
 }
 
-#[inline(always)]
-fn axpy_plain(acc: &mut [f32], a: f32, x: &[f32]) {
-    for (s, v) in acc.iter_mut().zip(x) {
-        *s += a * v;
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn axpy_avx512(acc: &mut [f32], a: f32, x: &[f32]) {
-    axpy_plain(acc, a, x)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn axpy_avx2(acc: &mut [f32], a: f32, x: &[f32]) {
-    axpy_plain(acc, a, x)
-}
-
-/// Dot product of two equally long slices in 16 partial sums (so it vectorises), AVX-512 /
-/// AVX2 chosen at run time as in [`axpy`].
-fn dot(x: &[f32], y: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked just above).
-            return unsafe { dot_avx512(x, y) };
+crate::simd::kernel! {
+    /// Dot product of two equally long slices in 16 partial sums (so it vectorises), on the
+    /// widest vectors the CPU has (`crate::simd`).
+    fn dot(x: &[f32], y: &[f32]) -> f32 {
+        let mut part = [0.0f32; 16];
+        let (xc, yc) = (x.chunks_exact(16), y.chunks_exact(16));
+        let tail: f32 = (xc.remainder().iter())
+            .zip(yc.remainder())
+            .map(|(a, b)| a * b)
+            .sum();
+        for (xs, ys) in xc.zip(yc) {
+            for l in 0..16 {
+                part[l] += xs[l] * ys[l];
+            }
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { dot_avx2(x, y) };
-        }
+        part.iter().sum::<f32>() + tail
     }
-    dot_plain(x, y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn dot_avx512(x: &[f32], y: &[f32]) -> f32 {
-    dot_plain(x, y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn dot_avx2(x: &[f32], y: &[f32]) -> f32 {
-    dot_plain(x, y)
-}
-
-#[inline(always)]
-fn dot_plain(x: &[f32], y: &[f32]) -> f32 {
-    let mut part = [0.0f32; 16];
-    let (xc, yc) = (x.chunks_exact(16), y.chunks_exact(16));
-    let tail: f32 = (xc.remainder().iter())
-        .zip(yc.remainder())
-        .map(|(a, b)| a * b)
-        .sum();
-    for (xs, ys) in xc.zip(yc) {
-        for l in 0..16 {
-            part[l] += xs[l] * ys[l];
-        }
-    }
-    part.iter().sum::<f32>() + tail
 }
 
 /// [`sgemm`] into a destination given by raw pointer, for callers that let several threads

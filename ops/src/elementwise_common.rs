@@ -191,18 +191,15 @@ fn chunk_len(n: usize) -> usize {
     (n / (threads * 4)).max(PAR_MIN / 4).max(1)
 }
 
-/// `dst[i] = f(src[i])`, in parallel over chunks when large. Both slices have equal length.
-pub(crate) fn par_map<T: Copy + Sync, U: Send>(
+/// `dst[i] = f(src[i])`, in parallel over chunks when large, each chunk on the widest vectors
+/// the CPU has ([`crate::simd::map`]). Both slices have equal length.
+pub(crate) fn par_map<T: Copy + Sync, U: Copy + Send>(
     src: &[T],
     dst: &mut [U],
     f: impl Fn(T) -> U + Sync,
 ) {
     debug_assert_eq!(src.len(), dst.len());
-    let run = |s: &[T], d: &mut [U]| {
-        for (o, &x) in d.iter_mut().zip(s) {
-            *o = f(x);
-        }
-    };
+    let run = |s: &[T], d: &mut [U]| crate::simd::map(s, d, &f);
     if dst.len() < PAR_MIN {
         run(src, dst);
     } else {

@@ -30,6 +30,7 @@ pub mod reduce;
 pub mod registry;
 pub mod resize;
 pub mod shape;
+pub mod simd;
 pub mod slice;
 pub mod softmax;
 mod tensor;

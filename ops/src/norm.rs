@@ -51,6 +51,7 @@ pub fn instance_normalization(a: &Attrs) -> Result<Box<dyn Op>> {
 }
 
 /// Sum of a slice with 8 partial sums (vectorisable, and more accurate than one running sum).
+#[inline(always)]
 pub(crate) fn sum8(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut acc = [0.0f32; 8];
     let chunks = x.chunks_exact(8);
@@ -65,6 +66,7 @@ pub(crate) fn sum8(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
 
 /// Mean and `1 / sqrt(var + eps)` of a row, two-pass (the mean sums deviations from the first
 /// element, the variance squared deviations from the mean, so large offsets do not cancel).
+#[inline(always)]
 pub(crate) fn row_stats(x: &[f32], eps: f32) -> (f32, f32) {
     if x.is_empty() {
         return (0.0, 1.0 / eps.sqrt());
@@ -75,6 +77,38 @@ pub(crate) fn row_stats(x: &[f32], eps: f32) -> (f32, f32) {
     let mean = k + sum8(x, |v| v - k) / n;
     let var = sum8(x, |v| (v - mean) * (v - mean)) / n;
     (mean, 1.0 / (var + eps).sqrt())
+}
+
+crate::simd::kernel! {
+    /// One LayerNormalization row: `y = (x - mean) * inv * scale (+ bias)`; returns
+    /// `(mean, inv)`. Widest vectors (`crate::simd`).
+    fn layer_norm_row(xr: &[f32], yr: &mut [f32], scale: &[f32], bias: Option<&[f32]>, eps: f32) -> (f32, f32) {
+        let (mean, inv) = row_stats(xr, eps);
+        match bias {
+            Some(b) => {
+                for (((y, &v), &s), &b) in yr.iter_mut().zip(xr).zip(scale).zip(b) {
+                    *y = (v - mean) * inv * s + b;
+                }
+            }
+            None => {
+                for ((y, &v), &s) in yr.iter_mut().zip(xr).zip(scale) {
+                    *y = (v - mean) * inv * s;
+                }
+            }
+        }
+        (mean, inv)
+    }
+}
+
+crate::simd::kernel! {
+    /// One InstanceNormalization plane: `y = (x - mean) * (scale * inv) + bias`.
+    fn instance_norm_row(xr: &[f32], yr: &mut [f32], scale: f32, bias: f32, eps: f32) {
+        let (mean, inv) = row_stats(xr, eps);
+        let s = scale * inv;
+        for (y, &v) in yr.iter_mut().zip(xr) {
+            *y = (v - mean) * s + bias;
+        }
+    }
 }
 
 fn f32_in<'a>(op: &str, t: &'a Tensor, what: &str) -> Result<&'a [f32]> {
@@ -266,23 +300,8 @@ impl Op for LayerNorm {
         if n == 0 {
             return Ok(());
         }
-        let norm = |(xr, yr): (&[f32], &mut [f32])| {
-            let (mean, inv) = row_stats(xr, self.eps);
-            match &bias {
-                Some(b) => {
-                    for (((y, &v), &s), &b) in yr.iter_mut().zip(xr).zip(scale.iter()).zip(b.iter())
-                    {
-                        *y = (v - mean) * inv * s + b;
-                    }
-                }
-                None => {
-                    for ((y, &v), &s) in yr.iter_mut().zip(xr).zip(scale.iter()) {
-                        *y = (v - mean) * inv * s;
-                    }
-                }
-            }
-            (mean, inv)
-        };
+        let (scale, bias, eps) = (&scale[..], bias.as_deref(), self.eps);
+        let norm = |(xr, yr): (&[f32], &mut [f32])| layer_norm_row(xr, yr, scale, bias, eps);
         if stats.is_empty() {
             x.par_chunks(n).zip(y.par_chunks_mut(n)).for_each(|r| {
                 norm(r);
@@ -500,11 +519,7 @@ impl Op for InstanceNorm {
             .enumerate()
             .for_each(|(i, (xr, yr))| {
                 let ch = (rows.start + i) % c;
-                let (mean, inv) = row_stats(xr, self.eps);
-                let (s, b) = (scale[ch] * inv, bias[ch]);
-                for (y, &v) in yr.iter_mut().zip(xr) {
-                    *y = (v - mean) * s + b;
-                }
+                instance_norm_row(xr, yr, scale[ch], bias[ch], self.eps);
             });
         Ok(())
     }

@@ -150,9 +150,7 @@ impl Op for BatchNorm {
                 for (k, (yr, xr)) in yt.chunks_mut(n).zip(xt.chunks(n)).enumerate() {
                     let ch = (rows.start + t * per + k) % c;
                     let (m, s) = (a[ch], shift[ch]);
-                    for (y, &v) in yr.iter_mut().zip(xr) {
-                        *y = v * m + s;
-                    }
+                    crate::simd::map(xr, yr, &|v: f32| v * m + s);
                 }
             });
         Ok(())
@@ -219,6 +217,36 @@ impl Lrn {
     }
 }
 
+crate::simd::kernel! {
+    /// `acc[i] += x[i] * x[i]`; equal lengths. Widest vectors (`crate::simd`).
+    fn add_squares(acc: &mut [f32], x: &[f32]) {
+        for (a, &v) in acc.iter_mut().zip(x) {
+            *a += v * v;
+        }
+    }
+}
+
+crate::simd::kernel! {
+    /// `y[i] = x[i] / (bias + k * y[i])^beta` (`y` holds the square sums on entry). The usual
+    /// beta 0.75 is `sqrt(b) * sqrt(sqrt(b))` and 0.5 / 1 are exact too, so those loops
+    /// vectorise (IEEE sqrt, within 2 ulp of powf); other betas call powf.
+    fn lrn_scale(y: &mut [f32], x: &[f32], bias: f32, k: f32, beta: f32) {
+        let it = y.iter_mut().zip(x);
+        if beta == 0.75 {
+            it.for_each(|(o, &v)| {
+                let r = (bias + k * *o).sqrt();
+                *o = v / (r * r.sqrt());
+            });
+        } else if beta == 0.5 {
+            it.for_each(|(o, &v)| *o = v / (bias + k * *o).sqrt());
+        } else if beta == 1.0 {
+            it.for_each(|(o, &v)| *o = v / (bias + k * *o));
+        } else {
+            it.for_each(|(o, &v)| *o = v / (bias + k * *o).powf(beta));
+        }
+    }
+}
+
 impl Op for Lrn {
     fn name(&self) -> &'static str {
         "LRN"
@@ -266,15 +294,9 @@ impl Op for Lrn {
             // Accumulate the square sum in y, then turn it into the output.
             yr.iter_mut().for_each(|v| *v = 0.0);
             for cc in ch.saturating_sub(before)..(ch + after + 1).min(c) {
-                let xr = &x[(batch * c + cc) * n..][..n];
-                for (acc, &v) in yr.iter_mut().zip(xr) {
-                    *acc += v * v;
-                }
+                add_squares(yr, &x[(batch * c + cc) * n..][..n]);
             }
-            let xr = &x[row * n..][..n];
-            for (out, &v) in yr.iter_mut().zip(xr) {
-                *out = v / (self.bias + k * *out).powf(self.beta);
-            }
+            lrn_scale(yr, &x[row * n..][..n], self.bias, k, self.beta);
         });
         Ok(())
     }

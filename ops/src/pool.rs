@@ -334,39 +334,34 @@ impl Pool {
     }
 
     /// Output rows (`outd[2]` elements each, the first at flat element `start`, a row start)
-    /// without Indices, rows in parallel. Windows wholly inside the input along the last axis
-    /// (the interior) accumulate whole input rows into the output row, with no per-element
-    /// bounds math; the border elements go through [`Pool::element`]. Same summation order as
-    /// `element`, so the results are identical.
+    /// without Indices, rows in parallel (see [`Pool::pool_row`]).
     fn pool_rows_f32(&self, x: &[f32], g: &Geo, y: &mut [f32], start: usize) {
         let w = g.outd[2];
         if w == 0 || y.is_empty() {
             return;
         }
-        let (k2, s2, d2, pb2, in2) = (g.k[2], g.s[2], g.d[2], g.pb[2], g.ind[2]);
-        // Interior: o * s2 >= pb2 and o * s2 - pb2 + (k2 - 1) * d2 < in2.
-        let span = (k2 - 1) * d2;
-        let hi = if in2 + pb2 > span {
-            w.min((in2 - 1 + pb2 - span) / s2 + 1)
-        } else {
-            0
-        };
-        let lo = pb2.div_ceil(s2).min(hi);
         let rows_per = (y.len() / w)
             .div_ceil(4 * rayon::current_num_threads())
             .max(1);
         y.par_chunks_mut(rows_per * w)
             .enumerate()
             .for_each(|(ci, chunk)| {
+                // The window rows folded into one, padded so strided reads may overrun by s - 1.
+                let mut t = vec![0.0f32; g.ind[2] + g.s[2]];
                 for (r, out) in chunk.chunks_mut(w).enumerate() {
                     let row = start / w + ci * rows_per + r;
-                    self.pool_row(x, g, row, out, lo..hi);
+                    self.pool_row(x, g, row, out, &mut t);
                 }
             });
     }
 
-    /// One output row (see [`Pool::pool_rows_f32`]); `inner` is the interior along the last axis.
-    fn pool_row(&self, x: &[f32], g: &Geo, row: usize, out: &mut [f32], inner: Range<usize>) {
+    /// One output row, separably: the input rows of the window (along the outer axes) are
+    /// folded into `t` (max, or sum in row order), then each output takes the max / sum of its
+    /// window along the last axis of `t`. Windows wholly inside the input along the last axis
+    /// (the interior) run one vectorised pass per kernel tap; the few border outputs clip their
+    /// window. Every loop runs on the widest vectors the CPU has (`crate::simd`). Max is exact;
+    /// an average sums in a different order than [`Pool::element`] (same value up to rounding).
+    fn pool_row(&self, x: &[f32], g: &Geo, row: usize, out: &mut [f32], t: &mut [f32]) {
         let w = out.len();
         let o1 = row % g.outd[1];
         let o0 = row / g.outd[1] % g.outd[0];
@@ -384,63 +379,75 @@ impl Pool {
         let rows: Vec<usize> = valid(s0, 0)
             .flat_map(|i0| valid(s1, 1).map(move |i1| (i0 * g.ind[1] + i1) * g.ind[2]))
             .collect();
-        let inner = if rows.is_empty() { 0..0 } else { inner };
-        for o2 in (0..inner.start).chain(inner.end..w) {
-            out[o2] = self.element(x, g, row * w + o2).0;
-        }
-        if inner.is_empty() {
+        if rows.is_empty() {
+            // Every window lies in the padding: the definition gives f32::MIN / NaN.
+            for (o2, v) in out.iter_mut().enumerate() {
+                *v = self.element(x, g, row * w + o2).0;
+            }
             return;
         }
-        let acc = &mut out[inner.clone()];
-        let n = acc.len();
-        let (s2, d2) = (g.s[2], g.d[2]);
-        acc.fill(if self.max { f32::NEG_INFINITY } else { 0.0 });
-        for &r in &rows {
-            let xrow = &plane[r..][..g.ind[2]];
-            for k2 in 0..g.k[2] {
-                // The first window of the interior starts inside the row (inner.start * s2 >= pb).
-                let off = inner.start * s2 + k2 * d2 - g.pb[2];
-                if s2 == 1 {
-                    let src = &xrow[off..off + n];
-                    if self.max {
-                        // NaN propagates: once the maximum is NaN it stays NaN.
-                        for (a, &v) in acc.iter_mut().zip(src) {
-                            *a = if v > *a || v.is_nan() { v } else { *a };
-                        }
-                    } else {
-                        for (a, &v) in acc.iter_mut().zip(src) {
-                            *a += v;
-                        }
-                    }
-                } else {
-                    let src = &xrow[off..off + (n - 1) * s2 + 1];
-                    let it = acc.iter_mut().zip(src.iter().step_by(s2));
-                    if self.max {
-                        for (a, &v) in it {
-                            *a = if v > *a || v.is_nan() { v } else { *a };
-                        }
-                    } else {
-                        for (a, &v) in it {
-                            *a += v;
-                        }
-                    }
-                }
+        let in2 = g.ind[2];
+        let t = &mut t[..in2 + g.s[2]];
+        t[..in2].copy_from_slice(&plane[rows[0]..][..in2]);
+        for &r in &rows[1..] {
+            fold_row(&mut t[..in2], &plane[r..][..in2], self.max);
+        }
+        let (k2, s2, d2, pb2) = (g.k[2], g.s[2], g.d[2], g.pb[2]);
+        // Interior: o * s2 >= pb2 and o * s2 - pb2 + (k2 - 1) * d2 < in2.
+        let span = (k2 - 1) * d2;
+        let hi = if in2 + pb2 > span {
+            w.min((in2 - 1 + pb2 - span) / s2 + 1)
+        } else {
+            0
+        };
+        let lo = pb2.div_ceil(s2).min(hi);
+        let taps = |o2: usize| {
+            let s = (o2 * s2) as isize - pb2 as isize;
+            (0..k2)
+                .map(move |k| s + (k * d2) as isize)
+                .filter(move |&i| i >= 0 && i < in2 as isize)
+                .map(|i| i as usize)
+        };
+        for o2 in (0..lo).chain(hi..w) {
+            let mut it = taps(o2).map(|i| t[i]);
+            out[o2] = match it.next() {
+                None if self.max => f32::MIN,
+                None => f32::NAN,
+                Some(first) if self.max => it.fold(first, max_nan),
+                Some(first) => it.fold(first, |a, v| a + v),
+            };
+        }
+        if lo < hi {
+            let acc = &mut out[lo..hi];
+            let n = acc.len();
+            let first = lo * s2 - pb2;
+            for k in 0..k2 {
+                let src = &t[first + k * d2..][..n * s2];
+                window_tap(acc, src, s2, k == 0, self.max);
             }
         }
         if !self.max {
-            let count = if self.count_include_pad {
-                // Positions inside the input or its explicit padding (not the ceil overhang).
-                let inside = |s: isize, a: usize| {
-                    (0..g.k[a])
-                        .filter(|&k| s + ((k * g.d[a]) as isize) < (g.ind[a] + g.pe[a]) as isize)
-                        .count()
-                };
-                inside(s0, 0) * inside(s1, 1) * g.k[2]
-            } else {
-                rows.len() * g.k[2]
+            let inside = |s: isize, a: usize| {
+                (0..g.k[a])
+                    .filter(|&k| s + ((k * g.d[a]) as isize) < (g.ind[a] + g.pe[a]) as isize)
+                    .count()
             };
-            let c = count as f32;
-            acc.iter_mut().for_each(|a| *a /= c);
+            let outer = if self.count_include_pad {
+                // Positions inside the input or its explicit padding (not the ceil overhang).
+                inside(s0, 0) * inside(s1, 1)
+            } else {
+                rows.len()
+            };
+            for (o2, v) in out.iter_mut().enumerate() {
+                let inner = if self.count_include_pad {
+                    inside((o2 * s2) as isize - pb2 as isize, 2)
+                } else if (lo..hi).contains(&o2) {
+                    k2
+                } else {
+                    taps(o2).count()
+                };
+                *v /= (outer * inner) as f32;
+            }
         }
     }
 
@@ -461,6 +468,63 @@ impl Pool {
             (i0 * d1 + i1) * d2 + i2
         };
         (nc * d0 * d1 * d2 + spatial) as i64
+    }
+}
+
+/// The larger of `a` and `v`; NaN once either is NaN (NaN propagates through MaxPool).
+#[inline(always)]
+fn max_nan(a: f32, v: f32) -> f32 {
+    if v > a || v.is_nan() {
+        v
+    } else {
+        a
+    }
+}
+
+crate::simd::kernel! {
+    /// `t[i] = max(t[i], x[i])` (NaN propagates) or `t[i] += x[i]`; equal lengths.
+    fn fold_row(t: &mut [f32], x: &[f32], max: bool) {
+        if max {
+            for (a, &v) in t.iter_mut().zip(x) {
+                *a = max_nan(*a, v);
+            }
+        } else {
+            for (a, &v) in t.iter_mut().zip(x) {
+                *a += v;
+            }
+        }
+    }
+}
+
+crate::simd::kernel! {
+    /// One kernel tap of a pooling row: `acc[j] = op(acc[j], src[j * s])` with op max or +,
+    /// or `acc[j] = src[j * s]` for the `first` tap; `src.len() == acc.len() * s`.
+    fn window_tap(acc: &mut [f32], src: &[f32], s: usize, first: bool, max: bool) {
+        #[inline(always)]
+        fn tap<const S: usize>(acc: &mut [f32], src: &[f32], first: bool, max: bool) {
+            let it = acc.iter_mut().zip(src.chunks_exact(S));
+            if first {
+                it.for_each(|(a, c)| *a = c[0]);
+            } else if max {
+                it.for_each(|(a, c)| *a = max_nan(*a, c[0]));
+            } else {
+                it.for_each(|(a, c)| *a += c[0]);
+            }
+        }
+        match s {
+            1 => tap::<1>(acc, src, first, max),
+            2 => tap::<2>(acc, src, first, max),
+            _ => {
+                let it = acc.iter_mut().zip(src.iter().step_by(s));
+                if first {
+                    it.for_each(|(a, &v)| *a = v);
+                } else if max {
+                    it.for_each(|(a, &v)| *a = max_nan(*a, v));
+                } else {
+                    it.for_each(|(a, &v)| *a += v);
+                }
+            }
+        }
     }
 }
 

@@ -14,6 +14,14 @@ pub(super) trait Fold<T>: Sync {
     fn init(&self) -> Self::S;
     fn step(&self, s: Self::S, x: T) -> Self::S;
     fn finish(&self, s: Self::S, n: usize) -> T;
+    /// Whether [`Fold::combine`] merges two partial states (then contiguous rows fold in 16
+    /// interleaved partial states, which vectorises; the sum order changes, not the value up
+    /// to rounding).
+    const LANES: bool = false;
+    /// The state of the concatenation of the inputs of `a` then `b` (only when `LANES`).
+    fn combine(&self, a: Self::S, _b: Self::S) -> Self::S {
+        a
+    }
 }
 
 /// The float element types the reductions support on the CPU (f32, f64).
@@ -113,6 +121,10 @@ pub(super) struct LogSumExp;
 
 impl<T: FloatElem> Fold<T> for Sum {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        a + b
+    }
     fn init(&self) -> T {
         T::ZERO
     }
@@ -126,6 +138,10 @@ impl<T: FloatElem> Fold<T> for Sum {
 
 impl<T: FloatElem> Fold<T> for Mean {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        a + b
+    }
     fn init(&self) -> T {
         T::ZERO
     }
@@ -139,6 +155,10 @@ impl<T: FloatElem> Fold<T> for Mean {
 
 impl<T: FloatElem> Fold<T> for Max {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        self.step(a, b)
+    }
     fn init(&self) -> T {
         T::INF.neg()
     }
@@ -156,6 +176,10 @@ impl<T: FloatElem> Fold<T> for Max {
 
 impl<T: FloatElem> Fold<T> for Min {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        self.step(a, b)
+    }
     fn init(&self) -> T {
         T::INF
     }
@@ -173,6 +197,10 @@ impl<T: FloatElem> Fold<T> for Min {
 
 impl<T: FloatElem> Fold<T> for Prod {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        a * b
+    }
     fn init(&self) -> T {
         T::ONE
     }
@@ -186,6 +214,10 @@ impl<T: FloatElem> Fold<T> for Prod {
 
 impl<T: FloatElem> Fold<T> for L1 {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        a + b
+    }
     fn init(&self) -> T {
         T::ZERO
     }
@@ -199,6 +231,10 @@ impl<T: FloatElem> Fold<T> for L1 {
 
 impl<T: FloatElem> Fold<T> for L2 {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        a + b
+    }
     fn init(&self) -> T {
         T::ZERO
     }
@@ -212,6 +248,10 @@ impl<T: FloatElem> Fold<T> for L2 {
 
 impl<T: FloatElem> Fold<T> for SumSquare {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        a + b
+    }
     fn init(&self) -> T {
         T::ZERO
     }
@@ -225,6 +265,10 @@ impl<T: FloatElem> Fold<T> for SumSquare {
 
 impl<T: FloatElem> Fold<T> for LogSum {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        a + b
+    }
     fn init(&self) -> T {
         T::ZERO
     }
@@ -339,6 +383,10 @@ impl IntElem for bool {
 
 impl<T: IntElem> Fold<T> for IntFold {
     type S = T;
+    const LANES: bool = true;
+    fn combine(&self, a: T, b: T) -> T {
+        self.step(a, b)
+    }
     fn init(&self) -> T {
         match self.0 {
             ReduceKind::Max => T::MIN,
@@ -390,11 +438,7 @@ pub(super) fn fold<T: Copy + Send + Sync, F: Fold<T>>(
         Some((_, n, 1)) => out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
             for (k, o) in chunk.iter_mut().enumerate() {
                 let e = start + ci * ch + k;
-                let mut s = f.init();
-                for &v in &x[e * n..(e + 1) * n] {
-                    s = f.step(s, v);
-                }
-                *o = f.finish(s, n);
+                *o = f.finish(fold_row(&x[e * n..(e + 1) * n], f), n);
             }
         }),
         // Interleaved lanes: accumulate a run of consecutive outputs row by row, so every
@@ -409,10 +453,7 @@ pub(super) fn fold<T: Copy + Send + Sync, F: Fold<T>>(
                 states.clear();
                 states.resize(len, f.init());
                 for k in 0..n {
-                    let row = &x[o * n * inner + k * inner + j0..][..len];
-                    for (s, &v) in states.iter_mut().zip(row) {
-                        *s = f.step(*s, v);
-                    }
+                    step_lanes(&mut states, &x[o * n * inner + k * inner + j0..][..len], f);
                 }
                 for (y, s) in chunk[done..done + len].iter_mut().zip(&states) {
                     *y = f.finish(*s, n);
@@ -434,6 +475,36 @@ pub(super) fn fold<T: Copy + Send + Sync, F: Fold<T>>(
                     *o = f.finish(s, n);
                 }
             })
+        }
+    }
+}
+
+crate::simd::kernel! {
+    /// The fold state of one contiguous row: in 16 interleaved partial states merged at the
+    /// end when the fold allows it (`Fold::LANES`), else in order. Widest vectors.
+    fn fold_row<T: Copy, F: Fold<T>>(row: &[T], f: &F) -> F::S {
+        if !F::LANES || row.len() < 32 {
+            return row.iter().fold(f.init(), |s, &v| f.step(s, v));
+        }
+        let mut lanes = [f.init(); 16];
+        let chunks = row.chunks_exact(16);
+        let tail = chunks.remainder().iter().fold(f.init(), |s, &v| f.step(s, v));
+        for c in chunks {
+            for l in 0..16 {
+                lanes[l] = f.step(lanes[l], c[l]);
+            }
+        }
+        let s = lanes.iter().fold(f.init(), |a, &b| f.combine(a, b));
+        f.combine(s, tail)
+    }
+}
+
+crate::simd::kernel! {
+    /// `states[j] = step(states[j], row[j])`: one input row folded into a run of interleaved
+    /// lanes; equal lengths. Widest vectors.
+    fn step_lanes<T: Copy, F: Fold<T>>(states: &mut [F::S], row: &[T], f: &F) {
+        for (s, &v) in states.iter_mut().zip(row) {
+            *s = f.step(*s, v);
         }
     }
 }

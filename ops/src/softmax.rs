@@ -231,69 +231,82 @@ fn hard_lanes(x: &[f32], y: &mut [f32], n: usize, inner: usize) {
     }
 }
 
-/// One contiguous lane.
-fn lane(x: &[f32], y: &mut [f32], log: bool) {
-    // No shift fix-up for an infinite max: a lane with +inf (or only -inf) is all NaN, as in
-    // onnxruntime (README.md, "Numerics"); a NaN anywhere makes the sum NaN.
-    let m = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    // e^(x - m) into y first (a loop that vectorises: `exp_f32` has no libm call), then the sum
-    // over 8 partial sums.
-    for (y, &v) in y.iter_mut().zip(x) {
-        *y = exp_f32(v - m);
-    }
-    let mut part = [0.0f32; 8];
-    let chunks = y.chunks_exact(8);
-    let tail: f32 = chunks.remainder().iter().sum();
-    for c in chunks {
-        for (p, &e) in part.iter_mut().zip(c) {
-            *p += e;
+crate::simd::kernel! {
+    /// One contiguous lane, on the widest vectors the CPU has (`crate::simd`).
+    fn lane(x: &[f32], y: &mut [f32], log: bool) {
+        // No shift fix-up for an infinite max: a lane with +inf (or only -inf) is all NaN, as in
+        // onnxruntime (README.md, "Numerics"); a NaN anywhere makes the sum NaN. The max over 16
+        // partial maxima (f32::max ignores NaN, so the order does not matter).
+        let mut pm = [f32::NEG_INFINITY; 16];
+        let xc = x.chunks_exact(16);
+        let mut m = xc.remainder().iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        for c in xc {
+            for l in 0..16 {
+                pm[l] = pm[l].max(c[l]);
+            }
         }
-    }
-    let s = part.iter().sum::<f32>() + tail;
-    if log {
-        let c = m + s.ln();
+        m = pm.iter().fold(m, |m, &v| m.max(v));
+        // e^(x - m) into y first (a loop that vectorises: `exp_f32` has no libm call), then the
+        // sum over 16 partial sums.
         for (y, &v) in y.iter_mut().zip(x) {
-            *y = v - c;
+            *y = exp_f32(v - m);
         }
-    } else {
-        let r = 1.0 / s;
-        y.iter_mut().for_each(|y| *y *= r);
+        let mut part = [0.0f32; 16];
+        let chunks = y.chunks_exact(16);
+        let tail: f32 = chunks.remainder().iter().sum();
+        for c in chunks {
+            for l in 0..16 {
+                part[l] += c[l];
+            }
+        }
+        let s = part.iter().sum::<f32>() + tail;
+        if log {
+            let c = m + s.ln();
+            for (y, &v) in y.iter_mut().zip(x) {
+                *y = v - c;
+            }
+        } else {
+            let r = 1.0 / s;
+            y.iter_mut().for_each(|y| *y *= r);
+        }
     }
 }
 
-/// `inner` interleaved lanes of length `n` (element `k` of lane `j` at `k * inner + j`),
-/// processed row by row so every pass reads contiguously.
-fn strided_lanes(x: &[f32], y: &mut [f32], n: usize, inner: usize, log: bool) {
-    let mut m = vec![f32::NEG_INFINITY; inner];
-    for row in x.chunks(inner) {
-        for (m, &v) in m.iter_mut().zip(row) {
-            *m = m.max(v);
-        }
-    }
-    let mut s = vec![0.0f32; inner];
-    for (yr, xr) in y.chunks_mut(inner).zip(x.chunks(inner)) {
-        for j in 0..inner {
-            let e = exp_f32(xr[j] - m[j]);
-            yr[j] = e;
-            s[j] += e;
-        }
-    }
-    if log {
-        let c: Vec<f32> = m.iter().zip(&s).map(|(m, s)| m + s.ln()).collect();
-        for (yr, xr) in y.chunks_mut(inner).zip(x.chunks(inner)) {
-            for j in 0..inner {
-                yr[j] = xr[j] - c[j];
+crate::simd::kernel! {
+    /// `inner` interleaved lanes of length `n` (element `k` of lane `j` at `k * inner + j`),
+    /// processed row by row so every pass reads contiguously; widest vectors (`crate::simd`).
+    fn strided_lanes(x: &[f32], y: &mut [f32], n: usize, inner: usize, log: bool) {
+        let mut m = vec![f32::NEG_INFINITY; inner];
+        for row in x.chunks_exact(inner) {
+            for (m, &v) in m.iter_mut().zip(row) {
+                *m = m.max(v);
             }
         }
-    } else {
-        s.iter_mut().for_each(|s| *s = 1.0 / *s);
-        for yr in y.chunks_mut(inner) {
-            for (y, r) in yr.iter_mut().zip(&s) {
-                *y *= r;
+        let mut s = vec![0.0f32; inner];
+        for (yr, xr) in y.chunks_exact_mut(inner).zip(x.chunks_exact(inner)) {
+            for (((y, &v), &m), s) in yr.iter_mut().zip(xr).zip(&m).zip(s.iter_mut()) {
+                let e = exp_f32(v - m);
+                *y = e;
+                *s += e;
             }
         }
+        if log {
+            let c: Vec<f32> = m.iter().zip(&s).map(|(m, s)| m + s.ln()).collect();
+            for (yr, xr) in y.chunks_exact_mut(inner).zip(x.chunks_exact(inner)) {
+                for ((y, &v), &c) in yr.iter_mut().zip(xr).zip(&c) {
+                    *y = v - c;
+                }
+            }
+        } else {
+            s.iter_mut().for_each(|s| *s = 1.0 / *s);
+            for yr in y.chunks_exact_mut(inner) {
+                for (y, r) in yr.iter_mut().zip(&s) {
+                    *y *= r;
+                }
+            }
+        }
+        debug_assert_eq!(x.len(), n * inner);
     }
-    debug_assert_eq!(x.len(), n * inner);
 }
 
 #[cfg(test)]

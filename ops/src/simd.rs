@@ -1,0 +1,230 @@
+//! Run-time choice of the vector instruction set for the ops' hot CPU loops.
+//!
+//! Sits between the ops' CPU loops and the CPU's instruction set. This crate is compiled for
+//! the target's baseline (SSE2 on x86-64, NEON on aarch64, simd128-less wasm32), so a plain
+//! loop uses 4-lane vectors at best. [`kernel!`](crate::simd::kernel) wraps a function so that
+//! its body is compiled three times on x86-64 — for AVX-512 (F/BW/DQ/VL), for AVX2 + FMA and
+//! for the baseline — and each call runs the widest copy the CPU supports, detected once
+//! ([`level`]). The compiler autovectorises the same Rust source for each level; kernel bodies
+//! are written for that (slices cut to length before the loop, `chunks_exact`, fixed-width
+//! partial sums for reductions, no early exits, `#[inline(always)]` helpers, no `mul_add`).
+//! Rust never contracts `a * b + c` into an FMA and never reorders float reductions, so every
+//! level computes bit-identical results; only the speed differs. Other targets always run the
+//! baseline copy.
+//!
+//! `TANDEM_SIMD=baseline|avx2|avx512` caps the level (read once, for A/B timing in one build).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// An instruction-set level a [`kernel!`](crate::simd::kernel) function has a copy for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// The target's baseline (SSE2 on x86-64; every non-x86-64 target).
+    Baseline = 0,
+    /// x86-64 AVX2 + FMA + F16C (256-bit vectors).
+    Avx2 = 1,
+    /// x86-64 AVX-512 F/BW/DQ/VL + AVX2 + FMA + F16C (512-bit vectors).
+    Avx512 = 2,
+}
+
+impl Level {
+    /// Name as `TANDEM_SIMD` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Baseline => "baseline",
+            Level::Avx2 => "avx2",
+            Level::Avx512 => "avx512",
+        }
+    }
+
+    /// f32 lanes of this level's widest vector (4 for the baseline's 128-bit vectors).
+    pub fn f32_lanes(self) -> usize {
+        match self {
+            Level::Baseline => 4,
+            Level::Avx2 => 8,
+            Level::Avx512 => 16,
+        }
+    }
+
+    fn from_u8(v: u8) -> Level {
+        match v {
+            2 => Level::Avx512,
+            1 => Level::Avx2,
+            _ => Level::Baseline,
+        }
+    }
+}
+
+/// Not detected yet.
+const UNSET: u8 = u8::MAX;
+static DETECTED: AtomicU8 = AtomicU8::new(UNSET);
+
+/// The widest level this CPU runs, ignoring `TANDEM_SIMD`.
+pub fn cpu_level() -> Level {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let v3 = has!("avx2") && has!("fma") && has!("f16c");
+        if v3 && has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl") {
+            return Level::Avx512;
+        }
+        if v3 {
+            return Level::Avx2;
+        }
+    }
+    Level::Baseline
+}
+
+/// Every level this CPU runs, baseline first.
+pub fn cpu_levels() -> Vec<Level> {
+    let top = cpu_level();
+    [Level::Baseline, Level::Avx2, Level::Avx512]
+        .into_iter()
+        .filter(|&l| l <= top)
+        .collect()
+}
+
+fn detect() -> Level {
+    let top = cpu_level();
+    let cap = match std::env::var("TANDEM_SIMD").as_deref() {
+        Ok("baseline") => Level::Baseline,
+        Ok("avx2") => Level::Avx2,
+        _ => Level::Avx512,
+    };
+    top.min(cap)
+}
+
+/// The level [`kernel!`](crate::simd::kernel) functions run at: the CPU's widest, capped by
+/// `TANDEM_SIMD`; detected on the first call, then one relaxed atomic load.
+#[inline]
+pub fn level() -> Level {
+    #[cfg(test)]
+    if let Some(l) = FORCED.with(|f| f.get()) {
+        return l;
+    }
+    match DETECTED.load(Ordering::Relaxed) {
+        UNSET => {
+            let l = detect();
+            DETECTED.store(l as u8, Ordering::Relaxed);
+            l
+        }
+        v => Level::from_u8(v),
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    static FORCED: std::cell::Cell<Option<Level>> = const { std::cell::Cell::new(None) };
+}
+
+/// Testing hook: runs `f` with every kernel called on this thread at `level` (which the CPU
+/// must have: see [`cpu_levels`]). Kernels that fan out to rayon workers run there at the
+/// detected level, so tests keep inputs below the parallel thresholds.
+#[cfg(test)]
+pub(crate) fn with_level<R>(level: Level, f: impl FnOnce() -> R) -> R {
+    assert!(level <= cpu_level(), "{level:?} not available on this CPU");
+    let prev = FORCED.with(|c| c.replace(Some(level)));
+    let r = f();
+    FORCED.with(|c| c.set(prev));
+    r
+}
+
+/// Defines a function whose body runs compiled for the widest [`Level`] the CPU has:
+///
+/// ```ignore
+/// crate::simd::kernel! {
+///     /// doc
+///     pub(crate) fn add_into<F: Fn(f32) -> f32>(acc: &mut [f32], x: &[f32], f: &F) {
+///         for (a, &v) in acc.iter_mut().zip(x) { *a += f(v); }
+///     }
+/// }
+/// ```
+///
+/// The body becomes an `#[inline(always)]` function, inlined into one
+/// `#[target_feature]` copy per x86-64 level; the wrapper picks the copy by [`level`]. Closures
+/// passed in are inlined into each copy like any small callee, so keep them small and their
+/// helpers `#[inline(always)]`. Parameters are `name: Type` (no patterns); generic parameters
+/// take one bound path each; no `where` clauses.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! __simd_kernel {
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $name:ident $(<$($g:ident : $b:path),* $(,)?>)?
+            ($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block
+    ) => {
+        $(#[$meta])*
+        $vis fn $name $(<$($g: $b),*>)? ($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn plain $(<$($g: $b),*>)? ($($arg: $ty),*) $(-> $ret)? $body
+
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")]
+            unsafe fn avx512 $(<$($g: $b),*>)? ($($arg: $ty),*) $(-> $ret)? {
+                plain($($arg),*)
+            }
+
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn avx2 $(<$($g: $b),*>)? ($($arg: $ty),*) $(-> $ret)? {
+                plain($($arg),*)
+            }
+
+            match $crate::simd::level() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `level` only reports Avx512 when the CPU has every feature enabled.
+                $crate::simd::Level::Avx512 => unsafe { avx512($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `level` only reports Avx2 when the CPU has AVX2, FMA and F16C.
+                $crate::simd::Level::Avx2 => unsafe { avx2($($arg),*) },
+                _ => plain($($arg),*),
+            }
+        }
+    };
+}
+
+pub use crate::__simd_kernel as kernel;
+
+kernel! {
+    /// `dst[i] = f(src[i])` over the shorter length, on the widest vectors the CPU has.
+    pub(crate) fn map<T: Copy, U: Copy, F: Fn(T) -> U>(src: &[T], dst: &mut [U], f: &F) {
+        for (o, &x) in dst.iter_mut().zip(src) {
+            *o = f(x);
+        }
+    }
+}
+
+kernel! {
+    /// `v[i] = f(v[i])`, on the widest vectors the CPU has.
+    pub fn map_in_place<T: Copy, F: Fn(T) -> T>(v: &mut [T], f: &F) {
+        for x in v.iter_mut() {
+            *x = f(*x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_are_ordered_and_forcing_is_scoped_to_the_thread() {
+        let levels = cpu_levels();
+        assert_eq!(levels[0], Level::Baseline);
+        assert_eq!(*levels.last().unwrap(), cpu_level());
+        for &l in &levels {
+            with_level(l, || assert_eq!(level(), l));
+        }
+        let x: Vec<f32> = (0..37).map(|i| i as f32 - 18.5).collect();
+        for &l in &levels {
+            let mut y = vec![0.0f32; 37];
+            with_level(l, || map(&x, &mut y, &|v: f32| v * 2.0 + 1.0));
+            let want: Vec<f32> = x.iter().map(|v| v * 2.0 + 1.0).collect();
+            assert_eq!(y, want, "{l:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "simd_tests.rs"]
+mod kernel_tests;
