@@ -432,6 +432,8 @@ impl IndexMap {
 
     /// Output elements `lo..lo + block.len()` of one matrix of a tiled transpose whose input
     /// starts at `src[0]`: output (p, q) = `src[p + q * sq]`.
+    // `tile[i][j]` is read column by column into a contiguous output line: index loops.
+    #[allow(clippy::needless_range_loop)]
     fn transpose_block<T: Elem>(&self, src: &[T], block: &mut [T], lo: usize) {
         const B: usize = 8;
         let r = self.dims.len();
