@@ -274,19 +274,6 @@ impl Activation {
             Activation::Silu => v * sigmoid(v),
         }
     }
-
-    /// Apply to a block of outputs in place (one `match` per block, so each loop vectorises).
-    pub fn apply_slice(self, out: &mut [f32]) {
-        match self {
-            Activation::None => {}
-            Activation::Relu => out.iter_mut().for_each(|v| *v = Activation::Relu.apply(*v)),
-            Activation::Sigmoid => out
-                .iter_mut()
-                .for_each(|v| *v = Activation::Sigmoid.apply(*v)),
-            Activation::Silu => out.iter_mut().for_each(|v| *v = Activation::Silu.apply(*v)),
-            a => out.iter_mut().for_each(|v| *v = a.apply(*v)),
-        }
-    }
 }
 
 /// One node a fused Conv absorbed: its op type and node name (for reports).

@@ -61,7 +61,7 @@ pub(super) fn direct_path(
         .for_each(|(ci, chunk)| {
             for (i, line) in chunk.chunks_mut(ow).enumerate() {
                 direct_line(g, (x, w, b), &taps, rows.start + ci * per + i, line);
-                act.apply_slice(line);
+                epilogue(line, None, act);
             }
         });
 }
@@ -459,10 +459,57 @@ unsafe fn gemm_block(
         assert!(at + pix.len() <= optr.1, "Conv bias block out of bounds");
         // SAFETY: in bounds (checked) and held exclusively by this call (caller contract).
         let line = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), pix.len()) };
-        if let Some(b) = b {
-            line.iter_mut().for_each(|v| *v += b[c]);
+        epilogue(line, b.map(|b| b[c]), act);
+    }
+}
+
+/// `line[i] = act(line[i] + bias)`: the bias and the fused activation of one output line, in
+/// one pass, compiled for AVX-512 or AVX2 + FMA where the CPU has them (this crate's baseline
+/// is SSE2; the same source, so the same results at every level).
+pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, act: Activation) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+        unsafe fn avx512(line: &mut [f32], bias: Option<f32>, act: Activation) {
+            epilogue_plain(line, bias, act)
         }
-        act.apply_slice(line);
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(line: &mut [f32], bias: Option<f32>, act: Activation) {
+            epilogue_plain(line, bias, act)
+        }
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            // SAFETY: the CPU has every feature the function is compiled for (checked above).
+            return unsafe { avx512(line, bias, act) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: as above.
+            return unsafe { avx2(line, bias, act) };
+        }
+    }
+    epilogue_plain(line, bias, act)
+}
+
+#[inline(always)]
+fn epilogue_plain(line: &mut [f32], bias: Option<f32>, act: Activation) {
+    #[inline(always)]
+    fn each(line: &mut [f32], bias: Option<f32>, f: impl Fn(f32) -> f32) {
+        match bias {
+            Some(b) => line.iter_mut().for_each(|v| *v = f(*v + b)),
+            None => line.iter_mut().for_each(|v| *v = f(*v)),
+        }
+    }
+    match act {
+        Activation::None => each(line, bias, |v| v),
+        Activation::Relu => each(line, bias, |v| Activation::Relu.apply(v)),
+        Activation::LeakyRelu(a) => each(line, bias, |v| Activation::LeakyRelu(a).apply(v)),
+        Activation::Clip(lo, hi) => each(line, bias, |v| Activation::Clip(lo, hi).apply(v)),
+        Activation::Sigmoid => each(line, bias, |v| Activation::Sigmoid.apply(v)),
+        Activation::Silu => each(line, bias, |v| Activation::Silu.apply(v)),
     }
 }
 
