@@ -346,11 +346,10 @@ impl Pool {
         y.par_chunks_mut(rows_per * w)
             .enumerate()
             .for_each(|(ci, chunk)| {
-                // The window rows folded into one, padded so strided reads may overrun by s - 1.
-                let mut t = vec![0.0f32; g.ind[2] + g.s[2]];
+                let mut scratch = self.scratch(g);
                 for (r, out) in chunk.chunks_mut(w).enumerate() {
                     let row = start / w + ci * rows_per + r;
-                    self.pool_row(x, g, row, out, &mut t);
+                    self.pool_row(x, g, row, out, &mut scratch);
                 }
             });
     }
@@ -361,7 +360,7 @@ impl Pool {
     /// (the interior) run one vectorised pass per kernel tap; the few border outputs clip their
     /// window. Every loop runs on the widest vectors the CPU has (`crate::simd`). Max is exact;
     /// an average sums in a different order than [`Pool::element`] (same value up to rounding).
-    fn pool_row(&self, x: &[f32], g: &Geo, row: usize, out: &mut [f32], t: &mut [f32]) {
+    fn pool_row(&self, x: &[f32], g: &Geo, row: usize, out: &mut [f32], sc: &mut Scratch) {
         let w = out.len();
         let o1 = row % g.outd[1];
         let o0 = row / g.outd[1] % g.outd[0];
@@ -376,9 +375,11 @@ impl Pool {
                 .filter(move |&i| i >= 0 && i < g.ind[a] as isize)
                 .map(|i| i as usize)
         };
-        let rows: Vec<usize> = valid(s0, 0)
-            .flat_map(|i0| valid(s1, 1).map(move |i1| (i0 * g.ind[1] + i1) * g.ind[2]))
-            .collect();
+        let rows = &mut sc.rows;
+        rows.clear();
+        rows.extend(
+            valid(s0, 0).flat_map(|i0| valid(s1, 1).map(move |i1| (i0 * g.ind[1] + i1) * g.ind[2])),
+        );
         if rows.is_empty() {
             // Every window lies in the padding: the definition gives f32::MIN / NaN.
             for (o2, v) in out.iter_mut().enumerate() {
@@ -387,27 +388,14 @@ impl Pool {
             return;
         }
         let in2 = g.ind[2];
-        let t = &mut t[..in2 + g.s[2]];
+        let t = &mut sc.t[..in2 + g.s[2]];
         t[..in2].copy_from_slice(&plane[rows[0]..][..in2]);
         for &r in &rows[1..] {
             fold_row(&mut t[..in2], &plane[r..][..in2], self.max);
         }
         let (k2, s2, d2, pb2) = (g.k[2], g.s[2], g.d[2], g.pb[2]);
-        // Interior: o * s2 >= pb2 and o * s2 - pb2 + (k2 - 1) * d2 < in2.
-        let span = (k2 - 1) * d2;
-        let hi = if in2 + pb2 > span {
-            w.min((in2 - 1 + pb2 - span) / s2 + 1)
-        } else {
-            0
-        };
-        let lo = pb2.div_ceil(s2).min(hi);
-        let taps = |o2: usize| {
-            let s = (o2 * s2) as isize - pb2 as isize;
-            (0..k2)
-                .map(move |k| s + (k * d2) as isize)
-                .filter(move |&i| i >= 0 && i < in2 as isize)
-                .map(|i| i as usize)
-        };
+        let (lo, hi) = interior(g, w);
+        let taps = |o2: usize| taps(g, o2);
         for o2 in (0..lo).chain(hi..w) {
             let mut it = taps(o2).map(|i| t[i]);
             out[o2] = match it.next() {
@@ -427,27 +415,38 @@ impl Pool {
             }
         }
         if !self.max {
-            let inside = |s: isize, a: usize| {
-                (0..g.k[a])
-                    .filter(|&k| s + ((k * g.d[a]) as isize) < (g.ind[a] + g.pe[a]) as isize)
-                    .count()
-            };
             let outer = if self.count_include_pad {
                 // Positions inside the input or its explicit padding (not the ceil overhang).
-                inside(s0, 0) * inside(s1, 1)
+                inside(g, s0, 0) * inside(g, s1, 1)
             } else {
                 rows.len()
             };
-            for (o2, v) in out.iter_mut().enumerate() {
-                let inner = if self.count_include_pad {
-                    inside((o2 * s2) as isize - pb2 as isize, 2)
+            divide_counts(out, &sc.counts, outer as f32);
+        }
+    }
+
+    /// Per-chunk scratch of [`Pool::pool_row`]; `counts[o2]`: window positions along the
+    /// last axis that an average divides by (same for every row).
+    fn scratch(&self, g: &Geo) -> Scratch {
+        let w = g.outd[2];
+        let (lo, hi) = interior(g, w);
+        let counts = (0..w)
+            .map(|o2| {
+                if self.count_include_pad {
+                    inside(g, (o2 * g.s[2]) as isize - g.pb[2] as isize, 2)
                 } else if (lo..hi).contains(&o2) {
-                    k2
+                    g.k[2]
                 } else {
-                    taps(o2).count()
-                };
-                *v /= (outer * inner) as f32;
-            }
+                    taps(g, o2).count()
+                }
+            })
+            .map(|c| c as f32)
+            .collect();
+        Scratch {
+            // Padded so strided reads may overrun the input row by s - 1.
+            t: vec![0.0; g.ind[2] + g.s[2]],
+            rows: Vec::with_capacity(g.k[0] * g.k[1]),
+            counts,
         }
     }
 
@@ -468,6 +467,55 @@ impl Pool {
             (i0 * d1 + i1) * d2 + i2
         };
         (nc * d0 * d1 * d2 + spatial) as i64
+    }
+}
+
+/// Scratch of one parallel chunk of pooling rows (see [`Pool::scratch`]).
+struct Scratch {
+    /// The window rows folded into one.
+    t: Vec<f32>,
+    /// Offsets of the window's input rows in the plane.
+    rows: Vec<usize>,
+    counts: Vec<f32>,
+}
+
+/// Outputs along the last axis whose window lies wholly inside the input:
+/// `o * s >= pb` and `o * s - pb + (k - 1) * d < in`.
+fn interior(g: &Geo, w: usize) -> (usize, usize) {
+    let (k2, s2, d2, pb2, in2) = (g.k[2], g.s[2], g.d[2], g.pb[2], g.ind[2]);
+    let span = (k2 - 1) * d2;
+    let hi = if in2 + pb2 > span {
+        w.min((in2 - 1 + pb2 - span) / s2 + 1)
+    } else {
+        0
+    };
+    (pb2.div_ceil(s2).min(hi), hi)
+}
+
+/// Input positions along the last axis in the window of output `o2`.
+fn taps(g: &Geo, o2: usize) -> impl Iterator<Item = usize> {
+    let (k2, d2, in2) = (g.k[2], g.d[2], g.ind[2]);
+    let s = (o2 * g.s[2]) as isize - g.pb[2] as isize;
+    (0..k2)
+        .map(move |k| s + (k * d2) as isize)
+        .filter(move |&i| i >= 0 && i < in2 as isize)
+        .map(|i| i as usize)
+}
+
+/// Window positions of axis `a` starting at `s` that lie inside the input or its explicit
+/// padding (not the ceil overhang), for `count_include_pad`.
+fn inside(g: &Geo, s: isize, a: usize) -> usize {
+    (0..g.k[a])
+        .filter(|&k| s + ((k * g.d[a]) as isize) < (g.ind[a] + g.pe[a]) as isize)
+        .count()
+}
+
+crate::simd::kernel! {
+    /// `out[i] /= outer * counts[i]` (an average's divisor; exact small integers).
+    fn divide_counts(out: &mut [f32], counts: &[f32], outer: f32) {
+        for (v, &c) in out.iter_mut().zip(counts) {
+            *v /= outer * c;
+        }
     }
 }
 
