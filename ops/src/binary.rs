@@ -134,7 +134,12 @@ crate::simd::kernel! {
 
 crate::simd::kernel! {
     /// `o[i] = f(a[i], y)`; `o` and `a` have equal length.
-    fn zip_run_scalar_b<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(o: &mut [U], a: &[A], y: B, f: &F) {
+    fn zip_run_scalar_b<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(
+        o: &mut [U],
+        a: &[A],
+        y: B,
+        f: &F,
+    ) {
         for (o, &x) in o.iter_mut().zip(a) {
             *o = f(x, y);
         }
@@ -143,7 +148,12 @@ crate::simd::kernel! {
 
 crate::simd::kernel! {
     /// `o[i] = f(x, b[i])`; `o` and `b` have equal length.
-    fn zip_run_scalar_a<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(o: &mut [U], x: A, b: &[B], f: &F) {
+    fn zip_run_scalar_a<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(
+        o: &mut [U],
+        x: A,
+        b: &[B],
+        f: &F,
+    ) {
         for (o, &y) in o.iter_mut().zip(b) {
             *o = f(x, y);
         }

@@ -82,7 +82,13 @@ pub(crate) fn row_stats(x: &[f32], eps: f32) -> (f32, f32) {
 crate::simd::kernel! {
     /// One LayerNormalization row: `y = (x - mean) * inv * scale (+ bias)`; returns
     /// `(mean, inv)`. Widest vectors (`crate::simd`).
-    fn layer_norm_row(xr: &[f32], yr: &mut [f32], scale: &[f32], bias: Option<&[f32]>, eps: f32) -> (f32, f32) {
+    fn layer_norm_row(
+        xr: &[f32],
+        yr: &mut [f32],
+        scale: &[f32],
+        bias: Option<&[f32]>,
+        eps: f32,
+    ) -> (f32, f32) {
         let (mean, inv) = row_stats(xr, eps);
         match bias {
             Some(b) => {
