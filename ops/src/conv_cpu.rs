@@ -463,35 +463,12 @@ unsafe fn gemm_block(
     }
 }
 
-/// `line[i] = act(line[i] + bias)`: the bias and the fused activation of one output line, in
-/// one pass, compiled for AVX-512 or AVX2 + FMA where the CPU has them (this crate's baseline
-/// is SSE2; the same source, so the same results at every level).
-pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, act: Activation) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-        unsafe fn avx512(line: &mut [f32], bias: Option<f32>, act: Activation) {
-            epilogue_plain(line, bias, act)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(line: &mut [f32], bias: Option<f32>, act: Activation) {
-            epilogue_plain(line, bias, act)
-        }
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            // SAFETY: the CPU has every feature the function is compiled for (checked above).
-            return unsafe { avx512(line, bias, act) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: as above.
-            return unsafe { avx2(line, bias, act) };
-        }
+crate::simd::kernel! {
+    /// `line[i] = act(line[i] + bias)`: the bias and the fused activation of one output line,
+    /// in one pass, on the widest vectors the CPU has (`simd.rs`).
+    pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, act: Activation) {
+        epilogue_plain(line, bias, act)
     }
-    epilogue_plain(line, bias, act)
 }
 
 #[inline(always)]
