@@ -287,7 +287,9 @@ fn fold_affine(graph: &Graph, uses: &Uses, i: usize) -> Option<(Tensor, Tensor, 
     let w_t = f32_const(graph, uses, *conv.inputs.get(1)?)?;
     let (w_shape, w) = (&w_t.shape, w_t.as_f32()?);
     let m = *w_shape.first()?;
-    if w_shape.len() < 3 || m == 0 || w.len() % m != 0 {
+    // `w.len() < m`: a W with no elements can declare any number of channels (a hostile model
+    // asked for 2^40): the tables below are sized by m.
+    if w_shape.len() < 3 || m == 0 || w.len() < m || w.len() % m != 0 {
         return None;
     }
     let mut affine: Affine = (vec![1.0; m], vec![0.0; m]);

@@ -736,3 +736,30 @@ fn nan_reaching_a_shape_is_a_node_error() {
         _ => panic!("expected a node error on the Reshape, got {e:?}"),
     }
 }
+
+#[test]
+fn conv_weight_with_no_elements_but_huge_channels_is_not_fused() {
+    // Found by CI's fuzzing (load_and_plan): the fusion pass sized its per-channel tables by
+    // W's first dim (2^40 here, with no elements since another dim is 0) before checking W's
+    // length: a 2 TB allocation and an abort at load time. Loading must end normally.
+    let mut conv = node("Conv", &["x", "w"], &[]);
+    conv.output = vec!["c".into()];
+    let bn = node("BatchNormalization", &["c", "s", "b", "m", "v"], &[]);
+    let p = || Tensor::f32(&[1], vec![1.0]);
+    let m = model(
+        vec![conv, bn],
+        &[("x", &[1, 0, 1, 1])],
+        &[
+            ("w", Tensor::f32(&[1 << 40, 0, 1, 1], vec![])),
+            ("s", p()),
+            ("b", p()),
+            ("m", p()),
+            ("v", p()),
+        ],
+        &["y"],
+    );
+    // A typed error or a session with the BatchNormalization left unfused; the process lives.
+    if let Ok(s) = load(&m) {
+        assert_eq!(s.graph().nodes.len(), 2, "nothing to fold into an empty W");
+    }
+}
