@@ -12,8 +12,15 @@ use std::ops::Range;
 /// BatchNormalization in inference mode:
 /// `Y = (X - mean[c]) / sqrt(var[c] + eps) * scale[c] + B[c]`.
 #[derive(Debug)]
-struct BatchNorm {
+pub struct BatchNorm {
     eps: f32,
+}
+
+impl BatchNorm {
+    /// The `epsilon` added to the variance (for passes that fold the op into a Conv).
+    pub fn epsilon(&self) -> f32 {
+        self.eps
+    }
 }
 
 /// LRN: `y = x / (bias + alpha / size * square_sum)^beta`, with `square_sum` over the channels
@@ -91,6 +98,10 @@ fn data<'a>(op: &str, t: &'a Tensor) -> Result<&'a [f32]> {
 impl Op for BatchNorm {
     fn name(&self) -> &'static str {
         "BatchNormalization"
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {

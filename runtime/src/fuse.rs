@@ -18,10 +18,10 @@
 //! reader are dropped with the nodes that only made them; others keep them. Clip's bounds must
 //! be constants. Anything else is left as it is: the pass never fails a model that loads.
 //!
-//! Parameters private to an op (BatchNormalization's epsilon, LeakyRelu's alpha, Clip's bounds)
-//! are read by running the op's own CPU kernel on probe inputs, so the pass needs nothing of
-//! the op's internals: LeakyRelu(-1) = -alpha, Clip(-inf) and Clip(+inf) are the effective
-//! bounds, and BatchNormalization of 1 with mean 0, var 0, scale 1, B 0 is 1 / sqrt(eps).
+//! BatchNormalization's epsilon comes from the op (`BatchNorm::epsilon`). LeakyRelu's alpha and
+//! Clip's bounds are read by running the op's own CPU kernel on probe inputs: LeakyRelu(-1) =
+//! -alpha, and Clip(-inf), Clip(+inf) are the effective bounds whether they come from
+//! attributes (old opsets) or inputs.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
@@ -266,10 +266,7 @@ fn activation_after(graph: &Graph, uses: &Uses, i: usize) -> Option<(Activation,
 /// `op` run on the CPU with input 0 = `x` (a 1-D f32 tensor) and `rest` after it; its first
 /// output as f32, or `None` if the op refuses (the pass then leaves the node alone).
 fn probe(op: &dyn Op, x: &[f32], rest: &[Tensor]) -> Option<Vec<f32>> {
-    probe_tensors(op, Tensor::f32(&[x.len()], x.to_vec()), rest)
-}
-
-fn probe_tensors(op: &dyn Op, x: Tensor, rest: &[Tensor]) -> Option<Vec<f32>> {
+    let x = Tensor::f32(&[x.len()], x.to_vec());
     let mut ins = vec![&x];
     ins.extend(rest.iter());
     Some(eval(op, &ins, 1)?.first()?.as_f32()?.to_vec())
@@ -486,14 +483,12 @@ fn eval(op: &dyn Op, ins: &[&Tensor], n: usize) -> Option<Vec<Tensor>> {
     Some(out)
 }
 
-/// BatchNormalization's epsilon, from its kernel: x = 1, mean 0, var 0, scale 1, B 0 gives
-/// 1 / sqrt(eps). `None` when that is not a finite positive number.
+/// BatchNormalization's epsilon; `None` for an op that is not tandem's BatchNormalization.
 fn batch_norm_eps(op: &dyn Op) -> Option<f64> {
-    let one = |v: f32| Tensor::f32(&[1], vec![v]);
-    let x = Tensor::f32(&[1, 1, 1], vec![1.0]);
-    let y = probe_tensors(op, x, &[one(1.0), one(0.0), one(0.0), one(0.0)])?;
-    let y = *y.first()? as f64;
-    (y.is_finite() && y > 0.0).then(|| 1.0 / (y * y))
+    let bn = op
+        .as_any()?
+        .downcast_ref::<tandem_ops::norm_channel::BatchNorm>()?;
+    Some(bn.epsilon() as f64)
 }
 
 /// A new f32 constant named `<conv>:fused_<what>` (made unique).

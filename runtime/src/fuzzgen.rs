@@ -171,8 +171,7 @@ const REDUCE: &[&str] = &[
 #[rustfmt::skip]
 const DISCONTINUOUS: &[&str] = &[
     "LayerNormalization", "InstanceNormalization", "Floor", "Ceil", "Round", "Sign", "Equal",
-    "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "ArgMax", "ArgMin", "Hardmax", "Cast",
-    "CastLike", "Mod", "IsNaN", "IsInf", "Div", "Reciprocal", "Log", "Pow", "Sqrt",
+    "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "ArgMax", "ArgMin", "Hardmax", "Mod", "IsNaN", "IsInf", "Div", "Reciprocal", "Log", "Pow", "Sqrt",
     "ReduceLogSum",
     // Ill-conditioned for large arguments: at |x| ~ 1e15 one rounding step of x is ~1e8 radians,
     // and WGSL gives no accuracy outside [-pi, pi] (lavapipe's cos(2.7e15) = 1, libm's -0.74).
