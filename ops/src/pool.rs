@@ -317,6 +317,7 @@ impl Pool {
             .clamp(1, 4096);
         let plane = g.outd[0] * g.outd[1] * g.outd[2];
         match indices {
+            None if self.plane_fits(g) => self.pool_planes_f32(x, g, y, start / g.outd[2].max(1)),
             None => self.pool_rows_f32(x, g, y, start),
             Some(idx) => y
                 .par_chunks_mut(ch)
@@ -752,6 +753,9 @@ impl Op for Pool {
         )])
     }
 }
+
+#[path = "pool_plane.rs"]
+mod plane;
 
 #[cfg(test)]
 #[path = "pool_tests.rs"]

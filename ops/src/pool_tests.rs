@@ -249,3 +249,121 @@ fn max_pool_of_u8() {
     assert_eq!(y[1].to_i64_vec(), vec![3, 1]);
     assert!(average_pool(&a).unwrap().infer(&[&x.meta()]).is_err());
 }
+
+/// Naive 2-D pooling straight from the definition: windows clipped to the input, max with
+/// NaN propagating, averages over the input elements or (count_include_pad) over the window
+/// positions before `h + pads_end` / `w + pads_end`.
+#[allow(clippy::too_many_arguments)]
+fn naive_window(
+    x: &[f32],
+    (h, w): (usize, usize),
+    k: (usize, usize),
+    s: (usize, usize),
+    d: (usize, usize),
+    pads: [usize; 4],
+    (oh, ow): (usize, usize),
+    mode: u8,
+) -> Vec<f32> {
+    let mut y = Vec::new();
+    for plane in x.chunks_exact(h * w) {
+        for oi in 0..oh {
+            for oj in 0..ow {
+                let (mut best, mut sum, mut n, mut cip) = (f32::MIN, 0.0f64, 0, 0);
+                for a in 0..k.0 {
+                    for b in 0..k.1 {
+                        let i = (oi * s.0 + a * d.0) as isize - pads[0] as isize;
+                        let j = (oj * s.1 + b * d.1) as isize - pads[1] as isize;
+                        if i < (h + pads[2]) as isize && j < (w + pads[3]) as isize {
+                            cip += 1;
+                        }
+                        if i < 0 || j < 0 || i >= h as isize || j >= w as isize {
+                            continue;
+                        }
+                        let v = plane[i as usize * w + j as usize];
+                        if v.is_nan() || v > best && !best.is_nan() {
+                            best = if best.is_nan() { best } else { v };
+                        }
+                        sum += v as f64;
+                        n += 1;
+                    }
+                }
+                y.push(match mode {
+                    0 => best,
+                    1 => (sum / n as f64) as f32,
+                    _ => (sum / cip as f64) as f32,
+                });
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn band_path_matches_naive_on_vision_shapes_at_every_simd_level() {
+    // (planes, h, w, kernel, strides, dilations, pads [hb, wb, he, we], ceil_mode)
+    type Case = (
+        usize,
+        (usize, usize),
+        (usize, usize),
+        (usize, usize),
+        (usize, usize),
+    );
+    let cases: [(Case, [usize; 4], bool); 13] = [
+        ((5, (14, 14), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
+        ((3, (7, 7), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
+        ((3, (28, 29), (3, 3), (2, 2), (1, 1)), [0, 0, 0, 0], true),
+        ((2, (56, 56), (3, 3), (2, 2), (1, 1)), [1, 1, 1, 1], false),
+        ((4, (20, 21), (2, 2), (2, 2), (1, 1)), [0, 0, 0, 0], true),
+        ((2, (9, 11), (5, 5), (1, 1), (1, 1)), [2, 2, 2, 2], false),
+        ((2, (9, 11), (2, 3), (3, 3), (2, 2)), [1, 0, 1, 2], true),
+        ((2, (8, 8), (3, 3), (2, 1), (1, 1)), [2, 1, 0, 2], false),
+        // Input rows stride times the output's (one pass per tap over the band).
+        ((3, (16, 16), (3, 3), (2, 2), (1, 1)), [1, 1, 1, 1], false),
+        ((2, (20, 20), (2, 2), (2, 2), (1, 1)), [0, 0, 0, 0], false),
+        ((2, (12, 12), (3, 3), (3, 3), (1, 1)), [0, 0, 0, 0], false),
+        ((2, (16, 16), (3, 3), (2, 2), (2, 2)), [2, 2, 2, 2], false),
+        // Wide rows: bands of 27 output rows, cut mid-plane.
+        ((1, (40, 600), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
+    ];
+    for ((nc, (h, w), k, s, d), pads, ceil) in cases {
+        let mut xv: Vec<f32> = (0..nc * h * w)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25)
+            .collect();
+        xv[h * w / 2 + 3] = f32::NAN;
+        let x = Tensor::f32(&[1, nc, h, w], xv.clone());
+        for (mode, make, cip) in [
+            (0u8, max_pool as fn(&Attrs) -> _, 0),
+            (1, average_pool, 0),
+            (2, average_pool, 1),
+        ] {
+            let a = Attrs::new(19)
+                .with("kernel_shape", ints(&[k.0 as i64, k.1 as i64]))
+                .with("strides", ints(&[s.0 as i64, s.1 as i64]))
+                .with("dilations", ints(&[d.0 as i64, d.1 as i64]))
+                .with("pads", ints(&pads.map(|p| p as i64)))
+                .with("ceil_mode", AttrValue::Int(ceil as i64))
+                .with("count_include_pad", AttrValue::Int(cip));
+            let op = make(&a).unwrap();
+            let out = op.infer(&[&x.meta()]).unwrap()[0].shape.clone();
+            let want = naive_window(&xv, (h, w), k, s, d, pads, (out[2], out[3]), mode);
+            for level in crate::simd::cpu_levels() {
+                let rows = nc * out[2];
+                for cut in [None, Some(rows / 2 + 1)] {
+                    let y = crate::simd::with_level(level, || run(&*op, &x, 1, cut));
+                    let y = y[0].as_f32().unwrap();
+                    for (i, (g, e)) in y.iter().zip(&want).enumerate() {
+                        let ok = if mode == 0 {
+                            g.to_bits() == e.to_bits() || g.is_nan() && e.is_nan()
+                        } else {
+                            g.is_nan() && e.is_nan() || (g - e).abs() <= 1e-5 + 1e-5 * e.abs()
+                        };
+                        assert!(
+                            ok,
+                            "{h}x{w} k{k:?} s{s:?} mode {mode} {level:?} at {i}: {g} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

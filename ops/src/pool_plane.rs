@@ -1,0 +1,329 @@
+//! 1-D and 2-D pooling (MaxPool without Indices, AveragePool) a band of output rows at a time:
+//! each input row the band reads has its windows along the last axis reduced once into a row
+//! of a small buffer (horizontal pass), then each output row reduces the buffer rows of its
+//! window (vertical pass) and an average divides. A 3x3 window costs 3 + 3 operations per
+//! output instead of 9, and one call per band (not per row or per tap) keeps the small planes
+//! of the vision models (7x7 to 28x28) from paying per-row dispatch.
+//!
+//! Sits between [`Pool::cpu`](super::Pool) (geometry, Indices, the 3-D path) and the CPU's
+//! vectors ([`crate::simd`]). Max is exact and takes the first maximum in row-major window
+//! order (as [`Pool::element`](super::Pool) does); an average sums each window row, then the
+//! rows (same value as the definition up to rounding). Outputs whose window holds no input
+//! (possible with dilations and ceil_mode) are computed by the definition.
+
+use super::{inside, interior, max_nan, taps, Geo, Pool};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Per-task scratch of the band path.
+pub(super) struct PlaneScratch {
+    /// Horizontal results, one row of `outd[2]` per input row of the band.
+    h: Vec<f32>,
+    /// Per output column, the window positions an average divides by (see `Pool::scratch`),
+    /// repeated for every row of a band.
+    counts: Vec<f32>,
+    /// Output columns whose window holds no input column.
+    empty: Vec<usize>,
+    /// Output columns `lo..hi` whose every strided read stays inside the input row.
+    interior: (usize, usize),
+    /// Output rows per band.
+    band: usize,
+}
+
+impl Pool {
+    /// Whether the band path computes this pooling: at most 2 spatial dims.
+    pub(super) fn plane_fits(&self, g: &Geo) -> bool {
+        g.ind[0] == 1 && g.k[0] == 1 && g.outd[0] == 1
+    }
+
+    /// Output rows `first_row..` (flat over `[N*C, O1]`, `outd[2]` elements each) into `y`,
+    /// tasks of whole rows in parallel.
+    pub(super) fn pool_planes_f32(&self, x: &[f32], g: &Geo, y: &mut [f32], first_row: usize) {
+        let ow = g.outd[2];
+        if ow == 0 || y.is_empty() {
+            return;
+        }
+        let rows = y.len() / ow;
+        // At least ~8K outputs per task (a task costs a few microseconds to hand out).
+        let per = rows
+            .div_ceil(4 * rayon::current_num_threads())
+            .max(8192usize.div_ceil(ow))
+            .max(1);
+        let go = |ci: usize, chunk: &mut [f32]| {
+            let mut sc = self.plane_scratch(g);
+            let (oh, in_plane) = (g.outd[1], g.ind[1] * g.ind[2]);
+            let mut r = first_row + ci * per;
+            let end = r + chunk.len() / ow;
+            let mut off = 0;
+            while r < end {
+                let (nc, o1) = (r / oh, r % oh);
+                let o1e = oh.min(o1 + (end - r)).min(o1 + sc.band);
+                let out = &mut chunk[off..off + (o1e - o1) * ow];
+                let plane = &x[nc * in_plane..][..in_plane];
+                band(
+                    g,
+                    (self.max, self.count_include_pad),
+                    plane,
+                    o1..o1e,
+                    out,
+                    &mut sc,
+                );
+                self.fix_empty(x, g, r, out, &sc);
+                off += (o1e - o1) * ow;
+                r += o1e - o1;
+            }
+        };
+        if rows <= per {
+            go(0, y);
+        } else {
+            y.par_chunks_mut(per * ow)
+                .enumerate()
+                .for_each(|(ci, chunk)| go(ci, chunk));
+        }
+    }
+
+    fn plane_scratch(&self, g: &Geo) -> PlaneScratch {
+        let ow = g.outd[2];
+        let (k2, s2, d2, pb2, in2) = (g.k[2], g.s[2], g.d[2], g.pb[2], g.ind[2]);
+        // Interior outputs whose last tap's strided read (s2 elements) ends inside the row.
+        let (lo, hi) = interior(g, ow);
+        let reach = (k2 - 1) * d2 + s2;
+        let hi = if in2 + pb2 >= reach {
+            hi.min((in2 + pb2 - reach) / s2 + 1)
+        } else {
+            0
+        };
+        let band = (16_384 / (ow * g.s[1]).max(1)).clamp(1, g.outd[1].max(1));
+        let in_rows = ((band - 1) * g.s[1] + (g.k[1] - 1) * g.d[1] + 1).min(g.ind[1]);
+        let row: Vec<f32> = if self.max {
+            Vec::new()
+        } else {
+            (0..ow)
+                .map(|o2| {
+                    let s = (o2 * s2) as isize - pb2 as isize;
+                    (if self.count_include_pad {
+                        inside(g, s, 2)
+                    } else {
+                        taps(g, o2).count()
+                    }) as f32
+                })
+                .collect()
+        };
+        let counts = row.repeat(band);
+        PlaneScratch {
+            h: vec![0.0; in_rows * ow],
+            counts,
+            empty: (0..ow).filter(|&o2| taps(g, o2).next().is_none()).collect(),
+            interior: (lo.min(hi), hi),
+            band,
+        }
+    }
+
+    /// Outputs of rows `row..` (in `out`) whose window holds no input: the definition.
+    fn fix_empty(&self, x: &[f32], g: &Geo, row: usize, out: &mut [f32], sc: &PlaneScratch) {
+        let ow = g.outd[2];
+        for (i, orow) in out.chunks_exact_mut(ow).enumerate() {
+            let r = row + i;
+            let s1 = ((r % g.outd[1]) * g.s[1]) as isize - g.pb[1] as isize;
+            let no_rows = (0..g.k[1])
+                .map(|k| s1 + (k * g.d[1]) as isize)
+                .all(|i1| i1 < 0 || i1 >= g.ind[1] as isize);
+            if no_rows {
+                for (o2, v) in orow.iter_mut().enumerate() {
+                    *v = self.element(x, g, r * ow + o2).0;
+                }
+            } else {
+                for &o2 in &sc.empty {
+                    orow[o2] = self.element(x, g, r * ow + o2).0;
+                }
+            }
+        }
+    }
+}
+
+crate::simd::kernel! {
+    /// Output rows `o1s` of one plane into `out` (see the module doc); `mode` is
+    /// (max, count_include_pad). Rows and columns without input are left for `fix_empty`.
+    fn band(
+        g: &Geo,
+        mode: (bool, bool),
+        plane: &[f32],
+        o1s: Range<usize>,
+        out: &mut [f32],
+        sc: &mut PlaneScratch,
+    ) {
+        band_plain(g, mode, plane, o1s, out, sc)
+    }
+}
+
+#[inline(always)]
+fn band_plain(
+    g: &Geo,
+    (max, cip): (bool, bool),
+    plane: &[f32],
+    o1s: Range<usize>,
+    out: &mut [f32],
+    sc: &mut PlaneScratch,
+) {
+    let (ow, in1, in2) = (g.outd[2], g.ind[1], g.ind[2]);
+    let (k1, s1, d1, pb1) = (g.k[1], g.s[1], g.d[1], g.pb[1]);
+    let span1 = (k1 - 1) * d1;
+    let lo_in = (o1s.start * s1).saturating_sub(pb1);
+    let hi_in = in1.min(((o1s.end - 1) * s1 + span1 + 1).saturating_sub(pb1));
+    if lo_in < hi_in {
+        let h = &mut sc.h[..(hi_in - lo_in) * ow];
+        let x = &plane[lo_in * in2..hi_in * in2];
+        let s2 = g.s[2];
+        if in2 == s2 * ow {
+            // Rows s2 times as long as the output's: output j (flat over the band) reads input
+            // s2 * j - pb2 + k * d2 for every row, so each tap is one pass over the whole band;
+            // then the border columns, which that pass read from the neighbouring rows, are
+            // redone from their own row.
+            let (span2, pb2) = ((g.k[2] - 1) * g.d[2], g.pb[2]);
+            let (j0, j1) = (
+                pb2.div_ceil(s2),
+                (x.len() + pb2).saturating_sub(span2 + s2) / s2 + 1,
+            );
+            if j0 < j1 && x.len() + pb2 >= span2 + s2 {
+                let dst = &mut h[j0..j1];
+                for k in 0..g.k[2] {
+                    let src = &x[j0 * s2 + k * g.d[2] - pb2..][..dst.len() * s2];
+                    match s2 {
+                        1 => combine(dst, src, k == 0, max),
+                        2 => tap::<2>(dst, src, k == 0, max),
+                        _ => tap_strided(dst, src, s2, k == 0, max),
+                    }
+                }
+            }
+            let (lo, hi) = sc.interior;
+            for (hrow, xrow) in h.chunks_exact_mut(ow).zip(x.chunks_exact(in2)) {
+                borders(g, max, xrow, hrow, (0..lo).chain(hi..ow));
+            }
+        } else {
+            for (hrow, xrow) in h.chunks_exact_mut(ow).zip(x.chunks_exact(in2)) {
+                horizontal(g, max, xrow, hrow, sc.interior);
+            }
+        }
+    }
+    // Output rows whose every tap lies inside the input, one pass per tap when s1 is 1.
+    let first_in = pb1.div_ceil(s1);
+    let last_in = if in1 + pb1 > span1 {
+        (in1 + pb1 - span1 - 1) / s1 + 1
+    } else {
+        0
+    };
+    let (a, b) = (
+        first_in.clamp(o1s.start, o1s.end),
+        last_in.clamp(o1s.start, o1s.end),
+    );
+    let inner = if s1 == 1 && a < b { a..b } else { a..a };
+    if !inner.is_empty() {
+        let dst = &mut out[(inner.start - o1s.start) * ow..(inner.end - o1s.start) * ow];
+        for k in 0..k1 {
+            let from = (inner.start + k * d1 - pb1 - lo_in) * ow;
+            combine(dst, &sc.h[from..from + dst.len()], k == 0, max);
+        }
+        if !max {
+            let outer = k1 as f32;
+            for (v, &c) in dst.iter_mut().zip(&sc.counts) {
+                *v /= outer * c;
+            }
+        }
+    }
+    for o1 in (o1s.start..inner.start).chain(inner.end..o1s.end) {
+        let orow = &mut out[(o1 - o1s.start) * ow..][..ow];
+        let s = (o1 * s1) as isize - pb1 as isize;
+        let mut n = 0;
+        for k in 0..k1 {
+            let i = s + (k * d1) as isize;
+            if i < 0 || i >= in1 as isize {
+                continue;
+            }
+            let hrow = &sc.h[(i as usize - lo_in) * ow..][..ow];
+            combine(orow, hrow, n == 0, max);
+            n += 1;
+        }
+        if n > 0 && !max {
+            let outer = if cip { inside(g, s, 1) } else { n } as f32;
+            for (v, &c) in orow.iter_mut().zip(&sc.counts) {
+                *v /= outer * c;
+            }
+        }
+    }
+}
+
+/// `acc[i] = op(acc[i], x[i])` with op max (NaN propagates) or +, or a copy for the first.
+#[inline(always)]
+fn combine(acc: &mut [f32], x: &[f32], first: bool, max: bool) {
+    if first {
+        acc.copy_from_slice(x);
+    } else if max {
+        acc.iter_mut()
+            .zip(x)
+            .for_each(|(a, &v)| *a = max_nan(*a, v));
+    } else {
+        acc.iter_mut().zip(x).for_each(|(a, &v)| *a += v);
+    }
+}
+
+/// Output columns `cols` of one input row's horizontal pass, each over its clipped window
+/// (NaN where the window holds no input column: `fix_empty` redoes those).
+#[inline(always)]
+fn borders(g: &Geo, max: bool, x: &[f32], hrow: &mut [f32], cols: impl Iterator<Item = usize>) {
+    for o2 in cols {
+        let mut it = taps(g, o2).map(|i| x[i]);
+        hrow[o2] = match it.next() {
+            None => f32::NAN,
+            Some(first) if max => it.fold(first, max_nan),
+            Some(first) => it.fold(first, |a, v| a + v),
+        };
+    }
+}
+
+/// The windows of one input row along the last axis: border outputs clip their window, the
+/// interior `lo..hi` takes one strided pass per tap.
+#[inline(always)]
+fn horizontal(g: &Geo, max: bool, x: &[f32], hrow: &mut [f32], (lo, hi): (usize, usize)) {
+    let (k2, s2, d2, pb2) = (g.k[2], g.s[2], g.d[2], g.pb[2]);
+    let ow = hrow.len();
+    borders(g, max, x, hrow, (0..lo).chain(hi..ow));
+    if lo >= hi {
+        return;
+    }
+    let acc = &mut hrow[lo..hi];
+    let n = acc.len();
+    let first = lo * s2 - pb2;
+    for k in 0..k2 {
+        let src = &x[first + k * d2..][..n * s2];
+        match s2 {
+            1 => tap::<1>(acc, src, k == 0, max),
+            2 => tap::<2>(acc, src, k == 0, max),
+            _ => tap_strided(acc, src, s2, k == 0, max),
+        }
+    }
+}
+
+/// `acc[j] = op(acc[j], src[j * S])` (`src.len() == acc.len() * S`), or a copy for the first.
+#[inline(always)]
+fn tap<const S: usize>(acc: &mut [f32], src: &[f32], first: bool, max: bool) {
+    let it = acc.iter_mut().zip(src.chunks_exact(S));
+    if first {
+        it.for_each(|(a, c)| *a = c[0]);
+    } else if max {
+        it.for_each(|(a, c)| *a = max_nan(*a, c[0]));
+    } else {
+        it.for_each(|(a, c)| *a += c[0]);
+    }
+}
+
+#[inline(always)]
+fn tap_strided(acc: &mut [f32], src: &[f32], s: usize, first: bool, max: bool) {
+    let it = acc.iter_mut().zip(src.iter().step_by(s));
+    if first {
+        it.for_each(|(a, &v)| *a = v);
+    } else if max {
+        it.for_each(|(a, &v)| *a = max_nan(*a, v));
+    } else {
+        it.for_each(|(a, &v)| *a += v);
+    }
+}
