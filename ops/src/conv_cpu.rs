@@ -132,6 +132,10 @@ pub(super) fn im2col_channel(g: &Geom2, xplane: &[f32], p0: usize, p1: usize, ro
                 im2col_column(g, xplane, ki, off, p0, row);
                 continue;
             }
+            if g.sw == 1 && g.sh == 1 && g.ow == g.w {
+                im2col_shifted(g, xplane, (ki, kj), p0, row);
+                continue;
+            }
             let vr = valid_range(g.ow, g.sw, off, g.w);
             let mut p = p0;
             while p < p1 {
@@ -157,10 +161,78 @@ pub(super) fn im2col_channel(g: &Geom2, xplane: &[f32], p0: usize, p1: usize, ro
                 if g.sw == 1 {
                     dst.copy_from_slice(&src[..dst.len()]);
                 } else {
-                    for (v, xv) in dst.iter_mut().zip(src.iter().step_by(g.sw)) {
-                        *v = *xv;
-                    }
+                    strided_copy(dst, src, g.sw);
                 }
+            }
+        }
+    }
+}
+
+/// `dst[i] = src[i * s]`; `src` holds at least `(dst.len() - 1) * s + 1` elements.
+fn strided_copy(dst: &mut [f32], src: &[f32], s: usize) {
+    let n = dst.len();
+    if s == 2 && n > 1 {
+        // All but the last element as a vectorised deinterleave (reads 2 per output).
+        deinterleave(&mut dst[..n - 1], &src[..2 * (n - 1)]);
+        dst[n - 1] = src[2 * (n - 1)];
+        return;
+    }
+    for (v, xv) in dst.iter_mut().zip(src.iter().step_by(s)) {
+        *v = *xv;
+    }
+}
+
+crate::simd::kernel! {
+    /// `dst[i] = src[2 * i]` (`src.len() == 2 * dst.len()`), on the widest vectors the CPU has.
+    fn deinterleave(dst: &mut [f32], src: &[f32]) {
+        for (v, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *v = pair[0];
+        }
+    }
+}
+
+/// One im2col row of a stride-1 conv whose output rows are as long as its input rows (the
+/// "same" 3x3 and 5x5 convs): pixel `p` reads input `p + (ki * dh - pt) * w + kj * dw - pl`,
+/// so the row is one copy of the input shifted by a constant,
+/// zero where the tap's input row is outside the input, then the columns whose tap falls in the
+/// left or right padding zeroed.
+pub(super) fn im2col_shifted(
+    g: &Geom2,
+    xplane: &[f32],
+    (ki, kj): (usize, usize),
+    p0: usize,
+    row: &mut [f32],
+) {
+    let (w, p1) = (g.w, p0 + row.len());
+    let off = (kj * g.dw) as i64 - g.pl;
+    let dh = (ki * g.dh) as i64 - g.pt;
+    // Output rows whose tap row lies inside the input.
+    let vr = valid_range(g.oh, g.sh, dh, g.h);
+    let (a, b) = ((vr.start * w).clamp(p0, p1), (vr.end * w).clamp(p0, p1));
+    row[..a - p0].fill(0.0);
+    row[b - p0..].fill(0.0);
+    if a >= b {
+        return;
+    }
+    let delta = dh * w as i64 + off;
+    // The first and last pixels may map before the plane or past it (their columns are
+    // padding, zeroed below): copy the part that maps inside.
+    let lo = a.max((-delta).max(0) as usize);
+    let hi = b.min((xplane.len() as i64 - delta).max(0) as usize);
+    if lo < hi {
+        let src = (lo as i64 + delta) as usize;
+        row[lo - p0..hi - p0].copy_from_slice(&xplane[src..src + (hi - lo)]);
+    }
+    row[a - p0..lo.min(b) - p0].fill(0.0);
+    row[hi.clamp(a, b) - p0..b - p0].fill(0.0);
+    // Columns whose tap is in the left (ow < -off) or right (ow + off >= w) padding.
+    let cl = valid_range(g.ow, 1, off, w);
+    for r in a / w..b.div_ceil(w) {
+        let base = r * w;
+        for c in (0..cl.start).chain(cl.end..w) {
+            let p = base + c;
+            if (a..b).contains(&p) {
+                row[p - p0] = 0.0;
             }
         }
     }

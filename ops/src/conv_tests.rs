@@ -209,7 +209,8 @@ fn conv_matches_definition() {
 /// The paths added for speed, each against the 7-loop definition: 1-D convolutions (one
 /// pixel per output line: the strided im2col column), channel-split GEMMs (at least as many
 /// output channels as pixels: one shared im2col block, or X read directly for 1x1), grouped
-/// channel splits, and depthwise lines batched per task with strides and dilations.
+/// channel splits, depthwise lines batched per task with strides and dilations, and the
+/// shifted-copy im2col of stride-1 convs whose output rows are as long as their input rows.
 #[test]
 fn fast_paths_match_definition() {
     type Case = (
@@ -238,6 +239,11 @@ fn fast_paths_match_definition() {
             [2, 2, 2, 2],
         ),
         ([2, 6, 9, 9], 12, [3, 3], 6, [1, 2], [1, 1], [1, 0, 1, 2]),
+        // Stride 1, output rows as long as input rows: the shifted-copy im2col, with pixel
+        // chunks that start mid-row and asymmetric pads.
+        ([1, 24, 37, 29], 20, [5, 5], 1, [1, 1], [1, 1], [2, 2, 2, 2]),
+        ([2, 6, 11, 13], 7, [3, 3], 1, [1, 1], [1, 1], [0, 2, 2, 0]),
+        ([1, 5, 8, 9], 9, [3, 3], 1, [1, 1], [2, 1], [3, 1, 1, 1]),
         (
             [1, 32, 56, 56],
             32,
