@@ -24,6 +24,12 @@ pub(super) struct PlaneScratch {
     counts: Vec<f32>,
     /// Output columns whose window holds no input column.
     empty: Vec<usize>,
+    /// Output rows (of a plane) whose window holds no input row.
+    empty_rows: Vec<usize>,
+    /// The border columns (outside `interior`) and, for each, the range of `btaps` holding
+    /// the input columns of its window.
+    bcols: Vec<(usize, Range<usize>)>,
+    btaps: Vec<usize>,
     /// Output columns `lo..hi` whose every strided read stays inside the input row.
     interior: (usize, usize),
     /// Output rows per band.
@@ -110,32 +116,49 @@ impl Pool {
                 .collect()
         };
         let counts = row.repeat(band);
+        let (lo, hi) = (lo.min(hi), hi);
+        let (mut bcols, mut btaps) = (Vec::new(), Vec::new());
+        for o2 in (0..lo).chain(hi..ow) {
+            let at = btaps.len();
+            btaps.extend(taps(g, o2));
+            bcols.push((o2, at..btaps.len()));
+        }
+        let empty_rows = (0..g.outd[1])
+            .filter(|&o1| {
+                let s1 = (o1 * g.s[1]) as isize - g.pb[1] as isize;
+                (0..g.k[1])
+                    .map(|k| s1 + (k * g.d[1]) as isize)
+                    .all(|i1| i1 < 0 || i1 >= g.ind[1] as isize)
+            })
+            .collect();
         PlaneScratch {
             h: vec![0.0; in_rows * ow],
+            empty_rows,
+            bcols,
+            btaps,
             counts,
             empty: (0..ow).filter(|&o2| taps(g, o2).next().is_none()).collect(),
-            interior: (lo.min(hi), hi),
+            interior: (lo, hi),
             band,
         }
     }
 
     /// Outputs of rows `row..` (in `out`) whose window holds no input: the definition.
     fn fix_empty(&self, x: &[f32], g: &Geo, row: usize, out: &mut [f32], sc: &PlaneScratch) {
+        if sc.empty.is_empty() && sc.empty_rows.is_empty() {
+            return;
+        }
         let ow = g.outd[2];
         for (i, orow) in out.chunks_exact_mut(ow).enumerate() {
             let r = row + i;
-            let s1 = ((r % g.outd[1]) * g.s[1]) as isize - g.pb[1] as isize;
-            let no_rows = (0..g.k[1])
-                .map(|k| s1 + (k * g.d[1]) as isize)
-                .all(|i1| i1 < 0 || i1 >= g.ind[1] as isize);
-            if no_rows {
-                for (o2, v) in orow.iter_mut().enumerate() {
-                    *v = self.element(x, g, r * ow + o2).0;
-                }
+            let cols: Box<dyn Iterator<Item = usize>> = if sc.empty_rows.contains(&(r % g.outd[1]))
+            {
+                Box::new(0..ow)
             } else {
-                for &o2 in &sc.empty {
-                    orow[o2] = self.element(x, g, r * ow + o2).0;
-                }
+                Box::new(sc.empty.iter().copied())
+            };
+            for o2 in cols {
+                orow[o2] = self.element(x, g, r * ow + o2).0;
             }
         }
     }
@@ -195,13 +218,12 @@ fn band_plain(
                     }
                 }
             }
-            let (lo, hi) = sc.interior;
             for (hrow, xrow) in h.chunks_exact_mut(ow).zip(x.chunks_exact(in2)) {
-                borders(g, max, xrow, hrow, (0..lo).chain(hi..ow));
+                borders(max, xrow, hrow, (&sc.bcols, &sc.btaps));
             }
         } else {
             for (hrow, xrow) in h.chunks_exact_mut(ow).zip(x.chunks_exact(in2)) {
-                horizontal(g, max, xrow, hrow, sc.interior);
+                horizontal(g, max, xrow, hrow, sc.interior, (&sc.bcols, &sc.btaps));
             }
         }
     }
@@ -266,13 +288,19 @@ fn combine(acc: &mut [f32], x: &[f32], first: bool, max: bool) {
     }
 }
 
-/// Output columns `cols` of one input row's horizontal pass, each over its clipped window
-/// (NaN where the window holds no input column: `fix_empty` redoes those).
+/// The border columns of one input row's horizontal pass (`bcols`: see [`PlaneScratch`]),
+/// each over its clipped window (NaN where the window holds no input column: `fix_empty`
+/// redoes those).
 #[inline(always)]
-fn borders(g: &Geo, max: bool, x: &[f32], hrow: &mut [f32], cols: impl Iterator<Item = usize>) {
-    for o2 in cols {
-        let mut it = taps(g, o2).map(|i| x[i]);
-        hrow[o2] = match it.next() {
+fn borders(
+    max: bool,
+    x: &[f32],
+    hrow: &mut [f32],
+    (bcols, btaps): (&[(usize, Range<usize>)], &[usize]),
+) {
+    for (o2, at) in bcols {
+        let mut it = btaps[at.clone()].iter().map(|&i| x[i]);
+        hrow[*o2] = match it.next() {
             None => f32::NAN,
             Some(first) if max => it.fold(first, max_nan),
             Some(first) => it.fold(first, |a, v| a + v),
@@ -283,10 +311,16 @@ fn borders(g: &Geo, max: bool, x: &[f32], hrow: &mut [f32], cols: impl Iterator<
 /// The windows of one input row along the last axis: border outputs clip their window, the
 /// interior `lo..hi` takes one strided pass per tap.
 #[inline(always)]
-fn horizontal(g: &Geo, max: bool, x: &[f32], hrow: &mut [f32], (lo, hi): (usize, usize)) {
+fn horizontal(
+    g: &Geo,
+    max: bool,
+    x: &[f32],
+    hrow: &mut [f32],
+    (lo, hi): (usize, usize),
+    border: (&[(usize, Range<usize>)], &[usize]),
+) {
     let (k2, s2, d2, pb2) = (g.k[2], g.s[2], g.d[2], g.pb[2]);
-    let ow = hrow.len();
-    borders(g, max, x, hrow, (0..lo).chain(hi..ow));
+    borders(max, x, hrow, border);
     if lo >= hi {
         return;
     }
