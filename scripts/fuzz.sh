@@ -45,7 +45,14 @@ for t in "${targets[@]}"; do
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
   echo "fuzz: $t: $execs executions in ${per} s, exit $status"
   if [ "$status" -ne 0 ]; then
-    grep -E 'panicked|ERROR|SUMMARY|Test unit written|artifact' "$log" | head -20
+    # The panic's message is on the lines after "panicked at": print them, so a CI log alone
+    # says what failed.
+    grep -A4 'panicked at' "$log" | head -12 || true
+    grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -6
+    crash=$(grep -o 'Test unit written to [^ ]*' "$log" | head -1 | sed 's/.* //')
+    if [ -n "$crash" ] && [ "$(stat -c %s "$crash")" -le 8192 ]; then
+      echo "fuzz: the crashing input, base64: $(base64 -w0 "$crash")"
+    fi
     exit "$status"
   fi
 done

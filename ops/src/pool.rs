@@ -113,6 +113,13 @@ fn make(a: &Attrs, name: &'static str, max: bool) -> Result<Box<dyn Op>> {
             .saturating_mul(dilations[a])
             .saturating_add(1)
     };
+    // Window arithmetic (positions, SAME pads) stays in isize.
+    if let Some(a) = (0..n).find(|&a| span(a) > isize::MAX as usize) {
+        return Err(OpError::Invalid(format!(
+            "{name}: dilated kernel of dim {a} ({} x dilation {}) exceeds 2^63",
+            kernel[a], dilations[a]
+        )));
+    }
     if let Some(i) = (0..2 * n).find(|&i| pads[i] >= span(i % n)) {
         return Err(OpError::Invalid(format!(
             "{name}: pads {pads:?}: pad {} must be smaller than the dilated kernel ({})",
@@ -187,7 +194,13 @@ impl Pool {
             let (out, pb, pe) = match self.auto_pad {
                 AutoPad::NotSet => {
                     let (pb, pe) = (self.pads[i], self.pads[n + i]);
-                    let span = x + pb + pe;
+                    let span = x.saturating_add(pb).saturating_add(pe);
+                    if span > isize::MAX as usize {
+                        return Err(OpError::Invalid(format!(
+                            "{}: spatial dim {i} ({x}) with pads {pb}+{pe} exceeds 2^63",
+                            self.name
+                        )));
+                    }
                     if span < window {
                         return Err(OpError::Invalid(format!(
                             "{}: spatial dim {i} ({x} + pads {pb}+{pe}) is smaller than the window {window}",
@@ -256,28 +269,16 @@ impl Pool {
         let mut at = None;
         let mut sum = 0.0f32;
         let mut count = 0usize;
-        for k0 in 0..g.k[0] {
-            let i0 = s0 + (k0 * g.d[0]) as isize;
-            if i0 < 0 || i0 >= g.ind[0] as isize {
-                continue;
-            }
-            for k1 in 0..g.k[1] {
-                let i1 = s1 + (k1 * g.d[1]) as isize;
-                if i1 < 0 || i1 >= g.ind[1] as isize {
-                    continue;
-                }
-                let row = &plane[(i0 as usize * g.ind[1] + i1 as usize) * g.ind[2]..][..g.ind[2]];
-                for k2 in 0..g.k[2] {
-                    let i2 = s2 + (k2 * g.d[2]) as isize;
-                    if i2 < 0 || i2 >= g.ind[2] as isize {
-                        continue;
-                    }
-                    let v = row[i2 as usize];
+        for i0 in positions(g, s0, 0) {
+            for i1 in positions(g, s1, 1) {
+                let row = &plane[(i0 * g.ind[1] + i1) * g.ind[2]..][..g.ind[2]];
+                for i2 in positions(g, s2, 2) {
+                    let v = row[i2];
                     if self.max {
                         // NaN propagates: the first NaN of the window wins.
                         if at.is_none() || ((v > best || v.is_nan()) && !best.is_nan()) {
                             best = v;
-                            at = Some([i0 as usize, i1 as usize, i2 as usize]);
+                            at = Some([i0, i1, i2]);
                         }
                     } else {
                         sum += v;
@@ -290,12 +291,7 @@ impl Pool {
             (best, at)
         } else if self.count_include_pad {
             // Window positions inside the input or its explicit padding (not the ceil overhang).
-            let inside = |s: isize, a: usize| {
-                (0..g.k[a])
-                    .filter(|&k| s + ((k * g.d[a]) as isize) < (g.ind[a] + g.pe[a]) as isize)
-                    .count()
-            };
-            let count = inside(s0, 0) * inside(s1, 1) * inside(s2, 2);
+            let count = inside(g, s0, 0) * inside(g, s1, 1) * inside(g, s2, 2);
             (sum / count as f32, None)
         } else {
             (sum / count as f32, None)
@@ -370,16 +366,11 @@ impl Pool {
         let plane = &x[nc * plane_len..][..plane_len];
         let start = |o: usize, a: usize| (o * g.s[a]) as isize - g.pb[a] as isize;
         let (s0, s1) = (start(o0, 0), start(o1, 1));
-        let valid = |s: isize, a: usize| {
-            (0..g.k[a])
-                .map(move |k| s + (k * g.d[a]) as isize)
-                .filter(move |&i| i >= 0 && i < g.ind[a] as isize)
-                .map(|i| i as usize)
-        };
         let rows = &mut sc.rows;
         rows.clear();
         rows.extend(
-            valid(s0, 0).flat_map(|i0| valid(s1, 1).map(move |i1| (i0 * g.ind[1] + i1) * g.ind[2])),
+            positions(g, s0, 0)
+                .flat_map(|i0| positions(g, s1, 1).map(move |i1| (i0 * g.ind[1] + i1) * g.ind[2])),
         );
         if rows.is_empty() {
             // Every window lies in the padding: the definition gives f32::MIN / NaN.
@@ -389,7 +380,7 @@ impl Pool {
             return;
         }
         let in2 = g.ind[2];
-        let t = &mut sc.t[..in2 + g.s[2]];
+        let t = &mut sc.t[..in2 + 1];
         t[..in2].copy_from_slice(&plane[rows[0]..][..in2]);
         for &r in &rows[1..] {
             fold_row(&mut t[..in2], &plane[r..][..in2], self.max);
@@ -410,8 +401,11 @@ impl Pool {
             let acc = &mut out[lo..hi];
             let n = acc.len();
             let first = lo * s2 - pb2;
+            // Strides 1 and 2 read whole chunks of s2 (an overrun of s2 - 1 <= 1); wider ones
+            // only the n elements they use (a stride may be 2^63: no padding by s2).
+            let len = if s2 <= 2 { n * s2 } else { (n - 1) * s2 + 1 };
             for k in 0..k2 {
-                let src = &t[first + k * d2..][..n * s2];
+                let src = &t[first + k * d2..][..len];
                 window_tap(acc, src, s2, k == 0, self.max);
             }
         }
@@ -444,9 +438,9 @@ impl Pool {
             .map(|c| c as f32)
             .collect();
         Scratch {
-            // Padded so strided reads may overrun the input row by s - 1.
-            t: vec![0.0; g.ind[2] + g.s[2]],
-            rows: Vec::with_capacity(g.k[0] * g.k[1]),
+            // Padded so the chunked reads of strides 1 and 2 may overrun the row by s - 1.
+            t: vec![0.0; g.ind[2] + 1],
+            rows: Vec::with_capacity(g.k[0].min(g.ind[0]) * g.k[1].min(g.ind[1])),
             counts,
         }
     }
@@ -495,20 +489,31 @@ fn interior(g: &Geo, w: usize) -> (usize, usize) {
 
 /// Input positions along the last axis in the window of output `o2`.
 fn taps(g: &Geo, o2: usize) -> impl Iterator<Item = usize> {
-    let (k2, d2, in2) = (g.k[2], g.d[2], g.ind[2]);
-    let s = (o2 * g.s[2]) as isize - g.pb[2] as isize;
-    (0..k2)
-        .map(move |k| s + (k * d2) as isize)
-        .filter(move |&i| i >= 0 && i < in2 as isize)
-        .map(|i| i as usize)
+    positions(g, (o2 * g.s[2]) as isize - g.pb[2] as isize, 2)
+}
+
+/// Input positions of axis `a` in the window starting at `s`, in order.
+fn positions(g: &Geo, s: isize, a: usize) -> impl Iterator<Item = usize> {
+    let d = g.d[a];
+    taps_before(g, s, a, 0, g.ind[a]).map(move |k| (s + (k * d) as isize) as usize)
 }
 
 /// Window positions of axis `a` starting at `s` that lie inside the input or its explicit
 /// padding (not the ceil overhang), for `count_include_pad`.
 fn inside(g: &Geo, s: isize, a: usize) -> usize {
-    (0..g.k[a])
-        .filter(|&k| s + ((k * g.d[a]) as isize) < (g.ind[a] + g.pe[a]) as isize)
-        .count()
+    taps_before(g, s, a, isize::MIN, g.ind[a] + g.pe[a]).len()
+}
+
+/// The taps `k` (in `0..k[a]`) of the window of axis `a` starting at `s` whose position
+/// `s + k * d[a]` lies in `lo..end`. Computed, not searched: a hostile kernel_shape may be
+/// 2^63 wide (the dilated kernel, pads and input each fit in an isize, see `make`).
+fn taps_before(g: &Geo, s: isize, a: usize, lo: isize, end: usize) -> Range<usize> {
+    let (k, d) = (g.k[a] as i128, g.d[a] as i128);
+    let (s, lo, end) = (s as i128, lo as i128, end as i128);
+    let first = if s >= lo { 0 } else { (lo - s + d - 1) / d };
+    let stop = if end <= s { 0 } else { (end - s + d - 1) / d };
+    let stop = stop.min(k);
+    first.min(stop) as usize..stop as usize
 }
 
 crate::simd::kernel! {
@@ -547,7 +552,8 @@ crate::simd::kernel! {
 
 crate::simd::kernel! {
     /// One kernel tap of a pooling row: `acc[j] = op(acc[j], src[j * s])` with op max or +,
-    /// or `acc[j] = src[j * s]` for the `first` tap; `src.len() == acc.len() * s`.
+    /// or `acc[j] = src[j * s]` for the `first` tap; `src.len()` is `acc.len() * s` for
+    /// `s <= 2`, at least `(acc.len() - 1) * s + 1` otherwise.
     fn window_tap(acc: &mut [f32], src: &[f32], s: usize, first: bool, max: bool) {
         #[inline(always)]
         fn tap<const S: usize>(acc: &mut [f32], src: &[f32], first: bool, max: bool) {
@@ -625,9 +631,12 @@ impl Op for Pool {
     }
 
     fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
-        let k: usize = self.kernel.iter().product();
+        // Taps per output: a window reads at most the input's extent along each axis.
+        let spatial = &ins[0].shape[ins[0].shape.len().saturating_sub(self.kernel.len())..];
+        let k = (self.kernel.iter().zip(spatial))
+            .fold(1usize, |p, (&k, &n)| p.saturating_mul(k.min(n)));
         Work {
-            flops: (outs[0].numel() * k) as u64,
+            flops: (outs[0].numel() as u64).saturating_mul(k as u64),
             bytes_read: ins[0].bytes(),
             bytes_written: outs.iter().map(|o| o.bytes()).sum(),
         }
@@ -731,7 +740,12 @@ impl Op for Pool {
             out_dims: v4(g.outd, 0),
             kernel: v4(g.k, 0),
             strides: v4(g.s, 0),
-            dilations: v4(g.d, 0),
+            // A kernel of 1 has one tap whatever its dilation; 1 keeps the shader's i32 tap
+            // arithmetic in range.
+            dilations: v4(
+                std::array::from_fn(|i| if g.k[i] == 1 { 1 } else { g.d[i] }),
+                0,
+            ),
             pads: v4(g.pb, 0),
             pads_end: v4(g.pe, 0),
             mode: match (self.max, self.count_include_pad) {

@@ -11,7 +11,7 @@
 //! rows (same value as the definition up to rounding). Outputs whose window holds no input
 //! (possible with dilations and ceil_mode) are computed by the definition.
 
-use super::{inside, interior, max_nan, taps, Geo, Pool};
+use super::{inside, interior, max_nan, positions, taps, Geo, Pool};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -93,7 +93,7 @@ impl Pool {
         let (k2, s2, d2, pb2, in2) = (g.k[2], g.s[2], g.d[2], g.pb[2], g.ind[2]);
         // Interior outputs whose last tap's strided read (s2 elements) ends inside the row.
         let (lo, hi) = interior(g, ow);
-        let reach = (k2 - 1) * d2 + s2;
+        let reach = ((k2 - 1) * d2).saturating_add(s2);
         let hi = if in2 + pb2 >= reach {
             hi.min((in2 + pb2 - reach) / s2 + 1)
         } else {
@@ -126,9 +126,7 @@ impl Pool {
         let empty_rows = (0..g.outd[1])
             .filter(|&o1| {
                 let s1 = (o1 * g.s[1]) as isize - g.pb[1] as isize;
-                (0..g.k[1])
-                    .map(|k| s1 + (k * g.d[1]) as isize)
-                    .all(|i1| i1 < 0 || i1 >= g.ind[1] as isize)
+                positions(g, s1, 1).next().is_none()
             })
             .collect();
         PlaneScratch {
@@ -193,7 +191,8 @@ fn band_plain(
     let span1 = (k1 - 1) * d1;
     let lo_in = (o1s.start * s1).saturating_sub(pb1);
     let hi_in = in1.min(((o1s.end - 1) * s1 + span1 + 1).saturating_sub(pb1));
-    if lo_in < hi_in {
+    // An empty last axis (in2 = 0, windows of padding only) leaves every column to fix_empty.
+    if lo_in < hi_in && in2 > 0 {
         let h = &mut sc.h[..(hi_in - lo_in) * ow];
         let x = &plane[lo_in * in2..hi_in * in2];
         let s2 = g.s[2];
@@ -256,12 +255,8 @@ fn band_plain(
         let orow = &mut out[(o1 - o1s.start) * ow..][..ow];
         let s = (o1 * s1) as isize - pb1 as isize;
         let mut n = 0;
-        for k in 0..k1 {
-            let i = s + (k * d1) as isize;
-            if i < 0 || i >= in1 as isize {
-                continue;
-            }
-            let hrow = &sc.h[(i as usize - lo_in) * ow..][..ow];
+        for i in positions(g, s, 1) {
+            let hrow = &sc.h[(i - lo_in) * ow..][..ow];
             combine(orow, hrow, n == 0, max);
             n += 1;
         }

@@ -20,6 +20,9 @@
 //! - M Conv negative strides; M Conv group 0; M Conv group not dividing channels
 //! - M Conv zero-size kernel; M Conv kernel larger than the padded input; M Conv zero dilation
 //! - M MaxPool pads not smaller than the kernel; M Pad cropping more than the input
+//! - M Max/AveragePool strides of 2^63 - 1 (valid: one window per axis; no buffer sized by them)
+//! - M Max/AveragePool kernels 2^40 wide with SAME pads (valid: each window clipped to the input;
+//!   no loop over the kernel's taps); M AveragePool over an empty axis with pads
 //! - M Softmax axis out of range; M Reshape with two -1; M Reshape element count mismatch
 //! - M Gather constant index out of range; M GatherElements indices larger than data off the axis
 //! - M Concat rank mismatch; M MatMul inner-dim mismatch
@@ -761,5 +764,151 @@ fn conv_weight_with_no_elements_but_huge_channels_is_not_fused() {
     // A typed error or a session with the BatchNormalization left unfused; the process lives.
     if let Ok(s) = load(&m) {
         assert_eq!(s.graph().nodes.len(), 2, "nothing to fold into an empty W");
+    }
+}
+
+/// A stride of 2^63 - 1 is valid (one window per axis); 3-D pooling once sized a row buffer by
+/// it (capacity overflow panic, found by the generated_graph fuzz target).
+#[test]
+fn pool_strides_of_2_pow_63_give_one_window_per_axis() {
+    for rank in 1..=3 {
+        let shape: Vec<usize> = [2, 1]
+            .into_iter()
+            .chain([3; 3].into_iter().take(rank))
+            .collect();
+        let x: Vec<f32> = (0..shape.iter().product::<usize>())
+            .map(|v| v as f32)
+            .collect();
+        for op in ["AveragePool", "MaxPool"] {
+            let a = [
+                ("kernel_shape", ints(&vec![2; rank])),
+                ("strides", ints(&vec![i64::MAX; rank])),
+            ];
+            let s = load(&one(op, &shape, &[], &a)).expect("loads");
+            let y = s
+                .run(&[("x", Tensor::f32(&shape, x.clone()))])
+                .expect("runs");
+            let y = y[0].1.as_f32().expect("f32");
+            // The one window: offsets 0..2 on each spatial axis of each of the 2 planes.
+            let plane = 3usize.pow(rank as u32);
+            let want: Vec<f32> = (0..2)
+                .map(|n| {
+                    let w: Vec<f32> = (0..1usize << rank)
+                        .map(|bits| {
+                            let off = (0..rank).fold(0, |o, a| o * 3 + (bits >> a & 1));
+                            x[n * plane + off]
+                        })
+                        .collect();
+                    if op == "MaxPool" {
+                        w.iter().cloned().fold(f32::MIN, f32::max)
+                    } else {
+                        w.iter().sum::<f32>() / w.len() as f32
+                    }
+                })
+                .collect();
+            assert_eq!(y, want.as_slice(), "{op} rank {rank}");
+        }
+    }
+}
+
+/// Kernels 2^40 wide with SAME pads are valid: every window is clipped to the input. Pooling
+/// once walked every tap of the kernel, checking each against the input (a run of hours, found
+/// by the generated_graph fuzz target); the reference here is the clipped interval itself.
+#[test]
+fn pool_kernels_of_2_pow_40_with_same_pads_clip_to_the_input() {
+    let huge = 1i64 << 40;
+    for (shape, kernel, strides) in [
+        (vec![1, 2, 3, 5], vec![2, huge], vec![2, 2]),
+        (vec![1, 2, 3, 5], vec![huge, 1], vec![1, 3]),
+        (vec![1, 1, 2, 3, 5], vec![1, huge, 2], vec![1, 2, 1]),
+    ] {
+        let spatial = &shape[2..];
+        let x: Vec<f32> = (0..shape.iter().product::<usize>())
+            .map(|v| ((v * 7) % 11) as f32 - 5.0)
+            .collect();
+        for pad in ["SAME_UPPER", "SAME_LOWER"] {
+            for op in ["AveragePool", "MaxPool"] {
+                let a = [
+                    ("kernel_shape", ints(&kernel)),
+                    ("strides", ints(&strides)),
+                    ("auto_pad", AttrValue::String(pad.into())),
+                ];
+                let s = load(&one(op, &shape, &[], &a)).expect("loads");
+                let y = s
+                    .run(&[("x", Tensor::f32(&shape, x.clone()))])
+                    .expect("runs");
+                // Per axis: the output count and each output's clipped input interval.
+                let axes: Vec<Vec<(usize, usize)>> = (0..spatial.len())
+                    .map(|i| {
+                        let (n, k, st) =
+                            (spatial[i] as i128, kernel[i] as i128, strides[i] as i128);
+                        let out = (n + st - 1) / st;
+                        let total = ((out - 1) * st + k - n).max(0);
+                        let pb = if pad == "SAME_UPPER" {
+                            total / 2
+                        } else {
+                            total - total / 2
+                        };
+                        (0..out)
+                            .map(|o| {
+                                let b = o * st - pb;
+                                (b.max(0) as usize, (b + k).min(n) as usize)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let mut want = Vec::new();
+                let plane: usize = spatial.iter().product();
+                for c in 0..shape[1] {
+                    // Each output's window: the offsets (within the plane) of its inputs.
+                    let mut windows: Vec<Vec<usize>> = vec![vec![0]];
+                    for (i, iv) in axes.iter().enumerate() {
+                        let inner: usize = spatial[i + 1..].iter().product();
+                        windows = windows
+                            .iter()
+                            .flat_map(|w| {
+                                iv.iter().map(move |&(b, e)| {
+                                    let w = w.iter();
+                                    w.flat_map(|&o| (b..e).map(move |p| o + p * inner))
+                                        .collect()
+                                })
+                            })
+                            .collect();
+                    }
+                    for w in windows {
+                        let v: Vec<f32> = w.iter().map(|&o| x[c * plane + o]).collect();
+                        want.push(if op == "MaxPool" {
+                            v.iter().cloned().fold(f32::MIN, f32::max)
+                        } else {
+                            v.iter().sum::<f32>() / v.len() as f32
+                        });
+                    }
+                }
+                let got = y[0].1.as_f32().expect("f32");
+                assert_eq!(got, want.as_slice(), "{op} {pad} kernel {kernel:?}");
+            }
+        }
+    }
+}
+
+/// An empty last axis with pads is valid: every window holds padding only. Its average counts
+/// the padded positions (zeros) with count_include_pad, and nothing without (0 / 0). The band
+/// path once cut input rows into chunks of their length, 0 (panic, found by fuzzing).
+#[test]
+fn average_pool_over_an_empty_axis_averages_padding_only() {
+    for (include_pad, want) in [(1, 0.0f32), (0, f32::NAN)] {
+        let a = [
+            ("kernel_shape", ints(&[1, 2])),
+            ("pads", ints(&[0, 1, 0, 1])),
+            ("count_include_pad", AttrValue::Int(include_pad)),
+        ];
+        let s = load(&one("AveragePool", &[1, 1, 2, 0], &[], &a)).expect("loads");
+        let y = s
+            .run(&[("x", Tensor::f32(&[1, 1, 2, 0], vec![]))])
+            .expect("runs");
+        assert_eq!(y[0].1.shape, vec![1, 1, 2, 1]);
+        for &v in y[0].1.as_f32().expect("f32") {
+            assert!(v == want || (v.is_nan() && want.is_nan()), "{v} vs {want}");
+        }
     }
 }

@@ -1,9 +1,10 @@
 // pool: MaxPool / AveragePool over up to 3 spatial dims (padded to 3 in front). One invocation
 // per output element e in [params.start, params.start + params.count), e flat over
 // [N*C, O0, O1, O2]. Window element k along dim a reads input index o*stride - pad_begin +
-// k*dilation, skipped when outside the input. mode: 0 max, 1 average over the input elements
-// in the window, 2 average over the window positions inside the input or its padding
-// (count_include_pad; a ceil-mode overhang past the end padding does not count).
+// k*dilation; only the taps inside the input are visited (their range is computed). mode:
+// 0 max, 1 average over the input elements in the window, 2 average over the window
+// positions inside the input or its padding (count_include_pad; a ceil-mode overhang past
+// the end padding does not count).
 // Bindings: 0 x (f32, read), 1 y (f32, read_write), 2 params. Overrides: WG.
 
 override WG: u32 = 64u;
@@ -41,42 +42,26 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let nc = e / (od.z * od.y * od.x);
     let plane = nc * params.in_dims.x * params.in_dims.y * params.in_dims.z;
     let s = vec3<i32>(vec3<u32>(o0, o1, o2) * params.strides.xyz) - vec3<i32>(params.pads.xyz);
+    let k = vec3<i32>(params.kernel.xyz);
     let dil = vec3<i32>(params.dilations.xyz);
 
+    // The taps of each dim are computed, not searched: a kernel may be 2^30 wide.
+    let lo = first_tap(s, dil);
+    let hi = end_tap(s, dil, k, id);
     // Window positions before the end of the end padding, per dim (for mode 2).
-    let limit = id + vec3<i32>(params.pads_end.xyz);
-    var inside = vec3<u32>(0u, 0u, 0u);
-    for (var k = 0; k < i32(params.kernel.x); k = k + 1) {
-        inside.x = inside.x + select(0u, 1u, s.x + k * dil.x < limit.x);
-    }
-    for (var k = 0; k < i32(params.kernel.y); k = k + 1) {
-        inside.y = inside.y + select(0u, 1u, s.y + k * dil.y < limit.y);
-    }
-    for (var k = 0; k < i32(params.kernel.z); k = k + 1) {
-        inside.z = inside.z + select(0u, 1u, s.z + k * dil.z < limit.z);
-    }
+    let inside = vec3<u32>(end_tap(s, dil, k, id + vec3<i32>(params.pads_end.xyz)));
 
     var best = -3.4028235e38;
     var found = false;
     var sum = 0.0;
     var count = 0u;
-    for (var k0 = 0; k0 < i32(params.kernel.x); k0 = k0 + 1) {
+    for (var k0 = lo.x; k0 < hi.x; k0 = k0 + 1) {
         let i0 = s.x + k0 * dil.x;
-        if (i0 < 0 || i0 >= id.x) {
-            continue;
-        }
-        for (var k1 = 0; k1 < i32(params.kernel.y); k1 = k1 + 1) {
+        for (var k1 = lo.y; k1 < hi.y; k1 = k1 + 1) {
             let i1 = s.y + k1 * dil.y;
-            if (i1 < 0 || i1 >= id.y) {
-                continue;
-            }
             let row = plane + u32((i0 * id.y + i1) * id.z);
-            for (var k2 = 0; k2 < i32(params.kernel.z); k2 = k2 + 1) {
-                let i2 = s.z + k2 * dil.z;
-                if (i2 < 0 || i2 >= id.z) {
-                    continue;
-                }
-                let v = x[row + u32(i2)];
+            for (var k2 = lo.z; k2 < hi.z; k2 = k2 + 1) {
+                let v = x[row + u32(s.z + k2 * dil.z)];
                 if (!found || ((v > best || is_nan(v)) && !is_nan(best))) { // NaN propagates
                     best = v;
                     found = true;
@@ -93,4 +78,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     } else {
         y[e] = sum / f32(inside.x * inside.y * inside.z);
     }
+}
+
+// The first tap k with s + k * d >= 0, per dim.
+fn first_tap(s: vec3<i32>, d: vec3<i32>) -> vec3<i32> {
+    return select((-s + d - 1) / d, vec3<i32>(0), s >= vec3<i32>(0));
+}
+
+// One past the last tap k < kernel with s + k * d < end, per dim (at most the first tap when
+// none; the host keeps end - s + d - 1 within i32 and passes d = 1 for a kernel of 1).
+fn end_tap(s: vec3<i32>, d: vec3<i32>, kernel: vec3<i32>, end: vec3<i32>) -> vec3<i32> {
+    return select(min(kernel, (end - s + d - 1) / d), vec3<i32>(0), end <= s);
 }
