@@ -401,6 +401,36 @@ fn max_and_average_pool_2d() {
     }
 }
 
+/// A kernel far wider than the input (2^20, SAME pads): every window is clipped to the input.
+/// The shader and the CPU compute each window's taps instead of walking all 2^20.
+#[test]
+fn pool_kernel_wider_than_the_input() {
+    let x = fill(&[1, 2, 3, 9], 8);
+    let k = 1usize << 20;
+    // SAME_UPPER, stride 4 along the width: 3 outputs, total pad 2 * 4 + k - 9 (extra at end).
+    let total = 2 * 4 + k - 9;
+    let pads = [0, total / 2, 0, total - total / 2];
+    let a = [
+        ("kernel_shape", ints(&[1, k as i64])),
+        ("strides", ints(&[1, 4])),
+        ("auto_pad", AttrValue::String("SAME_UPPER".into())),
+    ];
+    let want = naive_pool(&x, [1, k], [1, 4], [1, 1], pads, 0);
+    check_all_placements(
+        &FirstOutputs(op("MaxPool", 12, &a), 1),
+        std::slice::from_ref(&x),
+        &[want],
+        0.0,
+    );
+    let want = naive_pool(&x, [1, k], [1, 4], [1, 1], pads, 1);
+    check_all_placements(
+        &*op("AveragePool", 19, &a),
+        std::slice::from_ref(&x),
+        &[want],
+        1e-6,
+    );
+}
+
 #[test]
 fn pools_1d_3d_ceil_and_auto_pad() {
     // 1-D, SAME_UPPER, stride 2: 67 -> 34 outputs.
