@@ -1,0 +1,294 @@
+//! Batched dispatches: the dispatches recorded for one submit ([`Batch`]), one command encoder
+//! per batch with timestamp queries where the adapter has them, and the wait for its completion
+//! ([`Submitted::wait`]) with per-dispatch GPU times ([`BatchTiming`]).
+//!
+//! Sits between the executor (which records and submits) and [`Gpu`]'s queue.
+
+use super::buffers::PooledBuffer;
+use super::{busy, wait, Gpu, GpuTensor, READ_USAGE, UNIFORM_USAGE};
+use crate::{Error, Result};
+use std::time::Duration;
+use tandem_ops::GpuKernel;
+use web_time::Instant;
+
+pub(super) struct Pending {
+    /// `None` for a clear of `buffers[0]`.
+    pipeline: Option<wgpu::ComputePipeline>,
+    buffers: Vec<GpuTensor>,
+    params: Vec<u8>,
+    workgroups: [u32; 3],
+    label: usize,
+}
+
+/// Dispatches recorded for one submit. Dispatches run in the order they were added.
+pub struct Batch<'g> {
+    pub(super) gpu: &'g Gpu,
+    pub(super) pending: Vec<Pending>,
+}
+
+/// Measured time of one submitted batch: wall time from submit to completion and, where the
+/// adapter has timestamp queries, the GPU time of each dispatch by its label.
+#[derive(Debug, Clone, Default)]
+pub struct BatchTiming {
+    pub wall: Duration,
+    pub per_label: Vec<(usize, Duration)>,
+    /// For each entry of `per_label`, when it began after the batch's first dispatch began.
+    pub starts: Vec<Duration>,
+    /// When the batch was submitted (host clock).
+    pub submitted: Option<Instant>,
+}
+
+impl<'g> Batch<'g> {
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Record `kernel` reading `inputs` and writing `outputs` (bound in that order, then the
+    /// params). `label` identifies the dispatch in [`BatchTiming`] (e.g. a node index).
+    pub fn dispatch(
+        &mut self,
+        kernel: &GpuKernel,
+        inputs: &[&GpuTensor],
+        outputs: &[&GpuTensor],
+        label: usize,
+    ) -> Result<()> {
+        for w in kernel.workgroups {
+            if w > self.gpu.limits.max_compute_workgroups_per_dimension {
+                return Err(Error::Gpu(format!(
+                    "{}: {w} workgroups exceed the adapter limit {}",
+                    kernel.shader.name, self.gpu.limits.max_compute_workgroups_per_dimension
+                )));
+            }
+        }
+        let pipeline = self.gpu.pipeline(kernel)?;
+        let buffers = inputs.iter().chain(outputs).map(|t| (*t).clone()).collect();
+        self.pending.push(Pending {
+            pipeline: Some(pipeline),
+            buffers,
+            params: kernel.params.clone(),
+            workgroups: kernel.workgroups,
+            label,
+        });
+        Ok(())
+    }
+
+    /// Zero-fill `t` before the dispatches recorded after this call.
+    pub fn clear(&mut self, t: &GpuTensor) {
+        self.pending.push(Pending {
+            pipeline: None,
+            buffers: vec![t.clone()],
+            params: Vec::new(),
+            workgroups: [0; 3],
+            label: usize::MAX,
+        });
+    }
+
+    /// Encode every dispatch into one command encoder and submit it, without waiting.
+    pub fn submit(mut self) -> Result<Submitted<'g>> {
+        let gpu = self.gpu;
+        gpu.check_alive()?;
+        if self.pending.is_empty() {
+            self.pending.push(Pending {
+                pipeline: None,
+                buffers: Vec::new(),
+                params: Vec::new(),
+                workgroups: [0; 3],
+                label: usize::MAX,
+            });
+        }
+        let align = gpu.limits.min_uniform_buffer_offset_alignment as u64;
+        let mut arena = Vec::new();
+        let mut offsets = Vec::with_capacity(self.pending.len());
+        for p in &self.pending {
+            if p.pipeline.is_none() {
+                offsets.push(0);
+                continue;
+            }
+            let off = (arena.len() as u64).div_ceil(align) * align;
+            arena.resize(off as usize, 0);
+            offsets.push(off);
+            arena.extend_from_slice(&p.params);
+        }
+        let uniforms = gpu
+            .pool
+            .take(&gpu.device, arena.len() as u64, UNIFORM_USAGE)?;
+        gpu.queue.write_buffer(&uniforms.buffer, 0, &arena);
+        let n = self.pending.len() as u32;
+        let queries = gpu.timestamps.then(|| {
+            let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: None,
+                ty: wgpu::QueryType::Timestamp,
+                count: 2 * n,
+            });
+            (set, 2 * n as u64 * 8)
+        });
+        let scope = wait::push_scope(&gpu.device, wgpu::ErrorFilter::Validation);
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        for (i, (p, off)) in self.pending.iter().zip(&offsets).enumerate() {
+            let Some(pipeline) = &p.pipeline else {
+                if let Some(t) = p.buffers.first() {
+                    encoder.clear_buffer(&t.buffer.buffer, 0, Some(t.binding_size()));
+                }
+                continue;
+            };
+            let layout = pipeline.get_bind_group_layout(0);
+            let mut entries: Vec<wgpu::BindGroupEntry> = p
+                .buffers
+                .iter()
+                .enumerate()
+                .map(|(b, t)| wgpu::BindGroupEntry {
+                    binding: b as u32,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &t.buffer.buffer,
+                        offset: 0,
+                        size: wgpu::BufferSize::new(t.binding_size()),
+                    }),
+                })
+                .collect();
+            entries.push(wgpu::BindGroupEntry {
+                binding: p.buffers.len() as u32,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &uniforms.buffer,
+                    offset: *off,
+                    size: wgpu::BufferSize::new(p.params.len().max(16) as u64),
+                }),
+            });
+            let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &layout,
+                entries: &entries,
+            });
+            let timestamp_writes =
+                queries
+                    .as_ref()
+                    .map(|(set, _)| wgpu::ComputePassTimestampWrites {
+                        query_set: set,
+                        beginning_of_pass_write_index: Some(2 * i as u32),
+                        end_of_pass_write_index: Some(2 * i as u32 + 1),
+                    });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes,
+            });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            let [x, y, z] = p.workgroups;
+            pass.dispatch_workgroups(x, y, z);
+        }
+        let resolved = match &queries {
+            Some((set, bytes)) => {
+                let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: *bytes,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                });
+                encoder.resolve_query_set(set, 0..2 * n, &resolve, 0);
+                let read = gpu.pool.take(&gpu.device, *bytes, READ_USAGE)?;
+                encoder.copy_buffer_to_buffer(&resolve, 0, &read.buffer, 0, *bytes);
+                Some((read, *bytes))
+            }
+            None => None,
+        };
+        let (lose, invalid) = gpu.submit_faults();
+        if invalid {
+            // Injected fault: a copy past the end of the uniforms invalidates the whole batch.
+            encoder.copy_buffer_to_buffer(&uniforms.buffer, 0, &uniforms.buffer, 0, 1 << 40);
+        }
+        let start = Instant::now();
+        gpu.queue.submit([encoder.finish()]);
+        if lose {
+            gpu.destroy_for_test();
+        }
+        if let Some(e) = wait::pop_scope(scope) {
+            return Err(Error::Gpu(format!("recording dispatches: {e}")));
+        }
+        let labels = self
+            .pending
+            .iter()
+            .filter(|p| p.pipeline.is_some())
+            .map(|p| p.label)
+            .collect();
+        Ok(Submitted {
+            _ticket: gpu.busy.start(),
+            gpu,
+            start,
+            labels,
+            stamps: resolved,
+            _keep: (self.pending, uniforms),
+        })
+    }
+}
+
+/// A batch the GPU is working on. The host is free meanwhile; [`Submitted::wait`] blocks until
+/// it is done and returns its timing.
+pub struct Submitted<'g> {
+    /// Counts the batch as in flight until it is dropped.
+    _ticket: busy::Ticket,
+    gpu: &'g Gpu,
+    start: Instant,
+    labels: Vec<usize>,
+    stamps: Option<(PooledBuffer, u64)>,
+    /// Buffers and uniforms stay out of the pool until the GPU is done with them.
+    _keep: (Vec<Pending>, PooledBuffer),
+}
+
+impl Submitted<'_> {
+    pub fn wait(self) -> Result<BatchTiming> {
+        pollster::block_on(self.wait_async())
+    }
+
+    /// [`Submitted::wait`] without blocking (see `gpu/wait.rs`).
+    pub async fn wait_async(self) -> Result<BatchTiming> {
+        let gpu = self.gpu;
+        let mut timing = BatchTiming {
+            submitted: Some(self.start),
+            ..BatchTiming::default()
+        };
+        match &self.stamps {
+            Some((read, bytes)) => {
+                let stamps = gpu
+                    .map_all_async(vec![(&read.buffer, *bytes)])
+                    .await?
+                    .remove(0);
+                timing.wall = self.start.elapsed();
+                let period = gpu.queue.get_timestamp_period() as f64;
+                let ts: &[u64] = bytemuck::cast_slice(&stamps);
+                let first = self
+                    ._keep
+                    .0
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.pipeline.is_some())
+                    .map(|(i, _)| ts[2 * i])
+                    .min()
+                    .unwrap_or(0);
+                let mut k = 0;
+                for (i, p) in self._keep.0.iter().enumerate() {
+                    if p.pipeline.is_none() {
+                        continue;
+                    }
+                    let ns = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * period;
+                    timing
+                        .per_label
+                        .push((self.labels[k], Duration::from_nanos(ns as u64)));
+                    let from_first = ts[2 * i].saturating_sub(first) as f64 * period;
+                    timing.starts.push(Duration::from_nanos(from_first as u64));
+                    k += 1;
+                }
+            }
+            None => {
+                gpu.wait_idle_async().await?;
+                gpu.check_alive()?;
+                timing.wall = self.start.elapsed();
+            }
+        }
+        let gpu_time: Duration = timing.per_label.iter().map(|(_, d)| *d).sum();
+        gpu.busy.finished(if timing.per_label.is_empty() {
+            timing.wall
+        } else {
+            gpu_time
+        });
+        Ok(timing)
+    }
+}
