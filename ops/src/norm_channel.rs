@@ -277,7 +277,9 @@ impl Op for Lrn {
 
     fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
         Work {
-            flops: (ins[0].numel() * (2 * self.size + 4)) as u64,
+            // A window reads at most every channel.
+            flops: (ins[0].numel() * (2 * self.size.min(ins[0].shape.get(1).map_or(1, |&c| c)) + 4))
+                as u64,
             bytes_read: ins[0].bytes(),
             bytes_written: outs[0].bytes(),
         }
@@ -337,8 +339,10 @@ impl Op for Lrn {
             alpha_over_size: self.alpha / self.size as f32,
             beta: self.beta,
             bias: self.bias,
-            before: before as u32,
-            after: after.min(u32::MAX as usize) as u32,
+            // Clamped to the channels (a window past them adds nothing): the shader's
+            // `c + after + 1` must not wrap (a size of 2^40 once made the window empty).
+            before: before.min(c) as u32,
+            after: after.min(c) as u32,
             ..bytemuck::Zeroable::zeroed()
         };
         let wg = grid_1d(range.len() as u64, 64);

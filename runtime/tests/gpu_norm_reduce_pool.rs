@@ -690,8 +690,11 @@ fn instance_and_batch_norm() {
 fn lrn_across_channels() {
     let x = fill(&[2, 7, 5, 3], 19);
     let xv = f64s(&x);
-    for size in [3i64, 4] {
-        let (alpha, beta, bias) = (1e-2f64, 0.75f64, 1.5f64);
+    // A size of 2^40 covers every channel (alpha scaled so alpha / size stays 1e-2): the GPU
+    // once wrapped `c + after + 1` in u32 and summed an empty window.
+    for size in [3i64, 4, 1 << 40] {
+        let alpha = 1e-2f64 * if size > 100 { size as f64 } else { 1.0 };
+        let (beta, bias) = (0.75f64, 1.5f64);
         let o = op(
             "LRN",
             13,
