@@ -4,12 +4,18 @@
 //! a row range becomes. A fused activation ([`Activation`]) is applied to each output block
 //! (a direct line, a GEMM block) right after it is written, while it is still in cache.
 //!
+//! 3x3 stride-1 convs with enough channels take Winograd F(2x2, 3x3) instead
+//! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off).
+//!
 //! Sits between the Conv operator (`conv.rs`: attributes, geometry `Geom2`, the GPU kernel) and
 //! the shared CPU GEMM (`cpu_gemm.rs`).
 
 use super::*;
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
 use rayon::prelude::*;
+
+#[path = "conv_winograd.rs"]
+pub(super) mod winograd;
 
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -579,6 +585,9 @@ pub fn conv_cpu(
     }
     if g.cg == 1 {
         return direct_path(g, x, (w, b, act), out, rows);
+    }
+    if winograd::applies(g) {
+        return winograd::winograd_path(g, x, (w, b, act), out, rows);
     }
     gemm_path(g, x, (w, b, act), out, rows);
 }

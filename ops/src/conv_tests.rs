@@ -296,3 +296,255 @@ fn auto_pad_and_one_dimensional_shapes() {
         (3, 0)
     );
 }
+
+/// Pseudo-random values in [-1, 1) (a 32-bit LCG), so sums over many channels do not cancel
+/// by pattern.
+fn random(len: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(12_345);
+    (0..len)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// 3x3 stride-1 group-1 Conv by the definition in f64: per output, the exact sum (bias
+/// included) and the sum of the magnitudes of its terms (the scale its rounding error has).
+fn naive_3x3_f64(
+    x: &[f32],
+    [n, c, h, wd]: [usize; 4],
+    w: &[f32],
+    m: usize,
+    b: Option<&[f32]>,
+    [pt, pl]: [i64; 2],
+    [oh, ow]: [usize; 2],
+) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(n * m * oh * ow);
+    for ni in 0..n {
+        for oc in 0..m {
+            for y in 0..oh {
+                for xo in 0..ow {
+                    let bv = b.map_or(0.0, |b| b[oc] as f64);
+                    let (mut acc, mut mag) = (bv, bv.abs());
+                    for ci in 0..c {
+                        for i in 0..3 {
+                            for j in 0..3 {
+                                let ih = (y + i) as i64 - pt;
+                                let iw = (xo + j) as i64 - pl;
+                                if ih < 0 || iw < 0 || ih >= h as i64 || iw >= wd as i64 {
+                                    continue;
+                                }
+                                let xv = x[((ni * c + ci) * h + ih as usize) * wd + iw as usize];
+                                let t = xv as f64 * w[((oc * c + ci) * 3 + i) * 3 + j] as f64;
+                                acc += t;
+                                mag += t.abs();
+                            }
+                        }
+                    }
+                    out.push((acc, mag));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One Winograd case: the op's geometry for X `xs`, `m` 3x3 filters, `pads`, run through
+/// `winograd_path` directly (whatever the size thresholds say) over each list of row ranges
+/// of `cuts`, each into an output prefilled with NaN, against the f64 loop: every element
+/// inside the ranges within 1e-5 of the sum of its terms' magnitudes (after the activation),
+/// every element outside them untouched.
+fn winograd_case(xs: [usize; 4], m: usize, pads: [i64; 4], bias: bool, act: Activation) {
+    let ws = [m, xs[1], 3, 3];
+    let x = random(xs.iter().product(), 1);
+    let w = random(ws.iter().product(), 2);
+    let b = random(m, 3);
+    let attrs = Attrs::new(11).with("pads", AttrValue::Ints(pads.to_vec()));
+    let op = Conv {
+        attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
+        activation: act,
+        absorbed: Vec::new(),
+    };
+    let (g, oshape) = op.geom(&[&xs, &ws]).unwrap();
+    assert!(cpu::winograd::supports(&g));
+    let bias = bias.then_some(b.as_slice());
+    let want = naive_3x3_f64(&x, xs, &w, m, bias, [pads[0], pads[1]], [g.oh, g.ow]);
+    let rows = g.n * g.m * g.oh;
+    // Whole range; thirds cut mid-tile and mid-channel; a single odd row; a middle range.
+    let c1 = rows / 3 + 1;
+    let c2 = (2 * rows / 3) | 1;
+    let cuts: Vec<Vec<Range<usize>>> = vec![
+        vec![0..rows],
+        vec![0..c1, c1..c2, c2..rows],
+        vec![g.oh + 1..g.oh + 2],
+        vec![c1..c2],
+    ];
+    // Default blocks, then one tile row per block (one task per block).
+    let budgets = [None, Some(1)];
+    for (parts, budget) in cuts.iter().flat_map(|c| budgets.map(|b| (c.clone(), b))) {
+        let mut out = vec![f32::NAN; oshape.iter().product()];
+        cpu::winograd::TEST_BLOCK.with(|c| c.set(budget));
+        for r in &parts {
+            cpu::winograd::winograd_path(&g, &x, (&w, bias, act), &mut out, r.clone());
+        }
+        cpu::winograd::TEST_BLOCK.with(|c| c.set(None));
+        let inside = |row: usize| parts.iter().any(|r| r.contains(&row));
+        for (i, (got, (exact, mag))) in out.iter().zip(&want).enumerate() {
+            if !inside(i / g.ow) {
+                assert!(
+                    got.is_nan(),
+                    "{xs:?} {pads:?} {parts:?}: [{i}] written: {got}"
+                );
+                continue;
+            }
+            let expect = act.apply(*exact as f32);
+            let tol = 1e-5 * *mag as f32 + 1e-6;
+            assert!(
+                (got - expect).abs() <= tol,
+                "{xs:?} m {m} pads {pads:?} {act:?} {parts:?} {budget:?}: [{i}] {got} vs {expect} (tol {tol})"
+            );
+        }
+    }
+}
+
+/// Winograd F(2x2, 3x3) against the f64 definition: sizes that are not multiples of the tile,
+/// pads 0, 1, asymmetric and larger than the kernel, two images, up to 256 input channels,
+/// every activation, with and without bias, row ranges cut mid-tile and mid-channel.
+#[test]
+fn winograd_matches_f64_definition() {
+    let acts = [
+        Activation::None,
+        Activation::Relu,
+        Activation::LeakyRelu(0.1),
+        Activation::Clip(-0.5, 0.75),
+        Activation::Sigmoid,
+        Activation::Silu,
+    ];
+    type Case = ([usize; 4], usize, [i64; 4]);
+    let cases: &[Case] = &[
+        ([1, 5, 9, 11], 7, [1, 1, 1, 1]),
+        ([2, 8, 10, 13], 6, [0, 0, 0, 0]),
+        ([1, 6, 7, 8], 5, [0, 2, 2, 0]),
+        ([2, 3, 4, 5], 2, [3, 1, 2, 4]),
+        ([1, 4, 3, 3], 3, [0, 0, 0, 0]),
+        ([1, 2, 1, 1], 3, [1, 1, 1, 1]),
+        ([2, 17, 6, 1], 4, [1, 0, 1, 2]),
+        ([1, 256, 12, 9], 20, [1, 1, 1, 1]),
+        ([2, 64, 15, 14], 33, [1, 0, 0, 1]),
+    ];
+    for (i, &(xs, m, pads)) in cases.iter().enumerate() {
+        for bias in [true, false] {
+            winograd_case(xs, m, pads, bias, acts[i % acts.len()]);
+        }
+    }
+    for act in acts {
+        winograd_case([1, 9, 7, 10], 5, [1, 1, 1, 1], true, act);
+    }
+}
+
+/// Through `Op::cpu`: a conv large enough for `conv_cpu` to choose Winograd (unless
+/// `TANDEM_CONV_WINOGRAD=0`) matches the f64 definition, whole and cut in two mid-channel.
+#[test]
+fn conv_cpu_takes_winograd_where_it_applies() {
+    let (xs, ws) = ([2, 64, 13, 12], [64, 64, 3, 3]);
+    let attrs = Attrs::new(11).with("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
+    let op = Conv {
+        attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
+        activation: Activation::Relu,
+        absorbed: Vec::new(),
+    };
+    let (g, oshape) = op.geom(&[&xs, &ws]).unwrap();
+    assert_eq!(cpu::winograd::applies(&g), cpu::winograd::enabled());
+    let x = Tensor::f32(&xs, random(xs.iter().product(), 4));
+    let w = Tensor::f32(&ws, random(ws.iter().product(), 5));
+    let b = Tensor::f32(&[64], random(64, 6));
+    let (xv, wv, bv) = (
+        x.as_f32().unwrap(),
+        w.as_f32().unwrap(),
+        b.as_f32().unwrap(),
+    );
+    let want = naive_3x3_f64(xv, xs, wv, 64, Some(bv), [1, 1], [g.oh, g.ow]);
+    let rows = g.n * g.m * g.oh;
+    let cut = rows / 2 + 7;
+    #[allow(clippy::single_range_in_vec_init)]
+    for parts in [vec![0..rows], vec![0..cut, cut..rows]] {
+        let mut out = vec![Tensor::zeros(DType::F32, &oshape)];
+        for r in parts {
+            op.cpu(&[&x, &w, &b], &mut out, r).unwrap();
+        }
+        for (i, (got, (exact, mag))) in out[0].as_f32().unwrap().iter().zip(&want).enumerate() {
+            let expect = Activation::Relu.apply(*exact as f32);
+            assert!(
+                (got - expect).abs() <= 1e-5 * *mag as f32 + 1e-6,
+                "[{i}] {got} vs {expect}"
+            );
+        }
+    }
+}
+
+/// Speed of Winograd against im2col + GEMM on the 3x3 stride-1 shapes of the models (not a
+/// test: `cargo test --release -p tandem-ops --lib winograd_speed -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn winograd_speed() {
+    let shapes: &[(usize, usize, usize)] = &[
+        (64, 192, 56),
+        (64, 64, 56),
+        (64, 96, 28),
+        (96, 96, 28),
+        (128, 128, 28),
+        (96, 128, 14),
+        (128, 160, 14),
+        (192, 256, 14),
+        (256, 256, 14),
+        (192, 320, 7),
+        (224, 224, 7),
+        (512, 512, 7),
+        (16, 16, 80),
+        (32, 32, 40),
+        (64, 64, 20),
+        (128, 128, 10),
+        (32, 32, 14),
+        (16, 32, 28),
+    ];
+    let reps = 30;
+    for &(c, m, hw) in shapes {
+        let xs = [1, c, hw, hw];
+        let x = random(c * hw * hw, 1);
+        let w = random(m * c * 9, 2);
+        let b = random(m, 3);
+        let attrs = Attrs::new(11).with("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
+        let op = Conv {
+            attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
+            activation: Activation::Relu,
+            absorbed: Vec::new(),
+        };
+        let (g, _) = op.geom(&[&xs, &[m, c, 3, 3]]).unwrap();
+        let rows = m * hw;
+        let mut out = vec![0.0f32; m * hw * hw];
+        let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu);
+        // The two paths alternate, so a change of machine load hits both; best of `reps`.
+        let (mut tg, mut tw) = (f64::MAX, f64::MAX);
+        for i in 0..=reps {
+            let t = std::time::Instant::now();
+            cpu::gemm_path(&g, &x, ab, &mut out, 0..rows);
+            let e = t.elapsed().as_secs_f64();
+            tg = if i == 0 { tg } else { tg.min(e) };
+            let t = std::time::Instant::now();
+            cpu::winograd::winograd_path(&g, &x, ab, &mut out, 0..rows);
+            let e = t.elapsed().as_secs_f64();
+            tw = if i == 0 { tw } else { tw.min(e) };
+        }
+
+        let gf = 2.0 * (m * c * 9 * hw * hw) as f64 / 1e9;
+        println!(
+            "C {c:4} M {m:4} {hw:3}x{hw:<3} im2col {:8.1} us {:6.0} GF/s   winograd {:8.1} us {:6.0} GF/s  x{:.2}",
+            tg * 1e6,
+            gf / tg,
+            tw * 1e6,
+            gf / tw,
+            tg / tw
+        );
+    }
+}
