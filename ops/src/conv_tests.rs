@@ -447,7 +447,7 @@ fn winograd_matches_f64_definition() {
 /// `TANDEM_CONV_WINOGRAD=0`) matches the f64 definition, whole and cut in two mid-channel.
 #[test]
 fn conv_cpu_takes_winograd_where_it_applies() {
-    let (xs, ws) = ([2, 64, 13, 12], [64, 64, 3, 3]);
+    let (xs, ws) = ([2, 64, 21, 20], [64, 64, 3, 3]);
     let attrs = Attrs::new(11).with("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
     let op = Conv {
         attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
@@ -537,6 +537,14 @@ fn winograd_speed() {
             tw = if i == 0 { tw } else { tw.min(e) };
         }
 
+        let mut u = vec![0.0f32; m * c * 16];
+        let mut tu = f64::MAX;
+        for _ in 0..reps {
+            let t = std::time::Instant::now();
+            cpu::winograd::transform_weights(&w, c, 0..m, &mut u);
+            tu = tu.min(t.elapsed().as_secs_f64());
+        }
+        println!("weight transform {:.1} us", tu * 1e6);
         let gf = 2.0 * (m * c * 9 * hw * hw) as f64 / 1e9;
         println!(
             "C {c:4} M {m:4} {hw:3}x{hw:<3} im2col {:8.1} us {:6.0} GF/s   winograd {:8.1} us {:6.0} GF/s  x{:.2}",

@@ -30,9 +30,13 @@ const POINTS: usize = 16;
 const BLOCK_FLOATS: usize = 1 << 20;
 
 /// Smallest input and output channel counts, and output pixels per image, where Winograd was
-/// measured faster than im2col + GEMM (see docs/bench.md, "Winograd").
+/// measured faster than im2col + GEMM inside models (docs/bench.md, "Winograd"). Below 20x20
+/// the per-call weight transform (16 floats per (oc, c) written, then read by the GEMMs) is
+/// not amortised over enough tiles: 14x14 planes measured 0.95-1.03x inside inception_v2
+/// (1.0-1.2x in a loop over one layer, its weights in cache), 7x7 0.5x; 16 and 32 channels
+/// lose on every plane (GEMMs too thin).
 const MIN_CHANNELS: usize = 64;
-const MIN_PIXELS: usize = 144;
+const MIN_PIXELS: usize = 400;
 
 /// Whether `TANDEM_CONV_WINOGRAD=0` turned Winograd off (read once).
 pub(in crate::conv) fn enabled() -> bool {
@@ -246,7 +250,7 @@ fn block_floats() -> usize {
 
 /// `u[k][p][c] = (G g G^T)[p]` for output channels `ocs` of `w` (`[M][C][3][3]`), with
 /// `G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]`; parallel over channels.
-fn transform_weights(w: &[f32], c: usize, ocs: Range<usize>, u: &mut [f32]) {
+pub(in crate::conv) fn transform_weights(w: &[f32], c: usize, ocs: Range<usize>, u: &mut [f32]) {
     let wk = &w[ocs.start * c * 9..ocs.end * c * 9];
     u.par_chunks_mut(POINTS * c)
         .zip(wk.par_chunks(9 * c))
