@@ -5,16 +5,18 @@
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the shared CPU GEMM
 //! (`cpu_gemm.rs`). Per call: the weights are transformed once (`U = G g G^T`, 16 values per
 //! (oc, c), layout `[oc][point][c]`); then per image, in blocks of tile rows (bounded scratch):
-//! the input transform (`V = B^T d B`, layout `[c][point][tile]`, parallel over channels), one
-//! GEMM per transform point `M[p] = U[p] (K x C) x V[p] (C x tiles)` (16 of them, parallel),
-//! and the output transform (`Y = A^T M A`) with the bias and the fused activation, parallel
-//! over output channels. A row range (`(n, oc, oh)` lines) becomes the rectangles of
+//! the input transform (`V = B^T d B`, layout `[c][point][slot]`), one GEMM per transform point
+//! `M[p] = U[p] (K x C) x V[p] (C x slots)` (16 of them), and the output transform
+//! (`Y = A^T M A`) with the bias and the fused activation. Large planes run one block per task
+//! (all of it on one thread); small ones parallelise each phase of a block (channels, points,
+//! output channels). A row range (`(n, oc, oh)` lines) becomes the rectangles of
 //! `conv_cpu::rects`; each is computed from the tiles overlapping its output rows and writes
 //! only the rows inside it, so CPU/GPU row splits see the same values as a whole run.
 //!
-//! The transforms run on slices over the tiles of one tile row (contiguous), so they vectorise
-//! through [`kernel!`](crate::simd::kernel). Coefficients are 0, +-1 and 1/2: the result
-//! differs from direct summation by rounding only (checked against an f64 loop in the tests).
+//! A block's tiles sit in `tw + 1` slots per tile row (the last a padding slot), so every
+//! transform step is one pass over the whole block and vectorises through
+//! [`kernel!`](crate::simd::kernel). Coefficients are 0, +-1 and 1/2: the result differs from
+//! direct summation by rounding only (checked against an f64 loop in the tests).
 
 use super::{epilogue, rects, with_scratch, OutPtr};
 use crate::conv::{Activation, Geom2};
