@@ -551,33 +551,40 @@ crate::simd::kernel! {
 }
 
 crate::simd::kernel! {
-    /// One kernel tap of a pooling row: `acc[j] = op(acc[j], src[j * s])` with op max or +,
-    /// or `acc[j] = src[j * s]` for the `first` tap; `src.len()` is `acc.len() * s` for
-    /// `s <= 2`, at least `(acc.len() - 1) * s + 1` otherwise.
+    /// One kernel tap of a pooling row (see [`tap_any`]), at the CPU's widest vectors.
     fn window_tap(acc: &mut [f32], src: &[f32], s: usize, first: bool, max: bool) {
-        #[inline(always)]
-        fn tap<const S: usize>(acc: &mut [f32], src: &[f32], first: bool, max: bool) {
-            let it = acc.iter_mut().zip(src.chunks_exact(S));
-            if first {
-                it.for_each(|(a, c)| *a = c[0]);
-            } else if max {
-                it.for_each(|(a, c)| *a = max_nan(*a, c[0]));
-            } else {
-                it.for_each(|(a, c)| *a += c[0]);
-            }
+        tap_any(acc, src, s, first, max)
+    }
+}
+
+/// One kernel tap of a pooling row: `acc[j] = op(acc[j], src[j * s])` with op max or +,
+/// or `acc[j] = src[j * s]` for the `first` tap; `src.len()` is `acc.len() * s` for
+/// `s <= 2`, at least `(acc.len() - 1) * s + 1` otherwise. Inlined into each caller's
+/// SIMD level (the band path's `band` kernel uses it too).
+#[inline(always)]
+pub(super) fn tap_any(acc: &mut [f32], src: &[f32], s: usize, first: bool, max: bool) {
+    #[inline(always)]
+    fn tap<const S: usize>(acc: &mut [f32], src: &[f32], first: bool, max: bool) {
+        let it = acc.iter_mut().zip(src.chunks_exact(S));
+        if first {
+            it.for_each(|(a, c)| *a = c[0]);
+        } else if max {
+            it.for_each(|(a, c)| *a = max_nan(*a, c[0]));
+        } else {
+            it.for_each(|(a, c)| *a += c[0]);
         }
-        match s {
-            1 => tap::<1>(acc, src, first, max),
-            2 => tap::<2>(acc, src, first, max),
-            _ => {
-                let it = acc.iter_mut().zip(src.iter().step_by(s));
-                if first {
-                    it.for_each(|(a, &v)| *a = v);
-                } else if max {
-                    it.for_each(|(a, &v)| *a = max_nan(*a, v));
-                } else {
-                    it.for_each(|(a, &v)| *a += v);
-                }
+    }
+    match s {
+        1 => tap::<1>(acc, src, first, max),
+        2 => tap::<2>(acc, src, first, max),
+        _ => {
+            let it = acc.iter_mut().zip(src.iter().step_by(s));
+            if first {
+                it.for_each(|(a, &v)| *a = v);
+            } else if max {
+                it.for_each(|(a, &v)| *a = max_nan(*a, v));
+            } else {
+                it.for_each(|(a, &v)| *a += v);
             }
         }
     }

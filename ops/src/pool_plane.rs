@@ -11,7 +11,7 @@
 //! rows (same value as the definition up to rounding). Outputs whose window holds no input
 //! (possible with dilations and ceil_mode) are computed by the definition.
 
-use super::{inside, interior, max_nan, positions, taps, Geo, Pool};
+use super::{inside, interior, max_nan, positions, tap_any, taps, Geo, Pool};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -210,11 +210,7 @@ fn band_plain(
                 let dst = &mut h[j0..j1];
                 for k in 0..g.k[2] {
                     let src = &x[j0 * s2 + k * g.d[2] - pb2..][..dst.len() * s2];
-                    match s2 {
-                        1 => combine(dst, src, k == 0, max),
-                        2 => tap::<2>(dst, src, k == 0, max),
-                        _ => tap_strided(dst, src, s2, k == 0, max),
-                    }
+                    tap_any(dst, src, s2, k == 0, max);
                 }
             }
             for (hrow, xrow) in h.chunks_exact_mut(ow).zip(x.chunks_exact(in2)) {
@@ -323,36 +319,6 @@ fn horizontal(
     let n = acc.len();
     let first = lo * s2 - pb2;
     for k in 0..k2 {
-        let src = &x[first + k * d2..][..n * s2];
-        match s2 {
-            1 => tap::<1>(acc, src, k == 0, max),
-            2 => tap::<2>(acc, src, k == 0, max),
-            _ => tap_strided(acc, src, s2, k == 0, max),
-        }
-    }
-}
-
-/// `acc[j] = op(acc[j], src[j * S])` (`src.len() == acc.len() * S`), or a copy for the first.
-#[inline(always)]
-fn tap<const S: usize>(acc: &mut [f32], src: &[f32], first: bool, max: bool) {
-    let it = acc.iter_mut().zip(src.chunks_exact(S));
-    if first {
-        it.for_each(|(a, c)| *a = c[0]);
-    } else if max {
-        it.for_each(|(a, c)| *a = max_nan(*a, c[0]));
-    } else {
-        it.for_each(|(a, c)| *a += c[0]);
-    }
-}
-
-#[inline(always)]
-fn tap_strided(acc: &mut [f32], src: &[f32], s: usize, first: bool, max: bool) {
-    let it = acc.iter_mut().zip(src.iter().step_by(s));
-    if first {
-        it.for_each(|(a, &v)| *a = v);
-    } else if max {
-        it.for_each(|(a, &v)| *a = max_nan(*a, v));
-    } else {
-        it.for_each(|(a, &v)| *a += v);
+        tap_any(acc, &x[first + k * d2..][..n * s2], s2, k == 0, max);
     }
 }

@@ -1,5 +1,5 @@
-//! CPU tests of the pools: hand-worked ONNX examples and a naive reference that pads the
-//! input explicitly (NaN marks padding) and slides the window over it.
+//! CPU tests of the pools: hand-worked ONNX examples and a naive reference that slides the
+//! window over the input, skipping positions outside it (`naive_window`).
 
 use super::*;
 use crate::{AttrValue, Attrs, Op};
@@ -96,48 +96,21 @@ fn max_pool_indices_row_and_column_major() {
     assert_eq!(y[1].to_i64_vec(), vec![4, 7, 5, 8, 13, 16, 14, 17]);
 }
 
-/// Naive pooling over an explicitly padded 2-D plane (NaN in the padding).
-#[allow(clippy::too_many_arguments)]
-fn naive_2d(
-    x: &[f32],
-    nc: usize,
-    (h, w): (usize, usize),
+/// 2-D pooling attributes (opset 19): kernel, strides, dilations, pads [hb, wb, he, we] and
+/// count_include_pad.
+fn attrs_2d(
     k: (usize, usize),
     s: (usize, usize),
     d: (usize, usize),
     pads: [usize; 4],
-    out: (usize, usize),
-    mode: u8,
-) -> Vec<f32> {
-    // Enough room after the input for every window.
-    let ph = pads[0] + h + pads[2] + k.0 * d.0 + s.0 * out.0;
-    let pw = pads[1] + w + pads[3] + k.1 * d.1 + s.1 * out.1;
-    let mut y = Vec::new();
-    for c in 0..nc {
-        let mut padded = vec![f32::NAN; ph * pw];
-        for i in 0..h {
-            for j in 0..w {
-                padded[(i + pads[0]) * pw + j + pads[1]] = x[c * h * w + i * w + j];
-            }
-        }
-        for oi in 0..out.0 {
-            for oj in 0..out.1 {
-                let mut vals = Vec::new();
-                for a in 0..k.0 {
-                    for b in 0..k.1 {
-                        vals.push(padded[(oi * s.0 + a * d.0) * pw + oj * s.1 + b * d.1]);
-                    }
-                }
-                let real: Vec<f32> = vals.iter().cloned().filter(|v| !v.is_nan()).collect();
-                y.push(match mode {
-                    0 => real.iter().cloned().fold(f32::MIN, f32::max),
-                    1 => real.iter().sum::<f32>() / real.len() as f32,
-                    _ => real.iter().sum::<f32>() / vals.len() as f32,
-                });
-            }
-        }
-    }
-    y
+    cip: i64,
+) -> Attrs {
+    Attrs::new(19)
+        .with("kernel_shape", ints(&[k.0 as i64, k.1 as i64]))
+        .with("strides", ints(&[s.0 as i64, s.1 as i64]))
+        .with("dilations", ints(&[d.0 as i64, d.1 as i64]))
+        .with("pads", ints(&pads.map(|p| p as i64)))
+        .with("count_include_pad", AttrValue::Int(cip))
 }
 
 fn close(a: &[f32], b: &[f32]) {
@@ -171,15 +144,10 @@ fn pools_match_naive_with_pads_strides_dilations() {
             (1, average_pool, 0),
             (2, average_pool, 1),
         ] {
-            let a = Attrs::new(19)
-                .with("kernel_shape", ints(&[k.0 as i64, k.1 as i64]))
-                .with("strides", ints(&[s.0 as i64, s.1 as i64]))
-                .with("dilations", ints(&[d.0 as i64, d.1 as i64]))
-                .with("pads", ints(&pads.map(|p| p as i64)))
-                .with("count_include_pad", AttrValue::Int(cip));
+            let a = attrs_2d(k, s, d, pads, cip);
             let y = run(&*make(&a).unwrap(), &x, 1, Some(5));
             assert_eq!(y[0].shape, vec![2, 3, out.0, out.1]);
-            let want = naive_2d(&xv, nc, (h, w), k, s, d, pads, out, mode);
+            let want = naive_window(&xv, (h, w), k, s, d, pads, out, mode);
             close(y[0].as_f32().unwrap(), &want);
         }
     }
@@ -336,13 +304,7 @@ fn band_path_matches_naive_on_vision_shapes_at_every_simd_level() {
             (1, average_pool, 0),
             (2, average_pool, 1),
         ] {
-            let a = Attrs::new(19)
-                .with("kernel_shape", ints(&[k.0 as i64, k.1 as i64]))
-                .with("strides", ints(&[s.0 as i64, s.1 as i64]))
-                .with("dilations", ints(&[d.0 as i64, d.1 as i64]))
-                .with("pads", ints(&pads.map(|p| p as i64)))
-                .with("ceil_mode", AttrValue::Int(ceil as i64))
-                .with("count_include_pad", AttrValue::Int(cip));
+            let a = attrs_2d(k, s, d, pads, cip).with("ceil_mode", AttrValue::Int(ceil as i64));
             let op = make(&a).unwrap();
             let out = op.infer(&[&x.meta()]).unwrap()[0].shape.clone();
             let want = naive_window(&xv, (h, w), k, s, d, pads, (out[2], out[3]), mode);
