@@ -114,17 +114,35 @@ impl Data {
         }
     }
 
-    /// Sets every element to zero (false for bool), keeping the allocation.
-    pub fn fill_zero(&mut self) {
+    /// Elements the allocation can hold without growing.
+    pub fn capacity(&self) -> usize {
         match self {
-            Data::F32(v) => v.fill(0.0),
-            Data::F16(v) => v.fill(f16::ZERO),
-            Data::F64(v) => v.fill(0.0),
-            Data::I64(v) => v.fill(0),
-            Data::I32(v) => v.fill(0),
-            Data::I8(v) => v.fill(0),
-            Data::U8(v) => v.fill(0),
-            Data::Bool(v) => v.fill(false),
+            Data::F32(v) => v.capacity(),
+            Data::F16(v) => v.capacity(),
+            Data::F64(v) => v.capacity(),
+            Data::I64(v) => v.capacity(),
+            Data::I32(v) => v.capacity(),
+            Data::I8(v) => v.capacity(),
+            Data::U8(v) => v.capacity(),
+            Data::Bool(v) => v.capacity(),
+        }
+    }
+
+    /// Makes this `len` zeros (false for bool), keeping the allocation when it is big enough.
+    pub fn reset_zeroed(&mut self, len: usize) {
+        fn reset<T: Clone>(v: &mut Vec<T>, len: usize, zero: T) {
+            v.clear();
+            v.resize(len, zero);
+        }
+        match self {
+            Data::F32(v) => reset(v, len, 0.0),
+            Data::F16(v) => reset(v, len, f16::ZERO),
+            Data::F64(v) => reset(v, len, 0.0),
+            Data::I64(v) => reset(v, len, 0),
+            Data::I32(v) => reset(v, len, 0),
+            Data::I8(v) => reset(v, len, 0),
+            Data::U8(v) => reset(v, len, 0),
+            Data::Bool(v) => reset(v, len, false),
         }
     }
 

@@ -14,6 +14,9 @@
 //! first polled (the GPU layer waits inside them), so [`execute`] is a plain `block_on`.
 
 mod fault;
+mod host_buffers;
+
+pub use host_buffers::HostBuffers;
 
 use crate::gpu::{to_gpu_bytes, Batch, Gpu, GpuTensor, Submitted};
 use crate::graph::Graph;
@@ -21,10 +24,9 @@ use crate::plan::{node_error, Device, Plan, StepKind};
 use crate::report::{NodeReport, Ran, RunReport, Transfer};
 use crate::{Error, Result};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tandem_ops::{DType, GpuKernel, Tensor, TensorMeta};
+use tandem_ops::{GpuKernel, Tensor, TensorMeta};
 use web_time::Instant;
 
 /// GPU copies of constant tensors, uploaded once per session (keyed by the tensor's address;
@@ -64,69 +66,6 @@ struct Slot {
     split: Option<usize>,
 }
 
-/// Host tensors of one run past their last use, by (dtype, elements): the outputs of later CPU
-/// steps of the same size take them (zeroed again) instead of a fresh allocation, so a small
-/// model's run does not pay a malloc and a free per node. Only tensors up to
-/// [`Spare::MAX_TENSOR`] bytes are kept, at most [`Spare::MAX_TOTAL`] bytes in all: a big
-/// model's peak memory stays what its plan says.
-#[derive(Default)]
-struct Spare {
-    free: HashMap<(DType, usize), Vec<Tensor>, BuildHasherDefault<SizeHasher>>,
-    bytes: usize,
-}
-
-/// A hash for (dtype, length) keys: one multiply per word (the default SipHash costs more than
-/// the allocation it saves).
-#[derive(Default)]
-struct SizeHasher(u64);
-
-impl Hasher for SizeHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-}
-
-impl Spare {
-    const MAX_TENSOR: usize = 1 << 20;
-    const MAX_TOTAL: usize = 4 << 20;
-
-    /// Keep `t` for reuse (or drop it when too big or the spare store is full).
-    fn put(&mut self, t: Tensor) {
-        let bytes = t.numel() * t.dtype().size();
-        if bytes == 0 || bytes > Self::MAX_TENSOR || self.bytes + bytes > Self::MAX_TOTAL {
-            return;
-        }
-        self.bytes += bytes;
-        self.free.entry((t.dtype(), t.numel())).or_default().push(t);
-    }
-
-    /// A zero tensor of `m`'s dtype and shape: a kept one when one fits exactly.
-    fn zeros(&mut self, m: &TensorMeta) -> Tensor {
-        let n = m.numel();
-        match self.free.get_mut(&(m.dtype, n)).and_then(Vec::pop) {
-            Some(mut t) => {
-                self.bytes -= n * m.dtype.size();
-                t.data.fill_zero();
-                t.shape.clear();
-                t.shape.extend_from_slice(&m.shape);
-                t
-            }
-            None => Tensor::zeros(m.dtype, &m.shape),
-        }
-    }
-}
-
 /// Everything a run reads besides its inputs.
 pub struct Context<'a> {
     pub graph: &'a Graph,
@@ -157,8 +96,8 @@ struct Run<'a> {
     gpu_off: Option<String>,
     /// Host copies past their last use, kept until the GPU work in flight is done.
     released: Vec<usize>,
-    /// Released host tensors for reuse by later CPU steps.
-    spare: Spare,
+    /// Released host tensors for reuse by later CPU steps (and, through the session, runs).
+    spare: HostBuffers,
     /// Argument lists of CPU steps, reused (empty between steps).
     ins_buf: Vec<Arc<Tensor>>,
     outs_buf: Vec<Tensor>,
@@ -170,10 +109,23 @@ pub fn execute(cx: &Context<'_>, inputs: Vec<Tensor>) -> Result<(Vec<Tensor>, Ru
     pollster::block_on(execute_async(cx, inputs))
 }
 
+/// Bytes of released host tensors a run without a session's store keeps for its later steps.
+const RUN_LOCAL_BUFFERS: u64 = 4 << 20;
+
 /// [`execute`] without blocking: GPU completions and readbacks are awaited.
 pub async fn execute_async(
     cx: &Context<'_>,
     inputs: Vec<Tensor>,
+) -> Result<(Vec<Tensor>, RunReport)> {
+    execute_reusing(cx, inputs, &mut HostBuffers::new(RUN_LOCAL_BUFFERS)).await
+}
+
+/// [`execute_async`] taking its CPU steps' output tensors from `buffers` and leaving the run's
+/// released host tensors there (up to its cap), for the next run to reuse.
+pub async fn execute_reusing(
+    cx: &Context<'_>,
+    inputs: Vec<Tensor>,
+    buffers: &mut HostBuffers,
 ) -> Result<(Vec<Tensor>, RunReport)> {
     let start = Instant::now();
     let mut run = Run {
@@ -187,63 +139,76 @@ pub async fn execute_async(
         cpu_started: Duration::ZERO,
         gpu_off: None,
         released: Vec::new(),
-        spare: Spare::default(),
+        spare: std::mem::take(buffers),
         ins_buf: Vec::new(),
         outs_buf: Vec::new(),
     };
-    for &n in &cx.plan.folded {
-        let node = &cx.graph.nodes[n];
-        run.report.nodes.push(NodeReport {
-            name: node.name.clone(),
-            op_type: node.op_type.clone(),
-            ran: Ran::Folded,
-            start: Duration::ZERO,
-            time: Duration::ZERO,
-            gpu_time: None,
-            fallback: None,
-        });
-    }
-    for (&v, t) in cx.graph.inputs.iter().zip(inputs) {
-        run.slots[v].host = Some(Arc::new(t));
-    }
-    let mut result = Ok(());
-    for s in 0..cx.plan.steps.len() {
-        result = run.step(s).await;
-        if let Err(e) = result {
-            // A GPU fault: finish on the CPU (exec/fault.rs).
-            result = run.recover(Some(s), e).await;
-        }
-        if result.is_err() {
-            break;
-        }
-    }
-    // Whatever happened, let the GPU finish before buffers go back to the pool.
-    let drained = match run.submit() {
-        Ok(()) => run.wait_all().await,
-        Err(e) => Err(e),
-    };
-    result?;
-    if let Err(e) = drained {
-        run.recover(None, e).await?;
-    }
-    let outs = cx.graph.outputs.clone();
-    let tensors = match run.host_tensors(&outs).await {
-        Ok(t) => t,
-        Err(e) => {
-            run.recover(None, e).await?;
-            run.host_tensors(&outs).await?
-        }
-    };
-    run.wait_all().await?;
-    // The slots' references go first, so that each output not also held elsewhere (an input,
-    // a constant) is moved out instead of copied.
-    run.slots = Vec::new();
-    let outputs = tensors.into_iter().map(Arc::unwrap_or_clone).collect();
+    let outputs = run.all_steps(inputs).await;
+    *buffers = std::mem::take(&mut run.spare);
     run.report.total = start.elapsed();
-    Ok((outputs, run.report))
+    Ok((outputs?, run.report))
 }
 
 impl<'a> Run<'a> {
+    /// Every step of the plan, then the outputs (see [`execute_reusing`]).
+    async fn all_steps(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let cx = self.cx;
+        for &n in &cx.plan.folded {
+            let node = &cx.graph.nodes[n];
+            self.report.nodes.push(NodeReport {
+                name: node.name.clone(),
+                op_type: node.op_type.clone(),
+                ran: Ran::Folded,
+                start: Duration::ZERO,
+                time: Duration::ZERO,
+                gpu_time: None,
+                fallback: None,
+            });
+        }
+        for (&v, t) in cx.graph.inputs.iter().zip(inputs) {
+            self.slots[v].host = Some(Arc::new(t));
+        }
+        let mut result = Ok(());
+        for s in 0..cx.plan.steps.len() {
+            result = self.step(s).await;
+            if let Err(e) = result {
+                // A GPU fault: finish on the CPU (exec/fault.rs).
+                result = self.recover(Some(s), e).await;
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        // Whatever happened, let the GPU finish before buffers go back to the pool.
+        let drained = match self.submit() {
+            Ok(()) => self.wait_all().await,
+            Err(e) => Err(e),
+        };
+        result?;
+        if let Err(e) = drained {
+            self.recover(None, e).await?;
+        }
+        let outs = cx.graph.outputs.clone();
+        let tensors = match self.host_tensors(&outs).await {
+            Ok(t) => t,
+            Err(e) => {
+                self.recover(None, e).await?;
+                self.host_tensors(&outs).await?
+            }
+        };
+        self.wait_all().await?;
+        // The slots' references go first, so that each output not also held elsewhere (an input,
+        // a constant) is moved out instead of copied. Host tensors only the slots hold (values
+        // nobody read, the inputs) are kept for the next run.
+        for slot in std::mem::take(&mut self.slots) {
+            if let Some(t) = slot.host.and_then(Arc::into_inner) {
+                self.spare.put(t);
+            }
+        }
+        let outputs = tensors.into_iter().map(Arc::unwrap_or_clone).collect();
+        Ok(outputs)
+    }
+
     fn meta(&self, v: usize) -> &'a TensorMeta {
         self.cx.plan.metas[v]
             .as_ref()

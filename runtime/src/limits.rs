@@ -193,6 +193,13 @@ pub fn host_working_set(graph: &Graph, plan: &Plan) -> u64 {
         .filter(|&v| !graph.inputs.contains(&v) && is_constant(plan, v))
         .map(host_bytes)
         .sum();
+    inputs + constants + plan.host_peak
+}
+
+/// Peak bytes of the intermediate values (not inputs, not constants) alive at once during a
+/// run of `plan`, each counted once per storage (views share their source's).
+pub fn peak_intermediates(graph: &Graph, plan: &Plan) -> u64 {
+    let host_bytes = |v: usize| plan.metas[v].as_ref().map_or(0, |m| m.bytes());
     let root = storage_roots(graph, plan);
     let until = release_steps(graph, plan, &root);
     let mut live: HashMap<usize, u64> = HashMap::new();
@@ -206,7 +213,7 @@ pub fn host_working_set(graph: &Graph, plan: &Plan) -> u64 {
         }
         peak = peak.max(live.values().sum());
     }
-    inputs + constants + peak
+    peak
 }
 
 /// Fail with [`Error::ResourceLimit`] when a run of `plan` needs more host memory than `cap`.

@@ -96,6 +96,9 @@ pub struct Plan {
     /// Seconds the GPU was expected to stay busy with other sessions' work when this plan was
     /// made (see [`build_around_busy_gpu`]); 0 for a plan made for an idle GPU.
     pub gpu_wait: f64,
+    /// Peak bytes of intermediate values alive at once on the host
+    /// ([`crate::limits::peak_intermediates`]).
+    pub host_peak: u64,
 }
 
 /// Where nodes run when no override names them.
@@ -344,14 +347,17 @@ pub fn build_around_busy_gpu(
             last_use[*v] = Some(s);
         }
     }
-    Ok(Plan {
+    let mut plan = Plan {
         metas,
         steps,
         last_use,
         folded,
         predicted,
         gpu_wait,
-    })
+        host_peak: 0,
+    };
+    plan.host_peak = crate::limits::peak_intermediates(graph, &plan);
+    Ok(plan)
 }
 
 /// Steps for the non-view nodes, in execution order, plus the predicted run time for `auto`.
@@ -442,7 +448,7 @@ fn place(
                     dtype: p.outs[0].dtype,
                     work: node.op.work(&refs, &p.outs),
                     dispatches: k.as_ref().map_or(1, |k| k.len()),
-                    variant: kernel_variant(&node.op_type, &refs, &p.outs),
+                    variant: kernel_variant(node.op.as_ref(), &refs, &p.outs),
                     gpu_pad: gpu_padding(&node.op_type, &p.outs),
                 },
                 inputs: node

@@ -116,7 +116,9 @@ impl SessionOptions {
     }
 
     /// Refuse, with `Error::ResourceLimit` and before allocating, a run whose host working set
-    /// (inputs + constants + peak live intermediates, from the plan) exceeds `bytes`.
+    /// (inputs + constants + peak live intermediates, from the plan) exceeds `bytes`. The
+    /// host buffers a session keeps for reuse between runs stay within what is left of `bytes`
+    /// above that working set (without a cap: up to the peak of live intermediates).
     pub fn max_host_memory(mut self, bytes: u64) -> Self {
         self.max_host_memory = Some(bytes);
         self
@@ -161,7 +163,13 @@ pub struct Session {
     constants: GpuConstants,
     /// Node name -> label (`Conv+BatchNormalization+Relu`) of the Convs fusion made.
     fused: Arc<HashMap<String, String>>,
+    /// Host buffers kept between runs ([`exec::HostBuffers`]): one store per run in flight, at
+    /// most [`KEPT_STORES`] kept.
+    host_buffers: Mutex<Vec<exec::HostBuffers>>,
 }
+
+/// Stores of host buffers a session keeps between runs (more concurrent runs allocate afresh).
+const KEPT_STORES: usize = 2;
 
 /// A run whose measured time differs from the plan's prediction by more than this fraction
 /// counts as a miss.
@@ -261,6 +269,7 @@ impl Session {
             plans_by_value: Default::default(),
             constants: GpuConstants::default(),
             fused: Arc::new(fused),
+            host_buffers: Mutex::new(Vec::new()),
         })
     }
 
@@ -358,7 +367,15 @@ impl Session {
             pool: &self.pool,
             constants: &self.constants,
         };
-        let (outs, mut report) = exec::execute_async(&cx, ordered).await?;
+        let mut buffers = self.host_buffers.lock().unwrap().pop().unwrap_or_default();
+        buffers.set_cap(self.kept_host_bytes(&plan));
+        let result = exec::execute_reusing(&cx, ordered, &mut buffers).await;
+        let mut kept = self.host_buffers.lock().unwrap();
+        if kept.len() < KEPT_STORES {
+            kept.push(buffers);
+        }
+        drop(kept);
+        let (outs, mut report) = result?;
         report.faults.splice(0..0, reopened);
         report.fused = self.fused.clone();
         if plan.gpu_wait > 0.0 {
@@ -375,6 +392,17 @@ impl Session {
             .iter()
             .map(|&v| self.graph.values[v].name.clone());
         Ok((names.zip(outs).collect(), report))
+    }
+
+    /// Most bytes of released host tensors kept for reuse during and after a run of `plan`: its
+    /// peak of live intermediates (so the next run mostly reuses this one's), within the headroom
+    /// [`SessionOptions::max_host_memory`] leaves above the run's own working set.
+    fn kept_host_bytes(&self, plan: &Plan) -> u64 {
+        match self.limits.host_memory {
+            None => plan.host_peak,
+            Some(cap) => (cap.saturating_sub(crate::limits::host_working_set(&self.graph, plan)))
+                .min(plan.host_peak),
+        }
     }
 
     /// When other sessions' batches keep the shared GPU busy for a noticeable share of this

@@ -95,7 +95,11 @@ fn x() -> Tensor {
 
 /// The same computation written out by hand.
 fn reference(w: &[f32]) -> Tensor {
-    let x = x();
+    reference_for(w, &x())
+}
+
+/// [`reference`] on another input of the same shape.
+fn reference_for(w: &[f32], x: &Tensor) -> Tensor {
     let xv = x.as_f32().unwrap();
     let mut y = vec![0.0f32; 8];
     for r in 0..2 {
@@ -129,6 +133,30 @@ fn every_placement_gives_the_reference_result() {
         if placement == Placement::Cpu {
             assert_eq!(report.count(Device::Cpu), 4);
             assert_eq!(report.uploads + report.downloads, 0);
+        }
+    }
+}
+
+/// A session keeps its runs' host buffers for the next run (exec/host_buffers.rs): runs on
+/// other inputs, in turn, must each give their own result, on every placement.
+#[test]
+fn later_runs_reusing_host_buffers_give_their_own_results() {
+    let (bytes, w) = mlp();
+    let inputs: Vec<Tensor> = [1.0f32, -2.0, 0.5, 1.0]
+        .iter()
+        .map(|k| {
+            Tensor::f32(
+                &[2, 8],
+                x().as_f32().unwrap().iter().map(|v| v * k).collect(),
+            )
+        })
+        .collect();
+    for placement in [Placement::Cpu, Placement::Gpu, Placement::Auto] {
+        let opts = SessionOptions::default().placement(placement).gpu(gpu());
+        let s = Session::new(bytes.as_slice(), opts).unwrap();
+        for x in &inputs {
+            let outs = s.run(&[("x", x.clone())]).unwrap();
+            assert_close(&outs[0].1, &reference_for(&w, x), 1e-5, 1e-6);
         }
     }
 }
