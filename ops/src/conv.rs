@@ -203,7 +203,7 @@ impl Geom2 {
 
 /// An elementwise function applied to each output element after the bias (an epilogue fused
 /// into the Conv by the runtime's graph rewrite, `tandem::fuse`), with the semantics of the
-/// unfused ONNX op: NaN stays NaN for Relu, LeakyRelu and Clip.
+/// unfused ONNX op: NaN stays NaN for Relu, LeakyRelu, Clip, HardSigmoid and HardSwish.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Activation {
     #[default]
@@ -216,6 +216,11 @@ pub enum Activation {
     Sigmoid,
     /// SiLU: `x * sigmoid(x)` (the `Mul(x, Sigmoid(x))` pattern).
     Silu,
+    /// `clamp(alpha * x + beta, 0, 1)` (ONNX HardSigmoid), NaN staying NaN.
+    HardSigmoid(f32, f32),
+    /// `x * clamp(alpha * x + beta, 0, 1)`: ONNX HardSwish is (1/6, 1/2); so is opset < 14
+    /// exporters' `Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6)` and `Mul(x, HardSigmoid(x))`.
+    HardSwish(f32, f32),
 }
 
 impl Activation {
@@ -228,6 +233,8 @@ impl Activation {
             Activation::Clip(lo, hi) => (3, lo, hi),
             Activation::Sigmoid => (4, 0.0, 0.0),
             Activation::Silu => (5, 0.0, 0.0),
+            Activation::HardSigmoid(a, b) => (6, a, b),
+            Activation::HardSwish(a, b) => (7, a, b),
         }
     }
 
@@ -239,6 +246,8 @@ impl Activation {
             Activation::LeakyRelu(_) | Activation::Clip(..) => 2,
             Activation::Sigmoid => 4,
             Activation::Silu => 5,
+            Activation::HardSigmoid(..) => 3,
+            Activation::HardSwish(..) => 4,
         }
     }
 
@@ -272,11 +281,48 @@ impl Activation {
             }
             Activation::Sigmoid => sigmoid(v),
             Activation::Silu => v * sigmoid(v),
+            Activation::HardSigmoid(a, b) => unit_clamp(a * v + b),
+            Activation::HardSwish(a, b) => v * unit_clamp(a * v + b),
         }
     }
 }
 
-/// One node a fused Conv absorbed: its op type and node name (for reports).
+/// `v` clamped to `[0, 1]`, NaN staying NaN (compare-and-select, so it vectorises).
+#[inline(always)]
+fn unit_clamp(v: f32) -> f32 {
+    let y = if v < 0.0 { 0.0 } else { v };
+    if y > 1.0 {
+        1.0
+    } else {
+        y
+    }
+}
+
+/// What a fused Conv applies to each output element after the bias: its activation, then, when
+/// `post` is `Some((scale, shift))`, `y * scale + shift` (scalar Mul and Add nodes after the
+/// activation that the fusion pass absorbed, such as PP-OCRv3's learnable affine blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Epilogue {
+    pub act: Activation,
+    pub post: Option<(f32, f32)>,
+}
+
+impl From<Activation> for Epilogue {
+    fn from(act: Activation) -> Epilogue {
+        Epilogue { act, post: None }
+    }
+}
+
+impl Epilogue {
+    /// Flops per output element, for [`Op::work`].
+    pub fn flops(self) -> u64 {
+        self.act.flops() + if self.post.is_some() { 2 } else { 0 }
+    }
+}
+
+/// One node a fused Conv absorbed: its op type and node name (for reports). A chain of nodes
+/// that computes one function is one entry: the function's name (`HardSwish` for `Add -> Clip
+/// -> Mul -> Div`) and the node names joined by `,`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Absorbed {
     pub op_type: String,
@@ -284,12 +330,14 @@ pub struct Absorbed {
 }
 
 /// Conv with its attributes, and what the runtime's fusion pass folded into it: a following
-/// BatchNormalization (already folded into W and B, only recorded here) and an activation
-/// applied to each output block.
+/// BatchNormalization (already folded into W and B, only recorded here), an activation and a
+/// scalar affine after it, applied to each output block ([`Conv::epilogue`]).
 #[derive(Debug, Clone)]
 pub struct Conv {
     pub attrs: ConvAttrs,
     pub activation: Activation,
+    /// `(scale, shift)` applied after the activation ([`Epilogue::post`]).
+    pub post: Option<(f32, f32)>,
     /// Nodes folded into this one, in graph order (empty for a plain Conv).
     pub absorbed: Vec<Absorbed>,
 }
@@ -299,11 +347,20 @@ pub fn conv(attrs: &Attrs) -> Result<Box<dyn Op>> {
     Ok(Box::new(Conv {
         attrs: ConvAttrs::parse("Conv", attrs)?,
         activation: Activation::None,
+        post: None,
         absorbed: Vec::new(),
     }))
 }
 
 impl Conv {
+    /// What this Conv applies to each output element after the bias.
+    pub fn epilogue(&self) -> Epilogue {
+        Epilogue {
+            act: self.activation,
+            post: self.post,
+        }
+    }
+
     /// Geometry and output shape from X, W (and B) shapes.
     pub fn geom(&self, ins: &[&[usize]]) -> Result<(Geom2, Vec<usize>)> {
         if ins.len() < 2 || ins.len() > 3 {
@@ -429,6 +486,11 @@ struct ConvParams {
     act: u32,
     act_a: f32,
     act_b: f32,
+    /// 1: `v * post_scale + post_shift` after the activation ([`Epilogue::post`]).
+    post: u32,
+    post_scale: f32,
+    post_shift: f32,
+    _pad: u32,
 }
 
 fn u32_of(v: usize) -> Result<u32> {
@@ -464,7 +526,7 @@ impl Op for Conv {
                 let o = (g.n * g.m * g.oh * g.ow) as u64;
                 2 * o * g.ckk() as u64
                     + if ins.len() > 2 { o } else { 0 }
-                    + o * self.activation.flops()
+                    + o * self.epilogue().flops()
             })
             .unwrap_or(0);
         Work {
@@ -485,7 +547,7 @@ impl Op for Conv {
         let w = f32_in("Conv", ins[1])?;
         let b = ins.get(2).map(|t| f32_in("Conv", t)).transpose()?;
         let out = f32_out("Conv", &mut outs[0])?;
-        conv_cpu(&g, x, w, b, self.activation, out, rows);
+        conv_cpu(&g, x, w, b, self.epilogue(), out, rows);
         Ok(())
     }
 
@@ -544,6 +606,10 @@ impl Op for Conv {
             act,
             act_a,
             act_b,
+            post: self.post.is_some() as u32,
+            post_scale: self.post.map_or(1.0, |p| p.0),
+            post_shift: self.post.map_or(0.0, |p| p.1),
+            _pad: 0,
         };
         let inputs = if ins.len() > 2 {
             vec![0, 1, 2]

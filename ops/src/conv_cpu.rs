@@ -1,7 +1,7 @@
 //! Conv's CPU paths: the direct loop over output lines for `cg == 1` (depthwise and
 //! single-input-channel convs) and the GEMM per (image, group) over pixel chunks, with im2col
 //! into per-thread scratch, the shared-im2col channel split of deep layers, and the rectangles
-//! a row range becomes. A fused activation ([`Activation`]) is applied to each output block
+//! a row range becomes. A fused epilogue ([`Epilogue`]: activation, affine) is applied to each output block
 //! (a direct line, a GEMM block) right after it is written, while it is still in cache.
 //!
 //! 3x3 stride-1 convs with enough channels take Winograd F(2x2, 3x3) instead
@@ -36,7 +36,7 @@ impl OutPtr {
 pub(super) fn direct_path(
     g: &Geom2,
     x: &[f32],
-    (w, b, act): (&[f32], Option<&[f32]>, Activation),
+    (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -67,7 +67,7 @@ pub(super) fn direct_path(
         .for_each(|(ci, chunk)| {
             for (i, line) in chunk.chunks_mut(ow).enumerate() {
                 direct_line(g, (x, w, b), &taps, rows.start + ci * per + i, line);
-                epilogue(line, None, act);
+                epilogue(line, None, ep);
             }
         });
 }
@@ -351,7 +351,7 @@ type Task = (usize, usize, std::sync::Arc<Vec<Rect>>, Range<usize>);
 pub(super) fn gemm_path(
     g: &Geom2,
     x: &[f32],
-    (w, b, act): (&[f32], Option<&[f32]>, Activation),
+    (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -380,7 +380,7 @@ pub(super) fn gemm_path(
                 ..rs.iter().map(|r| r.pix.end).max().unwrap();
             let chans = rs.iter().map(|r| r.oc.len()).max().unwrap();
             if chans >= union.len() {
-                channel_split(g, (x, w, b, act), optr, (n, grp), &rs, union, direct_b);
+                channel_split(g, (x, w, b, ep), optr, (n, grp), &rs, union, direct_b);
                 continue;
             }
             let target = if direct_b {
@@ -419,7 +419,7 @@ pub(super) fn gemm_path(
                 };
                 // SAFETY: tasks cover disjoint (channel, pixel) blocks of the output:
                 // rectangles partition the row range, chunks partition each group's pixels.
-                unsafe { gemm_block(g, (w, b, act), optr, *n, r.oc.clone(), pix, bm, th) };
+                unsafe { gemm_block(g, (w, b, ep), optr, *n, r.oc.clone(), pix, bm, th) };
             }
         };
         if direct_b {
@@ -443,7 +443,7 @@ pub(super) fn gemm_path(
 /// each rectangle's channels cut in one part per thread.
 pub(super) fn channel_split(
     g: &Geom2,
-    (x, w, b, act): (&[f32], &[f32], Option<&[f32]>, Activation),
+    (x, w, b, ep): (&[f32], &[f32], Option<&[f32]>, Epilogue),
     optr: OutPtr,
     (n, grp): (usize, usize),
     rs: &[Rect],
@@ -475,7 +475,7 @@ pub(super) fn channel_split(
                 cs: 1,
             };
             // SAFETY: the parts cut the rectangles (disjoint output blocks) by channel.
-            unsafe { gemm_block(g, (w, b, act), optr, n, oc.clone(), pix.clone(), bm, th) };
+            unsafe { gemm_block(g, (w, b, ep), optr, n, oc.clone(), pix.clone(), bm, th) };
         };
         if parts.len() >= threads && threads > 1 {
             parts.par_iter().for_each(|p| one(p, Threads::Single));
@@ -502,7 +502,7 @@ pub(super) fn channel_split(
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_block(
     g: &Geom2,
-    (w, b, act): (&[f32], Option<&[f32]>, Activation),
+    (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
     optr: OutPtr,
     n: usize,
     oc: Range<usize>,
@@ -529,7 +529,7 @@ unsafe fn gemm_block(
             th,
         );
     }
-    if b.is_none() && act == Activation::None {
+    if b.is_none() && ep == Epilogue::default() {
         return;
     }
     for (i, c) in oc.enumerate() {
@@ -537,20 +537,20 @@ unsafe fn gemm_block(
         assert!(at + pix.len() <= optr.1, "Conv bias block out of bounds");
         // SAFETY: in bounds (checked) and held exclusively by this call (caller contract).
         let line = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), pix.len()) };
-        epilogue(line, b.map(|b| b[c]), act);
+        epilogue(line, b.map(|b| b[c]), ep);
     }
 }
 
 crate::simd::kernel! {
-    /// `line[i] = act(line[i] + bias)`: the bias and the fused activation of one output line,
-    /// in one pass, on the widest vectors the CPU has (`simd.rs`).
-    pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, act: Activation) {
-        epilogue_plain(line, bias, act)
+    /// `line[i] = ep(line[i] + bias)`: the bias, the fused activation and the affine after it
+    /// of one output line, in one pass, on the widest vectors the CPU has (`simd.rs`).
+    pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, ep: Epilogue) {
+        epilogue_plain(line, bias, ep)
     }
 }
 
 #[inline(always)]
-fn epilogue_plain(line: &mut [f32], bias: Option<f32>, act: Activation) {
+fn epilogue_plain(line: &mut [f32], bias: Option<f32>, ep: Epilogue) {
     #[inline(always)]
     fn each(line: &mut [f32], bias: Option<f32>, f: impl Fn(f32) -> f32) {
         match bias {
@@ -558,24 +558,35 @@ fn epilogue_plain(line: &mut [f32], bias: Option<f32>, act: Activation) {
             None => line.iter_mut().for_each(|v| *v = f(*v)),
         }
     }
-    match act {
-        Activation::None => each(line, bias, |v| v),
-        Activation::Relu => each(line, bias, |v| Activation::Relu.apply(v)),
-        Activation::LeakyRelu(a) => each(line, bias, |v| Activation::LeakyRelu(a).apply(v)),
-        Activation::Clip(lo, hi) => each(line, bias, |v| Activation::Clip(lo, hi).apply(v)),
-        Activation::Sigmoid => each(line, bias, |v| Activation::Sigmoid.apply(v)),
-        Activation::Silu => each(line, bias, |v| Activation::Silu.apply(v)),
+    // One loop per (activation, post) pair, each with its function inlined.
+    #[inline(always)]
+    fn then_post(line: &mut [f32], bias: Option<f32>, post: Option<(f32, f32)>, act: Activation) {
+        match post {
+            Some((s, t)) => each(line, bias, |v| act.apply(v) * s + t),
+            None => each(line, bias, |v| act.apply(v)),
+        }
+    }
+    let post = ep.post;
+    match ep.act {
+        Activation::None => then_post(line, bias, post, Activation::None),
+        Activation::Relu => then_post(line, bias, post, Activation::Relu),
+        Activation::LeakyRelu(a) => then_post(line, bias, post, Activation::LeakyRelu(a)),
+        Activation::Clip(lo, hi) => then_post(line, bias, post, Activation::Clip(lo, hi)),
+        Activation::Sigmoid => then_post(line, bias, post, Activation::Sigmoid),
+        Activation::Silu => then_post(line, bias, post, Activation::Silu),
+        Activation::HardSigmoid(a, b) => then_post(line, bias, post, Activation::HardSigmoid(a, b)),
+        Activation::HardSwish(a, b) => then_post(line, bias, post, Activation::HardSwish(a, b)),
     }
 }
 
-/// Compute output lines `rows` of a convolution on the CPU (f32), `act` applied to each
+/// Compute output lines `rows` of a convolution on the CPU (f32), `ep` applied to each
 /// output block right after it is computed.
 pub fn conv_cpu(
     g: &Geom2,
     x: &[f32],
     w: &[f32],
     b: Option<&[f32]>,
-    act: Activation,
+    ep: Epilogue,
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -584,10 +595,10 @@ pub fn conv_cpu(
         return;
     }
     if g.cg == 1 {
-        return direct_path(g, x, (w, b, act), out, rows);
+        return direct_path(g, x, (w, b, ep), out, rows);
     }
     if winograd::applies(g) {
-        return winograd::winograd_path(g, x, (w, b, act), out, rows);
+        return winograd::winograd_path(g, x, (w, b, ep), out, rows);
     }
-    gemm_path(g, x, (w, b, act), out, rows);
+    gemm_path(g, x, (w, b, ep), out, rows);
 }

@@ -364,6 +364,7 @@ fn winograd_case(xs: [usize; 4], m: usize, pads: [i64; 4], bias: bool, act: Acti
     let op = Conv {
         attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
         activation: act,
+        post: None,
         absorbed: Vec::new(),
     };
     let (g, oshape) = op.geom(&[&xs, &ws]).unwrap();
@@ -386,7 +387,7 @@ fn winograd_case(xs: [usize; 4], m: usize, pads: [i64; 4], bias: bool, act: Acti
         let mut out = vec![f32::NAN; oshape.iter().product()];
         cpu::winograd::TEST_BLOCK.with(|c| c.set(budget));
         for r in &parts {
-            cpu::winograd::winograd_path(&g, &x, (&w, bias, act), &mut out, r.clone());
+            cpu::winograd::winograd_path(&g, &x, (&w, bias, act.into()), &mut out, r.clone());
         }
         cpu::winograd::TEST_BLOCK.with(|c| c.set(None));
         let inside = |row: usize| parts.iter().any(|r| r.contains(&row));
@@ -452,6 +453,7 @@ fn conv_cpu_takes_winograd_where_it_applies() {
     let op = Conv {
         attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
         activation: Activation::Relu,
+        post: None,
         absorbed: Vec::new(),
     };
     let (g, oshape) = op.geom(&[&xs, &ws]).unwrap();
@@ -518,12 +520,13 @@ fn winograd_speed() {
         let op = Conv {
             attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
             activation: Activation::Relu,
+            post: None,
             absorbed: Vec::new(),
         };
         let (g, _) = op.geom(&[&xs, &[m, c, 3, 3]]).unwrap();
         let rows = m * hw;
         let mut out = vec![0.0f32; m * hw * hw];
-        let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu);
+        let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu.into());
         // The two paths alternate, so a change of machine load hits both; best of `reps`.
         let (mut tg, mut tw) = (f64::MAX, f64::MAX);
         for i in 0..=reps {

@@ -19,7 +19,7 @@
 //! direct summation by rounding only (checked against an f64 loop in the tests).
 
 use super::{epilogue, rects, with_scratch, OutPtr};
-use crate::conv::{Activation, Geom2};
+use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -97,7 +97,7 @@ impl Tiles {
 type Block = (usize, Range<usize>, Range<usize>, Range<usize>);
 
 /// Output lines `rows` (`(n, oc, oh)`) of a convolution [`supports`] accepts, computed by
-/// Winograd F(2x2, 3x3); `act` applied after the bias.
+/// Winograd F(2x2, 3x3); `ep` applied after the bias.
 ///
 /// Work is cut into blocks of tile rows (V and M of a block within [`block_floats`]). With at
 /// least two blocks per thread, each block is one task (transforms and GEMMs on one thread,
@@ -107,7 +107,7 @@ type Block = (usize, Range<usize>, Range<usize>, Range<usize>);
 pub(in crate::conv) fn winograd_path(
     g: &Geom2,
     x: &[f32],
-    (w, b, act): (&[f32], Option<&[f32]>, Activation),
+    (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -174,7 +174,7 @@ pub(in crate::conv) fn winograd_path(
                 let op = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), len) };
                 output_channel(&t, mk, tys.clone(), wr.clone(), op, tmp);
                 for line in op.chunks_exact_mut(g.ow) {
-                    epilogue(line, b.map(|b| b[k]), act);
+                    epilogue(line, b.map(|b| b[k]), ep);
                 }
             }
         };

@@ -318,6 +318,12 @@ const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
 impl Unary {
+    /// Which function, with its `alpha` and `beta` attributes (for passes that fold the op
+    /// into a Conv: HardSigmoid's slope and offset).
+    pub fn kind_alpha_beta(&self) -> (UnaryKind, f32, f32) {
+        (self.kind, self.alpha, self.beta)
+    }
+
     fn boxed(attrs: &Attrs, name: &'static str, kind: UnaryKind) -> Result<Box<dyn Op>> {
         let mut op = Unary {
             name,
@@ -501,6 +507,10 @@ impl Unary {
 impl Op for Unary {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {

@@ -1,7 +1,8 @@
 //! Conv fusion: a graph rewrite that folds a following BatchNormalization into a Conv's weights
-//! and bias, and a following activation (Relu, LeakyRelu, Clip, Sigmoid, or SiLU as
-//! `Mul(x, Sigmoid(x))`) into the Conv as an epilogue ([`Activation`]), so each runs in the
-//! Conv's pass over its output instead of a pass of its own.
+//! and bias, and a following activation (Relu, LeakyRelu, Clip, Sigmoid, HardSigmoid, HardSwish,
+//! and the multi-node SiLU and HardSwish patterns) with scalar Mul and Add nodes after it into
+//! the Conv as an epilogue ([`Epilogue`]; the patterns are in `fuse/epilogue.rs`), so each runs
+//! in the Conv's pass over its output instead of a pass of its own.
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
 //! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.
@@ -15,19 +16,23 @@
 //! shapes; computed in f64, stored as new f32 constants. "Constant" includes
 //! the output of a node whose inputs are all constants (the light zoo models make their weights
 //! with `ConstantOfShape`), evaluated here as the planner would fold it. Inputs left without a
-//! reader are dropped with the nodes that only made them; others keep them. Clip's bounds must
-//! be constants. Anything else is left as it is: the pass never fails a model that loads.
+//! reader are dropped with the nodes that only made them; others keep them. Anything else is
+//! left as it is: the pass never fails a model that loads.
 //!
-//! BatchNormalization's epsilon comes from the op (`BatchNorm::epsilon`). LeakyRelu's alpha and
-//! Clip's bounds are read by running the op's own CPU kernel on probe inputs: LeakyRelu(-1) =
-//! -alpha, and Clip(-inf), Clip(+inf) are the effective bounds whether they come from
-//! attributes (old opsets) or inputs.
+//! BatchNormalization's epsilon comes from the op (`BatchNorm::epsilon`).
+//!
+//! For A/B timing in one build: `TANDEM_FUSE_HARDSWISH=0` leaves HardSigmoid, HardSwish and
+//! the scalar affine after an activation unfused (the pass as it was before them);
+//! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
 use std::sync::Arc;
-use tandem_ops::conv::{Absorbed, Activation, Conv};
+use tandem_ops::conv::{Absorbed, Conv, Epilogue};
 use tandem_ops::{DType, Op, Tensor, TensorMeta};
+
+mod epilogue;
+use epilogue::{Part, Patterns};
 
 /// What the pass did: one entry per Conv that absorbed something.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -99,6 +104,12 @@ impl Uses {
 /// Fuse every Conv of `graph` with what follows it (see the module doc). Node order stays
 /// topological; absorbed nodes are removed; values left without a reader stay in the graph.
 pub fn fuse(graph: &mut Graph) -> FuseSummary {
+    let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
+    let hard = on("TANDEM_FUSE_HARDSWISH");
+    let patterns = Patterns {
+        hard,
+        post: hard && on("TANDEM_FUSE_POST_AFFINE"),
+    };
     let uses = Uses::of(graph);
     let mut names: HashSet<String> = graph.values.iter().map(|v| v.name.clone()).collect();
     let mut removed = vec![false; graph.nodes.len()];
@@ -112,7 +123,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         let Some(conv) = as_conv(node.op.as_ref()) else {
             continue;
         };
-        if node.outputs.len() != 1 || conv.activation != Activation::None {
+        if node.outputs.len() != 1 || conv.epilogue() != Epilogue::default() {
             continue;
         }
         let mut fused = conv.clone();
@@ -121,25 +132,28 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
             let w = add_constant(graph, &mut names, &base, "W", w);
             let b = add_constant(graph, &mut names, &base, "B", b);
             dropped.extend(graph.nodes[i].inputs[1..].iter().flatten());
-            let mut cur = graph.nodes[i].outputs[0];
-            for &a in &chain {
-                let node = &graph.nodes[a];
-                dropped.extend(node.inputs.iter().flatten().filter(|&&v| v != cur));
-                cur = node.outputs[0];
-            }
             let conv_node = &mut graph.nodes[i];
             conv_node.inputs.resize(3, None);
             conv_node.inputs[1] = Some(w);
             conv_node.inputs[2] = Some(b);
-            for a in chain {
-                absorb(graph, &mut fused, i, a, &mut removed);
-            }
+            let parts: Vec<Part> = chain.into_iter().map(Part::one).collect();
+            absorb(
+                graph,
+                &uses,
+                (&mut fused, i),
+                &parts,
+                (&mut removed, &mut dropped),
+            );
         }
-        if let Some((act, absorbed)) = activation_after(graph, &uses, i) {
-            fused.activation = act;
-            for a in absorbed {
-                absorb(graph, &mut fused, i, a, &mut removed);
-            }
+        if let Some((ep, parts)) = epilogue::after(graph, &uses, i, patterns) {
+            (fused.activation, fused.post) = (ep.act, ep.post);
+            absorb(
+                graph,
+                &uses,
+                (&mut fused, i),
+                &parts,
+                (&mut removed, &mut dropped),
+            );
         }
         if !fused.absorbed.is_empty() {
             let node = &mut graph.nodes[i];
@@ -190,86 +204,33 @@ fn default_domain(node: &Node) -> bool {
     node.domain.is_empty() || node.domain == "ai.onnx"
 }
 
-/// Node `a` (reading Conv `i`'s output, directly or through other absorbed nodes) is absorbed:
-/// the Conv takes over `a`'s output, `a` is recorded and removed.
-fn absorb(graph: &mut Graph, fused: &mut Conv, i: usize, a: usize, removed: &mut [bool]) {
-    let out = graph.nodes[a].outputs[0];
-    fused.absorbed.push(Absorbed {
-        op_type: graph.nodes[a].op_type.clone(),
-        node: graph.nodes[a].name.clone(),
-    });
-    graph.nodes[i].outputs[0] = out;
-    removed[a] = true;
-}
-
-/// The activation reading Conv `i`'s output alone, with the nodes it spans (one, or Sigmoid
-/// and Mul for SiLU).
-fn activation_after(graph: &Graph, uses: &Uses, i: usize) -> Option<(Activation, Vec<usize>)> {
-    let out = graph.nodes[i].outputs[0];
-    if uses.output[out] {
-        return None;
-    }
-    let is = |n: usize, op: &str| {
-        let node = &graph.nodes[n];
-        node.op_type == op && default_domain(node) && node.outputs.len() == 1
-    };
-    // SiLU: the Conv output read by a Sigmoid and by a Mul of it with the Sigmoid's output.
-    if let [a, b] = uses.readers[out].as_slice() {
-        let (s, m) = if is(*a, "Sigmoid") {
-            (*a, *b)
-        } else {
-            (*b, *a)
-        };
-        let sig_out = graph.nodes[s].outputs[0];
-        let mul_ins = &graph.nodes[m].inputs;
-        let pair = |x: Option<ValueId>, y: Option<ValueId>| x == Some(out) && y == Some(sig_out);
-        if a != b
-            && is(s, "Sigmoid")
-            && is(m, "Mul")
-            && mul_ins.len() == 2
-            && (pair(mul_ins[0], mul_ins[1]) || pair(mul_ins[1], mul_ins[0]))
-            && uses.sole_reader(sig_out) == Some(m)
-        {
-            return Some((Activation::Silu, vec![s, m]));
+/// The nodes of `parts` (reading Conv `i`'s output, directly or through the nodes before them)
+/// are absorbed, one report entry per part: the Conv takes over the last node's output, the
+/// nodes are removed, and their other inputs (constants) are left to [`drop_unread`].
+fn absorb(
+    graph: &mut Graph,
+    uses: &Uses,
+    (fused, i): (&mut Conv, usize),
+    parts: &[Part],
+    (removed, dropped): (&mut [bool], &mut Vec<ValueId>),
+) {
+    for part in parts {
+        let nodes = part.nodes.iter().map(|&a| &graph.nodes[a]);
+        let names: Vec<&str> = nodes.clone().map(|n| n.name.as_str()).collect();
+        let first = nodes.clone().next().map_or("", |n| n.op_type.as_str());
+        fused.absorbed.push(Absorbed {
+            op_type: part.name.unwrap_or(first).to_string(),
+            node: names.join(","),
+        });
+        for n in nodes {
+            // The Conv's own output is no constant: its producer stays.
+            dropped.extend((n.inputs.iter().flatten()).filter(|&&v| uses.producer[v] != Some(i)));
         }
-        return None;
-    }
-    let a = uses.sole_reader(out)?;
-    let node = &graph.nodes[a];
-    if !default_domain(node) || node.outputs.len() != 1 || node.inputs.first() != Some(&Some(out)) {
-        return None;
-    }
-    let act = match (node.op_type.as_str(), node.inputs.len()) {
-        ("Relu", 1) => Activation::Relu,
-        ("Sigmoid", 1) => Activation::Sigmoid,
-        ("LeakyRelu", 1) => Activation::LeakyRelu(-probe(node.op.as_ref(), &[-1.0], &[])?[0]),
-        ("Clip", _) => {
-            let mut bounds = Vec::new();
-            for v in &node.inputs[1..] {
-                bounds.push(match v {
-                    Some(v) => const_of(graph, uses, *v, 4)?.as_ref().clone(),
-                    None => Tensor::f32(&[0], Vec::new()),
-                });
-            }
-            let y = probe(
-                node.op.as_ref(),
-                &[f32::NEG_INFINITY, f32::INFINITY],
-                &bounds,
-            )?;
-            Activation::Clip(y[0], y[1])
+        for &a in &part.nodes {
+            removed[a] = true;
+            graph.nodes[i].outputs[0] = graph.nodes[a].outputs[0];
         }
-        _ => return None,
-    };
-    Some((act, vec![a]))
-}
-
-/// `op` run on the CPU with input 0 = `x` (a 1-D f32 tensor) and `rest` after it; its first
-/// output as f32, or `None` if the op refuses (the pass then leaves the node alone).
-fn probe(op: &dyn Op, x: &[f32], rest: &[Tensor]) -> Option<Vec<f32>> {
-    let x = Tensor::f32(&[x.len()], x.to_vec());
-    let mut ins = vec![&x];
-    ins.extend(rest.iter());
-    Some(eval(op, &ins, 1)?.first()?.as_f32()?.to_vec())
+    }
 }
 
 /// Per output channel, `y -> y * k + shift` (f64).

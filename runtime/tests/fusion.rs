@@ -1,17 +1,18 @@
 //! Conv fusion (`tandem::fuse`): BatchNormalization folding and activation epilogues.
 //!
 //! Sits between the fusion pass / the fused Conv kernels and their definitions. Two levels:
-//! the fused Conv op alone (every activation, on the CPU, on the GPU (lavapipe) and split
-//! across both, over the direct, GEMM and 1x1 paths) against a naive loop written here; and
-//! small models built with the importer's protobuf messages, run fused and with
-//! `SessionOptions::fuse(false)`, against the same loop, with the graph checked for what was
-//! (and what must not be) fused.
+//! the fused Conv op alone (every activation, with and without the scalar affine after it, on
+//! the CPU, on the GPU (lavapipe) and split across both, over the direct, GEMM, 1x1 and
+//! Winograd paths) against a naive loop written here; and small models built with the
+//! importer's protobuf messages, run fused and with `SessionOptions::fuse(false)`, against the
+//! same loop (or the unfused nodes' formulas), with the graph checked for what was (and what
+//! must not be) fused.
 
 use prost::Message;
 use tandem::import::proto::*;
 use tandem::testing::{assert_close, check_all_placements, gpu};
 use tandem::{Placement, Session, SessionOptions, Tensor};
-use tandem_ops::conv::{Activation, Conv};
+use tandem_ops::conv::{Activation, Conv, Epilogue};
 use tandem_ops::{AttrValue, Attrs, Op};
 
 fn fill(len: usize, seed: u32) -> Vec<f32> {
@@ -53,15 +54,38 @@ impl Geo {
 /// BatchNormalization parameters: scale, beta, mean, var, epsilon.
 type Bn<'a> = (&'a [f32], &'a [f32], &'a [f32], &'a [f32], f64);
 
+/// `ep` by its definition, in f64.
+fn epilogue_f64(ep: Epilogue, v: f64) -> f64 {
+    let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let unit = |v: f64| v.clamp(0.0, 1.0);
+    let y = match ep.act {
+        Activation::None => v,
+        Activation::Relu => v.max(0.0),
+        Activation::LeakyRelu(a) => {
+            if v < 0.0 {
+                a as f64 * v
+            } else {
+                v
+            }
+        }
+        Activation::Clip(lo, hi) => v.max(lo as f64).min(hi as f64),
+        Activation::Sigmoid => sig(v),
+        Activation::Silu => v * sig(v),
+        Activation::HardSigmoid(a, b) => unit(a as f64 * v + b as f64),
+        Activation::HardSwish(a, b) => v * unit(a as f64 * v + b as f64),
+    };
+    ep.post.map_or(y, |(s, t)| y * s as f64 + t as f64)
+}
+
 /// Conv by its definition in f64, then per-channel `(y - mean) * k + beta` for a BN given as
-/// (scale, beta, mean, var, eps), then the activation, all by hand.
+/// (scale, beta, mean, var, eps), then the epilogue, all by hand.
 fn naive(
     g: &Geo,
     x: &[f32],
     w: &[f32],
     b: Option<&[f32]>,
     bn: Option<Bn>,
-    act: Activation,
+    ep: Epilogue,
 ) -> Vec<f32> {
     let [n, c, h, wd] = g.x;
     let [m, cg, kh, kw] = g.w;
@@ -95,21 +119,7 @@ fn naive(
                         let k = s[oc] as f64 / (var[oc] as f64 + eps).sqrt();
                         acc = (acc - mean[oc] as f64) * k + beta[oc] as f64;
                     }
-                    let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
-                    out.push(match act {
-                        Activation::None => acc,
-                        Activation::Relu => acc.max(0.0),
-                        Activation::LeakyRelu(a) => {
-                            if acc < 0.0 {
-                                a as f64 * acc
-                            } else {
-                                acc
-                            }
-                        }
-                        Activation::Clip(lo, hi) => acc.max(lo as f64).min(hi as f64),
-                        Activation::Sigmoid => sig(acc),
-                        Activation::Silu => acc * sig(acc),
-                    } as f32);
+                    out.push(epilogue_f64(ep, acc) as f32);
                 }
             }
         }
@@ -117,14 +127,19 @@ fn naive(
     out
 }
 
-const ACTIVATIONS: [Activation; 6] = [
+const ACTIVATIONS: [Activation; 8] = [
     Activation::None,
     Activation::Relu,
     Activation::LeakyRelu(0.125),
     Activation::Clip(-0.5, 1.5),
     Activation::Sigmoid,
     Activation::Silu,
+    Activation::HardSigmoid(0.2, 0.5),
+    Activation::HardSwish(1.0 / 6.0, 0.5),
 ];
+
+/// A scalar affine after the activation, as the fusion pass absorbs it.
+const POST: (f32, f32) = (-0.75, 0.375);
 
 /// Geometries reaching each CPU path: GEMM with im2col (3x3, padded, strided), the shared
 /// im2col channel split (more channels than pixels), 1x1 read straight from X, the direct
@@ -151,7 +166,7 @@ fn geometries() -> Vec<Geo> {
     ]
 }
 
-fn conv_op(g: &Geo, act: Activation) -> Conv {
+fn conv_op(g: &Geo, ep: Epilogue) -> Conv {
     let r = if g.one_d { 1 } else { 2 };
     let attrs = Attrs::new(17)
         .with("group", AttrValue::Int(g.group as i64))
@@ -159,14 +174,25 @@ fn conv_op(g: &Geo, act: Activation) -> Conv {
         .with("pads", AttrValue::Ints(vec![g.pad as i64; 2 * r]));
     let op = tandem_ops::conv::conv(&attrs).unwrap();
     let mut c = op.as_any().unwrap().downcast_ref::<Conv>().unwrap().clone();
-    c.activation = act;
+    (c.activation, c.post) = (ep.act, ep.post);
     c
 }
 
-/// The fused Conv op with each activation, on the CPU, the GPU and split at three rows.
+/// The fused Conv op with each activation, alone and with a scalar affine after it, on the
+/// CPU, the GPU and split at three rows; the Winograd geometry with HardSwish only.
 #[test]
 fn fused_conv_op_matches_the_definition_on_cpu_gpu_and_split() {
-    for (gi, g) in geometries().iter().enumerate() {
+    let winograd = Geo {
+        x: [1, 64, 20, 21],
+        w: [64, 64, 3, 3],
+        group: 1,
+        stride: 1,
+        pad: 1,
+        one_d: false,
+    };
+    let mut geos = geometries();
+    geos.push(winograd);
+    for (gi, g) in geos.iter().enumerate() {
         let xn: usize = g.x.iter().product();
         let wn: usize = g.w.iter().product();
         let (x, w, b) = (fill(xn, 1), fill(wn, 2), fill(g.w[0], 3));
@@ -180,13 +206,20 @@ fn fused_conv_op_matches_the_definition_on_cpu_gpu_and_split() {
             Tensor::f32(&wdims, w.clone()),
             Tensor::f32(&[g.w[0]], b.clone()),
         ];
-        for act in ACTIVATIONS {
-            let want = Tensor::f32(&g.dims(g.out()), naive(g, &x, &w, Some(&b), None, act));
-            let op = conv_op(g, act);
-            eprintln!("geometry {gi}, {act:?}");
+        let acts: &[Activation] = if gi < geometries().len() {
+            &ACTIVATIONS
+        } else {
+            &[Activation::HardSwish(1.0 / 6.0, 0.5)]
+        };
+        let eps =
+            (acts.iter()).flat_map(|&act| [None, Some(POST)].map(|post| Epilogue { act, post }));
+        for ep in eps {
+            let want = Tensor::f32(&g.dims(g.out()), naive(g, &x, &w, Some(&b), None, ep));
+            let op = conv_op(g, ep);
+            eprintln!("geometry {gi}, {ep:?}");
             check_all_placements(&op, &ins, std::slice::from_ref(&want), 1e-4);
             // Without bias too (the epilogue must still run).
-            let want = Tensor::f32(&g.dims(g.out()), naive(g, &x, &w, None, None, act));
+            let want = Tensor::f32(&g.dims(g.out()), naive(g, &x, &w, None, None, ep));
             check_all_placements(&op, &ins[..2], &[want], 1e-4);
         }
     }
@@ -201,12 +234,20 @@ fn fused_work_counts_the_activation() {
         tandem::TensorMeta::new(tandem::DType::F32, g.w.to_vec()),
     ];
     let refs: Vec<_> = metas.iter().collect();
-    let plain = conv_op(&g, Activation::None);
+    let plain = conv_op(&g, Epilogue::default());
     let outs = plain.infer(&refs).unwrap();
     let base = plain.work(&refs, &outs).flops;
-    let silu = conv_op(&g, Activation::Silu).work(&refs, &outs).flops;
+    let silu = conv_op(&g, Activation::Silu.into())
+        .work(&refs, &outs)
+        .flops;
     let outputs: usize = g.out().iter().product();
     assert_eq!(silu, base + 5 * outputs as u64);
+    let hard_swish_affine = Epilogue {
+        act: Activation::HardSwish(1.0 / 6.0, 0.5),
+        post: Some(POST),
+    };
+    let flops = conv_op(&g, hard_swish_affine).work(&refs, &outs).flops;
+    assert_eq!(flops, base + (4 + 2) * outputs as u64);
 }
 
 // ---- models: the graph rewrite ----
@@ -359,6 +400,14 @@ fn conv_model(g: &Geo, bias: bool, bn_eps: Option<f32>, act: Activation) -> Vec<
             nodes.push(node("Sigmoid", "sig", &[cur], &["s_out"]));
             nodes.push(node("Mul", "mul", &["s_out", cur], &["y"]));
         }
+        Activation::HardSigmoid(a, b) => nodes.push(with_attr(
+            with_attr(
+                node("HardSigmoid", "act", &[cur], &["y"]),
+                float("alpha", a),
+            ),
+            float("beta", b),
+        )),
+        Activation::HardSwish(..) => nodes.push(node("HardSwish", "act", &[cur], &["y"])),
     }
     model(nodes, weights, &["x"], &["y"])
 }
@@ -385,7 +434,8 @@ fn fused_models_match_the_definition() {
             for act in ACTIVATIONS {
                 let bytes = conv_model(g, true, bn, act);
                 let bn_ref = bn.map(|e| (&s[..], &beta[..], &mean[..], &var[..], e as f64));
-                let want = Tensor::f32(&g.dims(g.out()), naive(g, &x, &w, Some(&b), bn_ref, act));
+                let want = naive(g, &x, &w, Some(&b), bn_ref, act.into());
+                let want = Tensor::f32(&g.dims(g.out()), want);
                 let mut label = "Conv".to_string();
                 if bn.is_some() {
                     label.push_str("+BatchNormalization");
@@ -397,6 +447,8 @@ fn fused_models_match_the_definition() {
                     Activation::Clip(..) => "+Clip",
                     Activation::Sigmoid => "+Sigmoid",
                     Activation::Silu => "+Sigmoid+Mul",
+                    Activation::HardSigmoid(..) => "+HardSigmoid",
+                    Activation::HardSwish(..) => "+HardSwish",
                 });
                 for placement in [Placement::Cpu, Placement::Gpu] {
                     eprintln!("geometry {gi}, bn {bn:?}, {act:?}, {placement:?}");
@@ -446,7 +498,7 @@ fn odd_graphs_are_left_alone() {
         &wv,
         Some(&bv),
         None,
-        Activation::Relu,
+        Activation::Relu.into(),
     );
     let plain = naive(
         &g,
@@ -454,7 +506,7 @@ fn odd_graphs_are_left_alone() {
         &wv,
         Some(&bv),
         None,
-        Activation::None,
+        Activation::None.into(),
     );
     let out = g.dims(g.out());
 
@@ -537,7 +589,7 @@ fn odd_graphs_are_left_alone() {
         &wv,
         Some(&bv),
         bn,
-        Activation::Relu,
+        Activation::Relu.into(),
     );
     assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
 
@@ -571,7 +623,7 @@ fn odd_graphs_are_left_alone() {
         &wv,
         Some(&bv),
         bn,
-        Activation::None,
+        Activation::None.into(),
     );
     assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
 
@@ -612,7 +664,7 @@ fn per_channel_mul_and_add_are_folded() {
         &wv,
         Some(&bv),
         bn,
-        Activation::None,
+        Activation::None.into(),
     );
     let mut weights = vec![weight("W", &g.w, &wv), weight("B", &[m], &bv)];
     for (n, v) in [("s", &sc), ("beta", &beta), ("mean", &mean), ("var", &var)] {
@@ -684,4 +736,254 @@ fn per_channel_mul_and_add_are_folded() {
         .collect();
     let outs = s.run(&[("x", x)]).unwrap();
     assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
+}
+
+// ---- HardSwish chains and the affine after them (PP-OCRv3 det, paddle2onnx at opset 12) ----
+
+/// How a test model spells HardSwish after `Conv -> Mul(ws) -> Add(wb)` (value `xx`):
+/// `Add(xx, c) -> Clip(lo, hi) -> Mul(xx, .) -> Div(d)` (or Mul by `1/d`), then `Mul(s) ->
+/// Add(t)` by scalars; `swap` puts the constant (Add), the Clip output (Mul) or `1/d` first.
+#[derive(Debug, Clone, Copy)]
+struct Chain {
+    c: f32,
+    lo: f32,
+    hi: f32,
+    d: f32,
+    div: bool,
+    swap: bool,
+}
+
+const PADDLE: Chain = Chain {
+    c: 3.0,
+    lo: 0.0,
+    hi: 6.0,
+    d: 6.0,
+    div: true,
+    swap: false,
+};
+
+const SCALARS: [(&str, f32); 4] = [("ws", 0.875), ("wb", 0.25), ("s", -1.25), ("t", 0.625)];
+
+/// The chain's model (outputs `y`, then the values named in `also_out`) and its `y`, computed
+/// node by node from `plain` (the Conv's output).
+fn chain_model(g: &Geo, ch: Chain, also_out: &[&str], plain: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let conv = with_attr(
+        with_attr(
+            node("Conv", "conv", &["x", "W", "B"], &["c"]),
+            ints("strides", &[g.stride as i64; 2]),
+        ),
+        ints("pads", &[g.pad as i64; 4]),
+    );
+    let pair = |a: &'static str, b: &'static str| if ch.swap { [b, a] } else { [a, b] };
+    let rd = 1.0 / ch.d;
+    let mut nodes = vec![
+        conv,
+        node("Mul", "mul_w", &["ws", "c"], &["c1"]),
+        node("Add", "add_b", &["c1", "wb"], &["xx"]),
+        node("Add", "add3", &pair("xx", "cc"), &["a"]),
+        node("Clip", "clip", &["a", "lo", "hi"], &["cl"]),
+        node("Mul", "mul_x", &pair("xx", "cl"), &["m"]),
+    ];
+    nodes.push(if ch.div {
+        node("Div", "div", &["m", "dd"], &["h"])
+    } else {
+        node("Mul", "div", &pair("m", "rd"), &["h"])
+    });
+    nodes.push(node("Mul", "mul_s", &["h", "s"], &["p"]));
+    nodes.push(node("Add", "add_t", &pair("p", "t"), &["y"]));
+    let mut weights = vec![
+        weight("W", &g.w, &fill(g.w.iter().product(), 2)),
+        weight("B", &[g.w[0]], &fill(g.w[0], 3)),
+        weight("cc", &[], &[ch.c]),
+        weight("lo", &[], &[ch.lo]),
+        weight("hi", &[], &[ch.hi]),
+        weight("dd", &[], &[ch.d]),
+        weight("rd", &[1], &[rd]),
+    ];
+    for (n, v) in SCALARS {
+        weights.push(weight(n, &[1], &[v]));
+    }
+    let mut outs = vec!["y"];
+    outs.extend(also_out);
+    let k = |n: &str| SCALARS.iter().find(|s| s.0 == n).unwrap().1;
+    let y = plain
+        .iter()
+        .map(|&v| {
+            let xx = v * k("ws") + k("wb");
+            let m = xx * (xx + ch.c).max(ch.lo).min(ch.hi);
+            let h = if ch.div { m / ch.d } else { m * rd };
+            h * k("s") + k("t")
+        })
+        .collect();
+    (model(nodes, weights, &["x"], &outs), y)
+}
+
+/// Runs `bytes` fused on the CPU and the GPU and unfused on the CPU: output `y` matches `want`
+/// each time, the fused graph has `nodes` nodes and the Conv the report label `label`. When
+/// the Conv absorbed everything, its fused op also runs split across both devices.
+fn check_fused(bytes: &[u8], x: &Tensor, want: &Tensor, label: &str, nodes: usize) {
+    for (placement, fuse) in [
+        (Placement::Cpu, true),
+        (Placement::Gpu, true),
+        (Placement::Cpu, false),
+    ] {
+        eprintln!("{label}: {placement:?}, fuse {fuse}");
+        let s = session(bytes, placement, fuse);
+        let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
+        assert_close(&outs[0].1, want, 1e-4, 1e-4);
+        if !fuse {
+            continue;
+        }
+        assert_eq!(report.fused.get("conv").map(String::as_str), Some(label));
+        let graph = s.graph();
+        assert_eq!(graph.nodes.len(), nodes, "{label}");
+        if nodes == 1 {
+            let conv = &graph.nodes[0];
+            let mut ins = vec![x.clone()];
+            for v in conv.inputs[1..].iter().flatten() {
+                ins.push(graph.values[*v].constant.as_deref().unwrap().clone());
+            }
+            check_all_placements(conv.op.as_ref(), &ins, std::slice::from_ref(want), 1e-4);
+        }
+    }
+}
+
+/// PP-OCRv3's block: the Mul and Add before fold into W and B, the chain becomes HardSwish,
+/// the Mul and Add after it the epilogue's affine; operands in either order, the Div as a Mul
+/// by 1/d, and other constants (c = 2.5, d = 5: HardSwish(0.2, 0.5)).
+#[test]
+fn hard_swish_chains_fuse_with_the_affine_after_them() {
+    let g = geometries()[0];
+    let x = Tensor::f32(&g.dims(g.x), fill(g.x.iter().product(), 1));
+    let (w, b) = (fill(g.w.iter().product(), 2), fill(g.w[0], 3));
+    let plain = naive(
+        &g,
+        x.as_f32().unwrap(),
+        &w,
+        Some(&b),
+        None,
+        Epilogue::default(),
+    );
+    let chains = [
+        PADDLE,
+        Chain {
+            swap: true,
+            ..PADDLE
+        },
+        Chain {
+            div: false,
+            ..PADDLE
+        },
+        Chain {
+            div: false,
+            swap: true,
+            ..PADDLE
+        },
+        Chain {
+            c: 2.5,
+            hi: 5.0,
+            d: 5.0,
+            ..PADDLE
+        },
+    ];
+    for ch in chains {
+        eprintln!("{ch:?}");
+        let (bytes, y) = chain_model(&g, ch, &[], &plain);
+        let want = Tensor::f32(&g.dims(g.out()), y);
+        check_fused(&bytes, &x, &want, "Conv+Mul+Add+HardSwish+Mul+Add", 1);
+    }
+}
+
+/// Look-alikes that are not HardSwish (Clip's lower bound not 0, its upper bound not the
+/// divisor) and chains with a value read twice: left as they are, or fused only up to that
+/// value; every result still equals the nodes' formulas.
+#[test]
+fn hard_swish_look_alikes_and_shared_values_are_not_fused() {
+    let g = geometries()[0];
+    let x = Tensor::f32(&g.dims(g.x), fill(g.x.iter().product(), 1));
+    let (w, b) = (fill(g.w.iter().product(), 2), fill(g.w[0], 3));
+    let plain = naive(
+        &g,
+        x.as_f32().unwrap(),
+        &w,
+        Some(&b),
+        None,
+        Epilogue::default(),
+    );
+    let unfused = "Conv+Mul+Add";
+    let cases: [(Chain, &[&str], &str, usize); 6] = [
+        (Chain { lo: -1.0, ..PADDLE }, &[], unfused, 7),
+        (Chain { hi: 5.0, ..PADDLE }, &[], unfused, 7),
+        (Chain { d: 5.0, ..PADDLE }, &[], unfused, 7),
+        // The Clip's or the Add's output also a graph output: a second reader.
+        (PADDLE, &["cl"], unfused, 7),
+        (PADDLE, &["a"], unfused, 7),
+        // The Mul after HardSwish read twice: the affine stops before the Add.
+        (PADDLE, &["p"], "Conv+Mul+Add+HardSwish+Mul", 2),
+    ];
+    for (ch, also, label, nodes) in cases {
+        eprintln!("{ch:?}, also output {also:?}");
+        let (bytes, y) = chain_model(&g, ch, also, &plain);
+        let want = Tensor::f32(&g.dims(g.out()), y);
+        check_fused(&bytes, &x, &want, label, nodes);
+    }
+}
+
+/// `Mul(x, HardSigmoid(x))` is HardSwish(alpha, beta); a scalar Add after it joins the
+/// epilogue, a per-channel Mul after that does not.
+#[test]
+fn mul_by_hard_sigmoid_fuses_as_hard_swish() {
+    let g = geometries()[0];
+    let m = g.w[0];
+    let x = Tensor::f32(&g.dims(g.x), fill(g.x.iter().product(), 1));
+    let (w, b) = (fill(g.w.iter().product(), 2), fill(m, 3));
+    let plain = naive(
+        &g,
+        x.as_f32().unwrap(),
+        &w,
+        Some(&b),
+        None,
+        Epilogue::default(),
+    );
+    let [_, _, oh, ow] = g.out();
+    let per_channel = fill(m, 4);
+    let conv = with_attr(
+        with_attr(
+            node("Conv", "conv", &["x", "W", "B"], &["c"]),
+            ints("strides", &[2, 2]),
+        ),
+        ints("pads", &[1, 1, 1, 1]),
+    );
+    let hs = with_attr(
+        with_attr(
+            node("HardSigmoid", "hs", &["c"], &["h"]),
+            float("alpha", 0.25),
+        ),
+        float("beta", 0.375),
+    );
+    let bytes = model(
+        vec![
+            conv,
+            hs,
+            node("Mul", "mul", &["h", "c"], &["q"]),
+            node("Add", "add", &["t", "q"], &["r"]),
+            node("Mul", "mul_c", &["r", "pc"], &["y"]),
+        ],
+        vec![
+            weight("W", &g.w, &w),
+            weight("B", &[m], &b),
+            weight("t", &[1, 1, 1, 1], &[-0.5]),
+            weight("pc", &[1, m, 1, 1], &per_channel),
+        ],
+        &["x"],
+        &["y"],
+    );
+    let y: Vec<f32> = (plain.iter().enumerate())
+        .map(|(i, &v)| {
+            let hs = (0.25 * v + 0.375).clamp(0.0, 1.0);
+            (hs * v - 0.5) * per_channel[(i / (oh * ow)) % m]
+        })
+        .collect();
+    let want = Tensor::f32(&g.dims(g.out()), y);
+    check_fused(&bytes, &x, &want, "Conv+HardSigmoid+Mul+Add", 2);
 }

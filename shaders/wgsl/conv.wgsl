@@ -7,8 +7,10 @@
 // FMAs and each weight 4. Channel blocks: mgb = ceil(mg / ocb) per group, numbered over
 // (n, group, block) from params.blk0; bpp blocks of 4 pixels per plane.
 // Fused activation after the bias (params.act; the runtime's fusion pass sets it): 0 none,
-// 1 Relu, 2 LeakyRelu (alpha act_a), 3 Clip [act_a, act_b], 4 Sigmoid, 5 SiLU x * sigmoid(x);
-// the same formulas as unary.wgsl, NaN staying NaN for 1-3.
+// 1 Relu, 2 LeakyRelu (alpha act_a), 3 Clip [act_a, act_b], 4 Sigmoid, 5 SiLU x * sigmoid(x),
+// 6 HardSigmoid clamp(act_a * x + act_b, 0, 1), 7 HardSwish x * clamp(act_a * x + act_b, 0, 1);
+// the same formulas as unary.wgsl, NaN staying NaN for 1-3, 6, 7. Then, when params.post = 1,
+// v * post_scale + post_shift (scalar Mul and Add nodes after the activation).
 // Bindings: 0 x, 1 w, 2 bias (read; w bound again when has_bias = 0), 3 out (read_write),
 // 4 params. Overrides: WG (workgroup size).
 
@@ -43,6 +45,10 @@ struct Params {
     act: u32,
     act_a: f32,
     act_b: f32,
+    post: u32,
+    post_scale: f32,
+    post_shift: f32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -60,6 +66,12 @@ fn load_x(base: u32, ih: vec4<i32>, iw: vec4<i32>) -> vec4<f32> {
     return select(vec4<f32>(0.0), v, ok);
 }
 
+// clamp(v, 0, 1) with NaN kept.
+fn unit_clamp(v: vec4<f32>) -> vec4<f32> {
+    let y = select(v, vec4<f32>(0.0), v < vec4<f32>(0.0));
+    return select(y, vec4<f32>(1.0), y > vec4<f32>(1.0));
+}
+
 fn activate(v: vec4<f32>) -> vec4<f32> {
     switch params.act {
         case 1u: { return select(v, vec4<f32>(0.0), v < vec4<f32>(0.0)); }
@@ -70,6 +82,8 @@ fn activate(v: vec4<f32>) -> vec4<f32> {
         }
         case 4u: { return 1.0 / (1.0 + exp(-v)); }
         case 5u: { return v * (1.0 / (1.0 + exp(-v))); }
+        case 6u: { return unit_clamp(params.act_a * v + params.act_b); }
+        case 7u: { return v * unit_clamp(params.act_a * v + params.act_b); }
         default: { return v; }
     }
 }
@@ -136,6 +150,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             v = v + vec4<f32>(bias[oc]);
         }
         v = activate(v);
+        if (params.post != 0u) {
+            v = v * params.post_scale + params.post_shift;
+        }
         let e0 = (n * params.m + oc) * npix + p0;
         for (var j = 0u; j < 4u; j = j + 1u) {
             let e = e0 + j;
