@@ -28,6 +28,9 @@
 
 use gemm::Parallelism;
 
+#[path = "cpu_gemm_dot.rs"]
+mod dot;
+
 /// A read-only strided matrix view: element `(i, j)` is `data[offset + i * rs + j * cs]`.
 /// Strides may be zero (broadcast), never negative.
 #[derive(Debug, Clone, Copy)]
@@ -169,6 +172,10 @@ unsafe fn gemm_ptr(
     (c_rs, c_cs): (usize, usize),
     threads: Threads,
 ) {
+    if a.cs == 1 && b.rs == 1 && m <= dot_max_m() {
+        // SAFETY: forwarded from the caller's contract.
+        return unsafe { dot::gemm_bt((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs), threads) };
+    }
     if m * n * k <= SMALL_GEMM {
         // SAFETY: forwarded from the caller's contract.
         return unsafe { small_gemm((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs)) };
@@ -204,6 +211,22 @@ unsafe fn gemm_ptr(
             par,
         );
     }
+}
+
+/// Products with at most this many rows, A's rows and B's columns contiguous (Gemm transB=1)
+/// run as tiles of dot products ([`dot`]).
+const DOT_MAX_M: usize = 64;
+
+/// [`DOT_MAX_M`], or what `TANDEM_GEMM_DOT` says (`0`: never, for A/B timing in one build);
+/// read once.
+fn dot_max_m() -> usize {
+    static MAX_M: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX_M.get_or_init(|| {
+        std::env::var("TANDEM_GEMM_DOT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DOT_MAX_M)
+    })
 }
 
 /// Products of at most this many multiply-adds (a decode step's 1 x 128 x 128) run in plain
