@@ -62,6 +62,14 @@ pub(in crate::conv) fn applies(g: &Geom2) -> bool {
         && enabled()
 }
 
+impl Geom2 {
+    /// Whether the CPU kernel computes this convolution by Winograd ([`applies`]): the cost
+    /// model (`tandem::costs::kernel_variant`) gives these their own entry.
+    pub fn takes_winograd(&self) -> bool {
+        applies(self)
+    }
+}
+
 /// Tile-grid numbers shared by the transforms.
 #[derive(Debug, Clone, Copy)]
 struct Tiles {

@@ -6,7 +6,8 @@
 
 use crate::plan::Device;
 use std::borrow::Cow;
-use tandem_ops::{DType, TensorMeta, Work};
+use tandem_ops::conv::Conv;
+use tandem_ops::{DType, Op, TensorMeta, Work};
 
 /// What the scheduler needs to know of one node to predict its time.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,9 +28,15 @@ pub struct NodeCostQuery<'a> {
 }
 
 impl NodeCostQuery<'_> {
-    /// The cost model's key for this node: `op_type`, or `op_type/variant`.
+    /// The cost model's key for this node on the CPU: `op_type`, or `op_type/variant`.
     pub fn cost_key(&self) -> Cow<'_, str> {
         cost_key(self.op_type, self.variant)
+    }
+
+    /// The cost model's key for this node on `device`: `op_type`, or `op_type/variant` with
+    /// the variant as that device runs it ([`device_variant`]).
+    pub fn cost_key_on(&self, device: Device) -> Cow<'_, str> {
+        cost_key(self.op_type, device_variant(self.variant, device))
     }
 
     /// Flops of `fraction` of the rows as `device` executes them (padded on the GPU).
@@ -74,13 +81,15 @@ pub fn cost_key<'a>(op: &'a str, variant: &str) -> Cow<'a, str> {
     }
 }
 
-/// The kernel path an op takes for these shapes, where one op type runs kernels whose time
-/// per flop differs a lot, so that they get separate cost entries: Conv is `depthwise`,
-/// `grouped`, `1x1` or `kxk` (from the weight shape and the input channels); MatMul and Gemm
-/// with a single output row are `gemv` (bandwidth-bound, and a tiled GPU kernel computes a
-/// whole tile of rows for it). "" for everything else.
-pub fn kernel_variant(op_type: &str, ins: &[&TensorMeta], outs: &[TensorMeta]) -> &'static str {
-    match op_type {
+/// The kernel path an op takes for these shapes and attributes, where one op type runs kernels
+/// whose time per flop differs a lot, so that they get separate cost entries: Conv is
+/// `depthwise`, `grouped`, `1x1`, `winograd` (a 3x3 stride-1 convolution the CPU computes by
+/// Winograd F(2x2, 3x3), `Geom2::takes_winograd`, about 1.5x faster per flop than im2col) or
+/// `kxk` (every other dense kernel); MatMul and Gemm with a single output row are `gemv`
+/// (bandwidth-bound, and a tiled GPU kernel computes a whole tile of rows for it). "" for
+/// everything else. The variant is the CPU's; [`device_variant`] maps it to another device's.
+pub fn kernel_variant(op: &dyn Op, ins: &[&TensorMeta], outs: &[TensorMeta]) -> &'static str {
+    match op.name() {
         "Conv" => {
             let (Some(x), Some(w)) = (ins.first(), ins.get(1)) else {
                 return "";
@@ -95,6 +104,8 @@ pub fn kernel_variant(op_type: &str, ins: &[&TensorMeta], outs: &[TensorMeta]) -
                 "grouped"
             } else if w.shape[2..].iter().product::<usize>() == 1 {
                 "1x1"
+            } else if takes_winograd(op, ins) {
+                "winograd"
             } else {
                 "kxk"
             }
@@ -108,6 +119,25 @@ pub fn kernel_variant(op_type: &str, ins: &[&TensorMeta], outs: &[TensorMeta]) -
     }
 }
 
+/// Whether `op` is a Conv whose CPU kernel takes the Winograd path for these inputs (false for
+/// shapes the Conv rejects).
+fn takes_winograd(op: &dyn Op, ins: &[&TensorMeta]) -> bool {
+    let Some(conv) = op.as_any().and_then(|a| a.downcast_ref::<Conv>()) else {
+        return false;
+    };
+    let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
+    conv.geom(&shapes).is_ok_and(|(g, _)| g.takes_winograd())
+}
+
+/// The kernel variant `device` runs for a node whose CPU variant is `variant`: the GPU has no
+/// Winograd kernel, so its `winograd` convolutions are its `kxk` ones (one entry, one curve).
+pub fn device_variant(variant: &'static str, device: Device) -> &'static str {
+    match (variant, device) {
+        ("winograd", Device::Gpu) => "kxk",
+        _ => variant,
+    }
+}
+
 /// Predicted times, in seconds.
 pub trait Costs: Send + Sync {
     /// Time of `fraction` (0..=1) of the node's rows on `device`.
@@ -116,4 +146,55 @@ pub trait Costs: Send + Sync {
     fn transfer_time(&self, bytes: u64, to: Device) -> f64;
     /// Fixed cost of one CPU-GPU synchronisation (submit + map + wait).
     fn sync_time(&self) -> f64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_ops::{registry, AttrValue, Attrs};
+
+    /// The variant of a 3x3 Conv (pads 1) over `[1, c, hw, hw]` into `m` channels.
+    fn conv_variant(c: usize, m: usize, hw: usize, stride: i64) -> &'static str {
+        let attrs = Attrs::new(13)
+            .with("kernel_shape", AttrValue::Ints(vec![3, 3]))
+            .with("pads", AttrValue::Ints(vec![1, 1, 1, 1]))
+            .with("strides", AttrValue::Ints(vec![stride, stride]));
+        let op = registry::build("Conv", &attrs).unwrap();
+        let x = TensorMeta::new(DType::F32, vec![1, c, hw, hw]);
+        let w = TensorMeta::new(DType::F32, vec![m, c, 3, 3]);
+        let outs = op.infer(&[&x, &w]).unwrap();
+        kernel_variant(op.as_ref(), &[&x, &w], &outs)
+    }
+
+    #[test]
+    fn winograd_eligible_convs_get_their_own_variant() {
+        // conv_winograd.rs takes 3x3 stride-1 group-1 convs with C, M >= 64 and >= 400
+        // output pixels; TANDEM_CONV_WINOGRAD=0 turns it off (then they are im2col's).
+        let on = std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
+        assert_eq!(
+            conv_variant(64, 64, 32, 1),
+            if on { "winograd" } else { "kxk" }
+        );
+        assert_eq!(conv_variant(64, 64, 32, 2), "kxk", "stride 2");
+        assert_eq!(conv_variant(32, 64, 32, 1), "kxk", "too few input channels");
+        assert_eq!(conv_variant(64, 64, 16, 1), "kxk", "256 output pixels");
+        // The GPU has one kernel for both.
+        assert_eq!(device_variant("winograd", Device::Gpu), "kxk");
+        assert_eq!(device_variant("winograd", Device::Cpu), "winograd");
+        assert_eq!(device_variant("depthwise", Device::Gpu), "depthwise");
+    }
+
+    #[test]
+    fn other_conv_and_matmul_variants() {
+        let op = registry::build("Conv", &Attrs::new(13).with("group", AttrValue::Int(8))).unwrap();
+        let x = TensorMeta::new(DType::F32, vec![1, 8, 10, 10]);
+        let w = TensorMeta::new(DType::F32, vec![8, 1, 3, 3]);
+        let outs = op.infer(&[&x, &w]).unwrap();
+        assert_eq!(kernel_variant(op.as_ref(), &[&x, &w], &outs), "depthwise");
+        let mm = registry::build("MatMul", &Attrs::new(13)).unwrap();
+        let a = TensorMeta::new(DType::F32, vec![1, 16]);
+        let b = TensorMeta::new(DType::F32, vec![16, 4]);
+        let outs = mm.infer(&[&a, &b]).unwrap();
+        assert_eq!(kernel_variant(mm.as_ref(), &[&a, &b], &outs), "gemv");
+    }
 }

@@ -499,7 +499,7 @@ pub fn layer_task<'g>(graph: &'g Graph, metas: &[TensorMeta]) -> Result<Task<'g>
                 .op
                 .gpu(&refs, &outs, 0..row_count(&outs[0].shape, axis))
                 .map_or(1, |k| k.len()),
-            variant: kernel_variant(&node.op_type, &refs, &outs),
+            variant: kernel_variant(node.op.as_ref(), &refs, &outs),
             gpu_pad: crate::costs::gpu_padding(&node.op_type, &outs),
         },
         inputs: vec![(0, metas[0].numel() as u64 * 4)],

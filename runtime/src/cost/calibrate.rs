@@ -11,7 +11,7 @@ use super::{
     device_rank, fit, fit_curve, keys, median, rank_device, CostModel, EntryKey, Line, Links,
     Roofline, Sample,
 };
-use crate::costs::{cost_key, gpu_padding, kernel_variant};
+use crate::costs::{cost_key, device_variant, gpu_padding, kernel_variant};
 use crate::gpu::{Gpu, GpuTensor};
 use crate::plan::Device;
 use std::collections::{BTreeMap, HashMap};
@@ -180,8 +180,9 @@ impl std::fmt::Display for CalibrationReport {
 
 /// One prepared benchmark instance: op, inputs, inferred outputs and work features.
 struct Prepared {
-    /// The cost key: op type and kernel variant (`Conv/depthwise`).
-    key: String,
+    /// The op type and its CPU kernel variant ([`kernel_variant`]).
+    name: &'static str,
+    variant: &'static str,
     op: Box<dyn Op>,
     ins: Vec<Tensor>,
     metas: Vec<TensorMeta>,
@@ -205,9 +206,9 @@ fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, Strin
     // are optional and computed on the CPU only).
     outs.truncate(1);
     let w = op.work(&refs, &outs);
-    let key = cost_key(b.op, kernel_variant(b.op, &refs, &outs)).into_owned();
     Ok(Prepared {
-        key,
+        name: b.op,
+        variant: kernel_variant(op.as_ref(), &refs, &outs),
         flops: w.flops as f64,
         bytes: (w.bytes_read + w.bytes_written) as f64,
         gpu_pad: gpu_padding(b.op, &outs),
@@ -218,10 +219,18 @@ fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, Strin
     })
 }
 
+impl Prepared {
+    /// The cost key of this instance on `device` (`Conv/winograd` on the CPU is `Conv/kxk` on
+    /// the GPU).
+    fn key_on(&self, device: Device) -> String {
+        cost_key(self.name, device_variant(self.variant, device)).into_owned()
+    }
+}
+
 /// Repetitions for a kernel whose first run took `first` seconds: about 30 ms of repeats,
-/// between 3 and 15 (the sample is their median).
+/// between 3 and 40 (the sample is their least).
 fn reps_for(first: f64) -> usize {
-    ((0.03 / first.max(1e-7)).ceil() as usize).clamp(3, 15)
+    ((0.03 / first.max(1e-7)).ceil() as usize).clamp(3, 40)
 }
 
 /// How CPU kernels are timed: with a one-thread pool every kernel runs on the calling thread,
@@ -271,7 +280,10 @@ impl KernelClock {
     }
 }
 
-/// Median CPU time of all rows of `p` on the current rayon pool (one untimed warm-up).
+/// Least CPU time of all rows of `p` over repetitions on the current rayon pool (two untimed
+/// warm-ups). The least, not the median: even the thread's own CPU time grows when other
+/// processes share the caches, the memory bus or (in a VM) the host core, so, as on the GPU,
+/// load only ever adds time.
 fn measure_cpu(p: &Prepared) -> Result<f64, String> {
     let refs: Vec<&TensorMeta> = p.metas.iter().collect();
     let rows = row_count(&p.outs[0].shape, p.op.split_axis(&refs, &p.outs));
@@ -297,11 +309,11 @@ fn measure_cpu(p: &Prepared) -> Result<f64, String> {
     let mut run = || run(inner);
     let first = run()?;
     let n = reps_for(first * inner as f64);
-    let mut times = Vec::with_capacity(n);
+    let mut least = f64::INFINITY;
     for _ in 0..n {
-        times.push(run()?);
+        least = least.min(run()?);
     }
-    Ok(median(times))
+    Ok(least)
 }
 
 /// Least GPU time of all rows of `p` over a batch of repetitions: per-dispatch timestamps
@@ -445,13 +457,24 @@ fn held_out(tier: usize) -> bool {
 }
 
 /// Measurement passes over the suite, some seconds apart: the sample of a point is the least
-/// of its passes' medians, so that a burst of load from other processes (which only ever adds
+/// of its passes' times, so that a burst of load from other processes (which only ever adds
 /// time) during one pass does not become the model's truth. Later passes only repeat points
-/// the first pass measured, while the budget lasts.
-const PASSES: usize = 3;
+/// the first pass measured, while the budget lasts. The CPU gets more passes than the GPU:
+/// lavapipe's times repeat within a few percent across passes (and cost most of the
+/// budget), the CPU's small kernels are the ones load moves by more than 10%.
+fn passes(device: Device) -> usize {
+    match device {
+        Device::Cpu => 5,
+        Device::Gpu => 2,
+    }
+}
 
-/// What a (bench, tier) point is: cost key, flops, GPU padding, bytes, input shapes.
-type PointInfo = (String, f64, f64, f64, String);
+/// The most passes of any device.
+const PASSES: usize = 5;
+
+/// What a (bench, tier) point is: cost keys on the CPU and the GPU, flops, GPU padding,
+/// bytes, input shapes.
+type PointInfo = ([String; 2], f64, f64, f64, String);
 
 /// One measured point of the suite.
 struct Measured {
@@ -464,7 +487,7 @@ struct Measured {
     passes: Vec<f64>,
 }
 
-/// Run the suite's benchmarks on `devices` in [`PASSES`] passes (smallest shapes first,
+/// Run the suite's benchmarks on `devices` in [`passes`] (smallest shapes first,
 /// round-robin over op kinds) within `opts.budget` from `start`. Returns per (cost key, device
 /// rank) the measured points. A lost GPU sets `gpu_error` and ends GPU measurements.
 fn measure_suite(
@@ -477,7 +500,8 @@ fn measure_suite(
     progress: &mut dyn FnMut(&Progress),
 ) -> BTreeMap<(String, u8), Vec<Measured>> {
     let per_pass: usize = benches.iter().map(|b| b.shapes.len()).sum::<usize>() * devices.len();
-    let planned = per_pass * PASSES;
+    let planned: usize =
+        devices.iter().map(|&d| passes(d)).sum::<usize>() * per_pass / devices.len().max(1);
     let tiers = benches.iter().map(|b| b.shapes.len()).max().unwrap_or(0);
     // (bench, device) -> last measured seconds in the first pass; None once skipped.
     let mut last: HashMap<(usize, Device), Option<f64>> = HashMap::new();
@@ -506,7 +530,7 @@ fn measure_suite(
                         break 'passes;
                     }
                     let remaining = (opts.budget - elapsed).as_secs_f64();
-                    if device == Device::Gpu && gpu_error.is_some() {
+                    if pass >= passes(device) || (device == Device::Gpu && gpu_error.is_some()) {
                         continue;
                     }
                     if pass == 0 {
@@ -542,7 +566,8 @@ fn measure_suite(
                             points.entry((bi, tier)).or_insert_with(|| {
                                 let shape = describe(inputs);
                                 let p = &prepared;
-                                (p.key.clone(), p.flops, p.gpu_pad, p.bytes, shape)
+                                let keys = [p.key_on(Device::Cpu), p.key_on(Device::Gpu)];
+                                (keys, p.flops, p.gpu_pad, p.bytes, shape)
                             });
                         }
                         Ok(_) => {}
@@ -560,7 +585,7 @@ fn measure_suite(
                         planned: planned.max(done),
                         what: format!(
                             "{} {} on {device} (pass {})",
-                            prepared.key,
+                            prepared.key_on(device),
                             describe(inputs),
                             pass + 1
                         ),
@@ -571,14 +596,14 @@ fn measure_suite(
     }
     let mut samples: BTreeMap<(String, u8), Vec<Measured>> = BTreeMap::new();
     for ((bi, tier, rank), t) in times {
-        let (key, flops, pad, bytes, shape) = &points[&(bi, tier)];
+        let (keys, flops, pad, bytes, shape) = &points[&(bi, tier)];
         let pad = if rank_device(rank) == Device::Gpu {
             *pad
         } else {
             1.0
         };
         samples
-            .entry((key.clone(), rank))
+            .entry((keys[usize::from(rank)].clone(), rank))
             .or_default()
             .push(Measured {
                 tier,

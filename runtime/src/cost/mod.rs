@@ -489,7 +489,7 @@ impl CostModel {
             seconds,
         };
         let key = EntryKey {
-            op: q.cost_key().into_owned(),
+            op: q.cost_key_on(device).into_owned(),
             dtype: q.dtype,
             device,
         };
@@ -552,7 +552,7 @@ impl CostModel {
                 dtype: outs[0].dtype,
                 work: node.op.work(&refs, outs),
                 dispatches: 1,
-                variant: kernel_variant(&node.op_type, &refs, outs),
+                variant: kernel_variant(node.op.as_ref(), &refs, outs),
                 gpu_pad: gpu_padding(&node.op_type, outs),
             };
             // (device, fraction of the rows, measured time)
@@ -714,7 +714,7 @@ impl Costs for CostModel {
         let f = fraction.min(1.0);
         let flops = q.flops_on(device, f);
         let bytes = (q.work.bytes_read + q.work.bytes_written) as f64 * f;
-        self.predict(&q.cost_key(), q.dtype, device, flops, bytes, q.dispatches)
+        self.predict(&q.cost_key_on(device), q.dtype, device, flops, bytes, q.dispatches)
     }
 
     fn transfer_time(&self, bytes: u64, to: Device) -> f64 {

@@ -18,7 +18,9 @@ use tandem_ops::DType;
 
 /// Version of the profile format; a file of another version is recalibrated.
 /// 3: GPU MatMul/Gemm samples count padded flops (`costs::gpu_padding`).
-pub const PROFILE_VERSION: u32 = 3;
+/// 4: `Conv/winograd` CPU entries (Winograd-eligible convs left `Conv/kxk`); CPU samples are
+/// the least of their repetitions, not the median.
+pub const PROFILE_VERSION: u32 = 4;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
 pub const PROFILE_ENV: &str = "TANDEM_PROFILE";

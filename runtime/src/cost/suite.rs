@@ -125,7 +125,7 @@ pub(crate) fn suite() -> Vec<Bench> {
             .collect(),
     });
     // Dense 3x3 (pad 1), depthwise 3x3 and pointwise 1x1 convolutions: each is its own cost
-    // entry (`Conv/kxk`, `Conv/depthwise`, `Conv/1x1`).
+    // entry (`Conv/kxk`, `Conv/winograd`, `Conv/depthwise`, `Conv/1x1`).
     let conv = |c: usize, co: usize, hw: usize, k: usize, group: usize| {
         vec![
             Rand(vec![1, c, hw, hw]),
@@ -140,43 +140,78 @@ pub(crate) fn suite() -> Vec<Bench> {
             .with("pads", ints(&[p, p, p, p]))
             .with("group", AttrValue::Int(group))
     };
-    for (k, depthwise) in [(3, false), (3, true), (1, false)] {
-        let sizes = [
-            (8, 16),
-            (16, 16),
-            (16, 32),
-            (32, 16),
-            (32, 32),
-            (16, 64),
-            (64, 32),
-            (32, 64),
-            (128, 16),
-            (64, 56),
-            (128, 28),
-            (96, 64),
-        ];
-        // One group count per benchmark keeps attributes fixed; depthwise uses group = C = 32
-        // and varies only the spatial size.
-        if depthwise {
-            v.push(Bench {
-                op: "Conv",
-                attrs: conv_attrs(k, 32),
-                shapes: [8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160]
-                    .iter()
-                    .map(|&hw| conv(32, 32, hw, k as usize, 32))
-                    .collect(),
-            });
-        } else {
-            v.push(Bench {
-                op: "Conv",
-                attrs: conv_attrs(k, 1),
-                shapes: sizes
-                    .iter()
-                    .map(|&(c, hw)| conv(c, c * (1 + k as usize % 2), hw, k as usize, 1))
-                    .collect(),
-            });
-        }
+    // (C, M, H = W). 3x3 stride 1 with C, M >= 64 and >= 400 output pixels is Winograd on
+    // the CPU (`Conv/winograd`; the GPU runs both lists through one kernel), fewer channels or
+    // pixels im2col + GEMM (`Conv/kxk`).
+    let kxk = [
+        (8, 16, 16),
+        (16, 32, 16),
+        (16, 32, 32),
+        (32, 64, 16),
+        (32, 64, 32),
+        (16, 32, 64),
+        (64, 128, 16),
+        (32, 64, 64),
+        (128, 256, 16),
+        (48, 96, 56),
+        (128, 256, 14),
+        (32, 64, 96),
+    ];
+    let winograd = [
+        (64, 64, 20),
+        (64, 64, 24),
+        (64, 64, 28),
+        (64, 128, 20),
+        (64, 64, 32),
+        (96, 96, 24),
+        (64, 128, 28),
+        (128, 128, 20),
+        (64, 64, 48),
+        (128, 128, 28),
+        (64, 64, 56),
+        (128, 128, 32),
+    ];
+    for list in [kxk, winograd] {
+        v.push(Bench {
+            op: "Conv",
+            attrs: conv_attrs(3, 1),
+            shapes: list
+                .iter()
+                .map(|&(c, co, hw)| conv(c, co, hw, 3, 1))
+                .collect(),
+        });
     }
+    // Depthwise uses group = C = 32 and varies only the spatial size.
+    v.push(Bench {
+        op: "Conv",
+        attrs: conv_attrs(3, 32),
+        shapes: [8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160]
+            .iter()
+            .map(|&hw| conv(32, 32, hw, 3, 32))
+            .collect(),
+    });
+    let pointwise = [
+        (8, 16),
+        (16, 16),
+        (16, 32),
+        (32, 16),
+        (32, 32),
+        (16, 64),
+        (64, 32),
+        (32, 64),
+        (128, 16),
+        (64, 56),
+        (128, 28),
+        (96, 64),
+    ];
+    v.push(Bench {
+        op: "Conv",
+        attrs: conv_attrs(1, 1),
+        shapes: pointwise
+            .iter()
+            .map(|&(c, hw)| conv(c, 2 * c, hw, 1, 1))
+            .collect(),
+    });
     for op in ["Relu", "Sigmoid", "Tanh", "Erf"] {
         v.push(Bench {
             op,
