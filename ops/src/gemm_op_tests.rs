@@ -133,7 +133,8 @@ fn gemm_matches_reference_for_transposes_and_c_broadcasts() {
 
 /// The shapes of the dot-product path for a transposed B (`cpu_gemm`'s small-M route): M of
 /// 1, 3, 16 and 64 (and 65, past it), N that leaves 1-3 columns after tiles of 4 and blocks of
-/// 64, K below the 16 lanes, with a tail, and past the 1024-deep K block; on a 2-thread pool
+/// 64, K below the 16 lanes, with a tail, and past the 1024-deep K block (blocked once A passes
+/// 2^16 elements); on a 2-thread pool
 /// (the larger products split over column blocks) and row ranges that cut M off the tiles.
 #[test]
 fn gemm_trans_b_small_m_matches_reference() {
@@ -150,6 +151,7 @@ fn gemm_trans_b_small_m_matches_reference() {
         (16, 131, 1031),
         (16, 64, 16),
         (64, 70, 33),
+        (64, 70, 1100),
         (65, 9, 100),
     ];
     pool.install(|| {
