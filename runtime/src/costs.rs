@@ -25,6 +25,9 @@ pub struct NodeCostQuery<'a> {
     /// GPU work launched per unit of useful work, >= 1 ([`gpu_padding`]): the GPU's cost
     /// features are `work.flops * gpu_pad`. 1.0 where unknown.
     pub gpu_pad: f64,
+    /// Output rows of the whole node (lines along its split axis, `shape::row_count`), a
+    /// feature of the cost per row; 0.0 where unknown.
+    pub rows: f64,
 }
 
 impl NodeCostQuery<'_> {

@@ -450,6 +450,7 @@ fn place(
                     dispatches: k.as_ref().map_or(1, |k| k.len()),
                     variant: kernel_variant(node.op.as_ref(), &refs, &p.outs),
                     gpu_pad: gpu_padding(&node.op_type, &p.outs),
+                    rows: row_count(&p.outs[0].shape, node.op.split_axis(&refs, &p.outs)) as f64,
                 },
                 inputs: node
                     .inputs

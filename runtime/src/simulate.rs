@@ -501,6 +501,7 @@ pub fn layer_task<'g>(graph: &'g Graph, metas: &[TensorMeta]) -> Result<Task<'g>
                 .map_or(1, |k| k.len()),
             variant: kernel_variant(node.op.as_ref(), &refs, &outs),
             gpu_pad: crate::costs::gpu_padding(&node.op_type, &outs),
+            rows: row_count(&outs[0].shape, axis) as f64,
         },
         inputs: vec![(0, metas[0].numel() as u64 * 4)],
         outputs: vec![(2, outs[0].numel() as u64 * 4)],

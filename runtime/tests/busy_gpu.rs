@@ -79,6 +79,7 @@ fn gpu_favoured(gpu: &Gpu) -> CostModel {
                 flops,
                 bytes: flops / 64.0,
                 seconds: flops * per_flop + 1e-6,
+                rows: 0.0,
             })
             .collect();
         let key = EntryKey {

@@ -50,6 +50,7 @@ fn query(op: &str, flops: u64, bytes: u64) -> NodeCostQuery<'_> {
         dispatches: 1,
         variant: "",
         gpu_pad: 1.0,
+        rows: 0.0,
     }
 }
 
@@ -75,6 +76,7 @@ fn synthetic(adapter_key: Option<AdapterKey>) -> (CostModel, Coeffs, Coeffs) {
                     flops,
                     bytes,
                     seconds: c.time(flops, bytes),
+                    rows: 0.0,
                 }
             })
             .collect();
@@ -358,6 +360,7 @@ fn short_real_calibration_sees_lavapipe_slower_than_the_cpu_for_matmul() {
         dispatches: 1,
         variant: "",
         gpu_pad: tandem::costs::gpu_padding("MatMul", &outs),
+        rows: 512.0,
     };
     let (cpu, gpu_t) = (
         m.node_time(&q, Device::Cpu, 1.0),

@@ -27,6 +27,7 @@ fn task(
             dispatches: 1,
             variant: "",
             gpu_pad: 1.0,
+            rows: 0.0,
         },
         inputs: ins.to_vec(),
         outputs: outs.to_vec(),

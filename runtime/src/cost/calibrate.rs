@@ -191,6 +191,8 @@ struct Prepared {
     bytes: f64,
     /// [`gpu_padding`]: GPU samples count `flops * gpu_pad`.
     gpu_pad: f64,
+    /// Output rows along the op's split axis.
+    rows: f64,
 }
 
 fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, String> {
@@ -212,6 +214,7 @@ fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, Strin
         flops: w.flops as f64,
         bytes: (w.bytes_read + w.bytes_written) as f64,
         gpu_pad: gpu_padding(b.op, &outs),
+        rows: row_count(&outs[0].shape, op.split_axis(&refs, &outs)) as f64,
         op,
         ins,
         metas,
@@ -404,11 +407,13 @@ fn measure_links(gpu: &Gpu) -> Result<Links, String> {
             flops: 0.0,
             bytes,
             seconds: median(tu),
+            rows: 0.0,
         });
         down.push(Sample {
             flops: 0.0,
             bytes,
             seconds: median(td),
+            rows: 0.0,
         });
     }
     let line = |s: &[Sample]| {
@@ -473,8 +478,8 @@ fn passes(device: Device) -> usize {
 const PASSES: usize = 5;
 
 /// What a (bench, tier) point is: cost keys on the CPU and the GPU, flops, GPU padding,
-/// bytes, input shapes.
-type PointInfo = ([String; 2], f64, f64, f64, String);
+/// bytes, output rows, input shapes.
+type PointInfo = ([String; 2], f64, f64, f64, f64, String);
 
 /// One measured point of the suite.
 struct Measured {
@@ -567,7 +572,7 @@ fn measure_suite(
                                 let shape = describe(inputs);
                                 let p = &prepared;
                                 let keys = [p.key_on(Device::Cpu), p.key_on(Device::Gpu)];
-                                (keys, p.flops, p.gpu_pad, p.bytes, shape)
+                                (keys, p.flops, p.gpu_pad, p.bytes, p.rows, shape)
                             });
                         }
                         Ok(_) => {}
@@ -596,7 +601,7 @@ fn measure_suite(
     }
     let mut samples: BTreeMap<(String, u8), Vec<Measured>> = BTreeMap::new();
     for ((bi, tier, rank), t) in times {
-        let (keys, flops, pad, bytes, shape) = &points[&(bi, tier)];
+        let (keys, flops, pad, bytes, rows, shape) = &points[&(bi, tier)];
         let pad = if rank_device(rank) == Device::Gpu {
             *pad
         } else {
@@ -610,6 +615,7 @@ fn measure_suite(
                 sample: Sample {
                     flops: flops * pad,
                     bytes: *bytes,
+                    rows: *rows,
                     seconds: t.iter().copied().fold(f64::INFINITY, f64::min),
                 },
                 shape: shape.clone(),
@@ -699,7 +705,7 @@ pub fn calibrate(
             .iter()
             .map(|m| HeldOutPoint {
                 shape: m.shape.clone(),
-                predicted: c.time(m.sample.flops, m.sample.bytes),
+                predicted: c.time(m.sample.flops, m.sample.bytes, m.sample.rows),
                 measured: m.sample.seconds,
             })
             .collect();

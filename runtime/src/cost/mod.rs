@@ -109,6 +109,9 @@ pub struct Sample {
     pub flops: f64,
     pub bytes: f64,
     pub seconds: f64,
+    /// Output rows (lines along the op's split axis) of the part that ran; 0 where unknown.
+    #[serde(default)]
+    pub rows: f64,
 }
 
 /// Fitted coefficients: seconds per flop, per byte, and fixed seconds.
@@ -137,16 +140,31 @@ pub struct Curve {
     pub spill_at: f64,
     /// Seconds per byte of work beyond `spill_at`.
     pub per_spill_byte: f64,
+    /// Seconds per output row (see [`CurveShape::rows`]; 0 without the row term).
+    pub per_row: f64,
 }
 
 impl Curve {
-    pub fn time(&self, flops: f64, bytes: f64) -> f64 {
+    pub fn time(&self, flops: f64, bytes: f64, rows: f64) -> f64 {
+        let rows = self.per_row * rows;
         if self.spill_at <= 0.0 {
-            return self.coeffs.time(flops, bytes);
+            return self.coeffs.time(flops, bytes) + rows;
         }
         self.coeffs.time(flops, bytes.min(self.spill_at))
             + self.per_spill_byte * (bytes - self.spill_at).max(0.0)
+            + rows
     }
+}
+
+/// The terms a [`Curve`] is fitted with beyond `a*flops + b*bytes + c`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CurveShape {
+    /// The working-set size of the kink in the cost per byte, if any.
+    pub spill_at: Option<f64>,
+    /// A cost per output row: kernels that set up each row (pooling's band path handles the
+    /// border columns of every output row, depthwise convs loop per output line) cost more
+    /// per byte on small planes than the bytes alone say.
+    pub rows: bool,
 }
 
 /// Working-set sizes tried as the kink of a [`Curve`] (bytes of work, inputs + outputs).
@@ -156,12 +174,13 @@ pub const SPILL_CANDIDATES: [f64; 7] = [128e3, 256e3, 512e3, 1e6, 2e6, 4e6, 8e6]
 /// error (each row weighted by 1/seconds), so that 10 us ops matter as much as 100 ms ones.
 /// `None` without samples.
 pub fn fit(samples: &[Sample]) -> Option<Coeffs> {
-    fit_spill(samples, None).map(|c| c.coeffs)
+    fit_spill(samples, CurveShape::default()).map(|c| c.coeffs)
 }
 
 /// [`fit`] with a kink at `spill_at` when given: `b * min(bytes, spill_at) + d * max(0, bytes -
-/// spill_at)`, both slopes non-negative and independent.
-fn fit_spill(samples: &[Sample], spill_at: Option<f64>) -> Option<Curve> {
+/// spill_at)`, both slopes non-negative and independent, and a cost per row when asked.
+fn fit_spill(samples: &[Sample], shape: CurveShape) -> Option<Curve> {
+    let spill_at = shape.spill_at;
     let good: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.seconds > 0.0 && s.seconds.is_finite())
@@ -169,13 +188,14 @@ fn fit_spill(samples: &[Sample], spill_at: Option<f64>) -> Option<Curve> {
     if good.is_empty() {
         return None;
     }
-    const N: usize = 4;
+    const N: usize = 5;
     let mut a = Vec::with_capacity(good.len() * N);
     for s in &good {
         let w = 1.0 / s.seconds;
         let below = spill_at.map_or(s.bytes, |c| s.bytes.min(c));
         let spill = spill_at.map_or(0.0, |c| (s.bytes - c).max(0.0));
-        a.extend_from_slice(&[s.flops * w, below * w, w, spill * w]);
+        let rows = if shape.rows { s.rows * w } else { 0.0 };
+        a.extend_from_slice(&[s.flops * w, below * w, w, spill * w, rows]);
     }
     // Column scales so the normal equations are well conditioned.
     let mut scale = [0.0f64; N];
@@ -200,48 +220,68 @@ fn fit_spill(samples: &[Sample], spill_at: Option<f64>) -> Option<Curve> {
         },
         spill_at: spill_at.unwrap_or(0.0),
         per_spill_byte: x[3] / scale[3],
+        per_row: x[4] / scale[4],
     })
 }
 
-/// Fit a [`Curve`]: the spill point (none, or one of [`SPILL_CANDIDATES`]) is chosen by
-/// leave-one-out cross-validation over the samples (each interior sample by bytes predicted
-/// from the others, error capped at 100%), and a spill point must cut that error by 10% (and
-/// by more than 1% in total) to be kept. With fewer than 6 samples, the plain linear fit.
+/// Fit a [`Curve`] of the shape [`choose_shape`] picks.
 pub fn fit_curve(samples: &[Sample]) -> Option<Curve> {
+    fit_spill(samples, choose_shape(samples))
+}
+
+/// The terms of a [`Curve`] for these samples: the spill point (none, or one of
+/// [`SPILL_CANDIDATES`]) and the row term (only where the samples know their rows), chosen
+/// by leave-one-out cross-validation over the samples (each interior sample by bytes predicted
+/// from the others, error capped at 100%); a shape other than the plain line must cut that
+/// error by 10% (and by more than 1% in total) to be kept. With fewer than 6 samples, the
+/// plain linear fit.
+pub fn choose_shape(samples: &[Sample]) -> CurveShape {
     let mut good: Vec<Sample> = samples
         .iter()
         .filter(|s| s.seconds > 0.0 && s.seconds.is_finite())
         .copied()
         .collect();
     if good.len() < 6 {
-        return fit_spill(&good, None);
+        return CurveShape::default();
     }
     good.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
-    let loo = |spill_at: Option<f64>| -> f64 {
+    let loo = |shape: CurveShape| -> f64 {
         (1..good.len() - 1)
             .map(|j| {
                 let rest: Vec<Sample> = good[..j].iter().chain(&good[j + 1..]).copied().collect();
                 let s = good[j];
-                fit_spill(&rest, spill_at).map_or(1.0, |c| {
-                    ((c.time(s.flops, s.bytes) - s.seconds).abs() / s.seconds).min(1.0)
+                fit_spill(&rest, shape).map_or(1.0, |c| {
+                    ((c.time(s.flops, s.bytes, s.rows) - s.seconds).abs() / s.seconds).min(1.0)
                 })
             })
             .sum()
     };
-    let mut best = (loo(None), None);
+    let mut best = (loo(CurveShape::default()), CurveShape::default());
     let plain = best.0;
-    for c in SPILL_CANDIDATES {
-        // Only spill points with samples on both sides can be told apart from a straight line.
+    // Only spill points with samples on both sides can be told apart from a straight line.
+    let spills = SPILL_CANDIDATES.into_iter().filter(|&c| {
         let above = good.iter().filter(|s| s.bytes > c).count();
-        if above < 2 || good.len() - above < 2 {
-            continue;
-        }
-        let e = loo(Some(c));
-        if e < best.0 && e < 0.9 * plain && plain - e > 0.01 {
-            best = (e, Some(c));
+        above >= 2 && good.len() - above >= 2
+    });
+    let with_rows: &[bool] = if good.iter().any(|s| s.rows > 0.0) {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    let spills: Vec<Option<f64>> = std::iter::once(None).chain(spills.map(Some)).collect();
+    for &rows in with_rows {
+        for &spill_at in &spills {
+            let shape = CurveShape { spill_at, rows };
+            if shape == CurveShape::default() {
+                continue;
+            }
+            let e = loo(shape);
+            if e < best.0 && e < 0.9 * plain && plain - e > 0.01 {
+                best = (e, shape);
+            }
         }
     }
-    fit_spill(&good, best.1)
+    best.1
 }
 
 /// The median of a non-empty list.
@@ -307,9 +347,9 @@ pub(crate) struct Entry {
     pub(crate) calibration: Vec<Sample>,
     pub(crate) observed: VecDeque<Sample>,
     pub(crate) dirty: bool,
-    /// The spill point chosen by [`fit_curve`]'s cross-validation (inner `None`: no spill),
-    /// once chosen: refits after runs reuse it, since choosing costs hundreds of fits.
-    pub(crate) spill: Option<Option<f64>>,
+    /// The curve shape chosen by [`choose_shape`]'s cross-validation, once chosen: refits
+    /// after runs reuse it, since choosing costs hundreds of fits.
+    pub(crate) spill: Option<CurveShape>,
 }
 
 impl Default for Entry {
@@ -349,20 +389,14 @@ impl Entry {
 
     fn refit(&mut self) {
         let samples = self.samples();
-        self.coeffs = match self.spill {
-            Some(spill) => fit_spill(&samples, spill),
-            None => {
-                let c = fit_curve(&samples);
-                self.spill = c.map(|c| (c.spill_at > 0.0).then_some(c.spill_at));
-                c
-            }
-        };
+        let shape = *self.spill.get_or_insert_with(|| choose_shape(&samples));
+        self.coeffs = fit_spill(&samples, shape);
         self.scale = 1.0;
         if let (Some(c), false) = (self.coeffs, self.observed.is_empty()) {
             let ratios: Vec<f64> = self
                 .observed
                 .iter()
-                .map(|s| s.seconds / c.time(s.flops, s.bytes))
+                .map(|s| s.seconds / c.time(s.flops, s.bytes, s.rows))
                 .filter(|r| r.is_finite() && *r > 0.0)
                 .collect();
             if !ratios.is_empty() {
@@ -487,6 +521,7 @@ impl CostModel {
             flops: q.flops_on(device, f),
             bytes: (q.work.bytes_read + q.work.bytes_written) as f64 * f,
             seconds,
+            rows: q.rows * f,
         };
         let key = EntryKey {
             op: q.cost_key_on(device).into_owned(),
@@ -554,6 +589,7 @@ impl CostModel {
                 dispatches: 1,
                 variant: kernel_variant(node.op.as_ref(), &refs, outs),
                 gpu_pad: gpu_padding(&node.op_type, outs),
+                rows: total as f64,
             };
             // (device, fraction of the rows, measured time)
             let parts: Vec<(Device, f64, Option<std::time::Duration>)> = match r.ran {
@@ -630,6 +666,18 @@ impl CostModel {
         bytes: f64,
         dispatches: usize,
     ) -> f64 {
+        self.predict_rows(op, dtype, device, (flops, bytes, 0.0), dispatches)
+    }
+
+    /// [`CostModel::predict`] of work `(flops, bytes, output rows)`.
+    pub fn predict_rows(
+        &self,
+        op: &str,
+        dtype: DType,
+        device: Device,
+        (flops, bytes, rows): (f64, f64, f64),
+        dispatches: usize,
+    ) -> f64 {
         let mut keys = Vec::with_capacity(4);
         for name in [op, base_op(op)] {
             for d in [dtype, DType::F32] {
@@ -659,7 +707,7 @@ impl CostModel {
             let Some(e) = entries.get(key) else { continue };
             let Some(c) = e.coeffs else { continue };
             if e.distinct_points() >= 3 {
-                return e.scale * c.time(flops, bytes).max(0.0);
+                return e.scale * c.time(flops, bytes, rows).max(0.0);
             }
             let ratios: Vec<f64> = e
                 .samples()
@@ -714,7 +762,8 @@ impl Costs for CostModel {
         let f = fraction.min(1.0);
         let flops = q.flops_on(device, f);
         let bytes = (q.work.bytes_read + q.work.bytes_written) as f64 * f;
-        self.predict(&q.cost_key_on(device), q.dtype, device, flops, bytes, q.dispatches)
+        let work = (flops, bytes, q.rows * f);
+        self.predict_rows(&q.cost_key_on(device), q.dtype, device, work, q.dispatches)
     }
 
     fn transfer_time(&self, bytes: u64, to: Device) -> f64 {
@@ -748,6 +797,7 @@ mod tests {
                     flops,
                     bytes,
                     seconds: truth.time(flops, bytes),
+                    rows: 0.0,
                 }
             })
             .collect();
@@ -774,12 +824,13 @@ mod tests {
                 flops: b / 12.0,
                 bytes: b,
                 seconds: truth(b),
+                rows: 0.0,
             })
             .collect();
         let c = fit_curve(&spilled).unwrap();
         assert_eq!(c.spill_at, 1e6, "{c:?}");
         for b in [5e5, 3e6, 1e7] {
-            let rel = (c.time(b / 12.0, b) - truth(b)).abs() / truth(b);
+            let rel = (c.time(b / 12.0, b, 0.0) - truth(b)).abs() / truth(b);
             assert!(rel < 0.01, "{b}: {rel}");
         }
         let straight: Vec<Sample> = sizes
@@ -788,9 +839,42 @@ mod tests {
                 flops: b / 12.0,
                 bytes: b,
                 seconds: 2e-7 + per_byte * b,
+                rows: 0.0,
             })
             .collect();
         assert_eq!(fit_curve(&straight).unwrap().spill_at, 0.0);
+    }
+
+    #[test]
+    fn fit_curve_takes_a_cost_per_row_where_planes_differ() {
+        // A pooling-like kernel: 20 ns per output row on top of its bytes, measured on planes
+        // of different widths (same bytes, 2x the rows on the narrower plane).
+        let truth = |bytes: f64, rows: f64| 1e-6 + 3e-11 * bytes + 2e-8 * rows;
+        let shapes: Vec<(f64, f64)> = (0..10)
+            .map(|i| {
+                let bytes = 1e4 * 2f64.powi(i);
+                (bytes, bytes / 4.0 / [28.0, 56.0, 14.0][i as usize % 3])
+            })
+            .collect();
+        let samples: Vec<Sample> = shapes
+            .iter()
+            .map(|&(bytes, rows)| Sample {
+                flops: bytes / 4.0,
+                bytes,
+                seconds: truth(bytes, rows),
+                rows,
+            })
+            .collect();
+        let shape = choose_shape(&samples);
+        assert!(shape.rows, "{shape:?}");
+        let c = fit_curve(&samples).unwrap();
+        for (bytes, rows) in [(3e5, 3e5 / 4.0 / 7.0), (3e5, 3e5 / 4.0 / 112.0)] {
+            let rel = (c.time(bytes / 4.0, bytes, rows) - truth(bytes, rows)).abs();
+            assert!(rel / truth(bytes, rows) < 0.01, "{bytes} {rows}: {c:?}");
+        }
+        // Samples that do not know their rows never get the term.
+        let unknown: Vec<Sample> = samples.iter().map(|s| Sample { rows: 0.0, ..*s }).collect();
+        assert!(!choose_shape(&unknown).rows);
     }
 
     #[test]

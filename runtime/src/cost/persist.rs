@@ -19,7 +19,7 @@ use tandem_ops::DType;
 /// Version of the profile format; a file of another version is recalibrated.
 /// 3: GPU MatMul/Gemm samples count padded flops (`costs::gpu_padding`).
 /// 4: `Conv/winograd` CPU entries (Winograd-eligible convs left `Conv/kxk`); CPU samples are
-/// the least of their repetitions, not the median.
+/// the least of their repetitions, not the median; samples carry their output rows.
 pub const PROFILE_VERSION: u32 = 4;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
