@@ -172,7 +172,7 @@ unsafe fn gemm_ptr(
     (c_rs, c_cs): (usize, usize),
     threads: Threads,
 ) {
-    if a.cs == 1 && b.rs == 1 && m <= dot_max_m() {
+    if a.cs == 1 && b.rs == 1 && m <= dot_max_m() && dot::wins(m, n, k, threads) {
         // SAFETY: forwarded from the caller's contract.
         return unsafe { dot::gemm_bt((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs), threads) };
     }
@@ -214,7 +214,7 @@ unsafe fn gemm_ptr(
 }
 
 /// Products with at most this many rows, A's rows and B's columns contiguous (Gemm transB=1)
-/// run as tiles of dot products ([`dot`]).
+/// run as tiles of dot products ([`dot`]) where those win (`dot::wins`).
 const DOT_MAX_M: usize = 64;
 
 /// [`DOT_MAX_M`], or what `TANDEM_GEMM_DOT` says (`0`: never, for A/B timing in one build);

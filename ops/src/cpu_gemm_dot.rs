@@ -144,6 +144,31 @@ crate::simd::kernel! {
     }
 }
 
+/// Whether [`gemm_bt`] splits the columns of C over the pool.
+fn parallel(m: usize, n: usize, k: usize, threads: Threads) -> bool {
+    threads == Threads::Pool && n > NB && m * n * k >= PAR_MACS && rayon::current_num_threads() > 1
+}
+
+/// A B of at least this many elements (16 MiB) comes from memory, where 4 rows streamed at
+/// once beat the `gemm` crate's one-row gemv (1 x 4096 x 4096: 1.5 vs 2.3 ms on one thread).
+const BIG_B: usize = 1 << 22;
+
+/// Whether [`gemm_bt`] beats the `gemm` crate on an `m x k` by `k x n` product with a
+/// transposed B, as measured with `gemm_op`'s `gemm_speed` probe (one thread, K = N):
+/// M = 1 in cache: the crate's gemv is 10-30 % faster (1 x 512 x 512 12 vs 17 us), unless the
+/// columns are split over threads or B comes from memory; M = 2..8: the tiles win at every K
+/// (M = 4, K = 256: 13 vs 23 us; K = 1024: 0.07 vs 1.7 ms); M = 9..64: the crate wins below
+/// K = 512 (M = 32, K = 256: 42 vs 65 us), the tiles from there on (M = 16, K = 1024: 0.27 vs
+/// 1.8 ms; M = 64, K = 4096: 18 vs 36 ms).
+pub(super) fn wins(m: usize, n: usize, k: usize, threads: Threads) -> bool {
+    match m {
+        0 => false,
+        1 => parallel(m, n, k, threads) || n * k >= BIG_B,
+        2..=8 => true,
+        _ => k >= 512,
+    }
+}
+
 /// The C pointer shared by the tasks of one call; each task writes its own columns.
 #[derive(Clone, Copy)]
 struct CPtr(*mut f32);
@@ -243,13 +268,8 @@ pub(super) unsafe fn gemm_bt(
             }
         }
     };
-    let tasks = n.div_ceil(NB);
-    let parallel = threads == Threads::Pool
-        && tasks > 1
-        && m * n * k >= PAR_MACS
-        && rayon::current_num_threads() > 1;
-    if parallel {
-        (0..tasks)
+    if parallel(m, n, k, threads) {
+        (0..n.div_ceil(NB))
             .into_par_iter()
             .for_each(|t| block(t * NB, ((t + 1) * NB).min(n)));
     } else {

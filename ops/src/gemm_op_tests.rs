@@ -188,7 +188,8 @@ fn bad_c_is_invalid() {
 /// Speed of Gemm through the op (C of shape [N], alpha = beta = 1), transB 0 against 1, on 1 and
 /// 2 rayon threads, for small M and the vision models' FC layers (not a test:
 /// `cargo test --release -p tandem-ops --lib gemm_speed -- --ignored --nocapture`;
-/// `GEMM_SPEED=fc` or `=grid` runs one half).
+/// `GEMM_SPEED=fc` or `=grid` runs one half; `GEMM_SPEED_M`, `GEMM_SPEED_KN` set the grid, e.g.
+/// `1,4,16`).
 #[test]
 #[ignore]
 fn gemm_speed() {
@@ -202,7 +203,11 @@ fn gemm_speed() {
             Ok(v) => v.split(',').map(|x| x.parse().unwrap()).collect(),
             Err(_) => vec![1, 4, 16, 64, 128],
         };
-        for kn in [512, 1024, 4096] {
+        let kns: Vec<usize> = match std::env::var("GEMM_SPEED_KN") {
+            Ok(v) => v.split(',').map(|x| x.parse().unwrap()).collect(),
+            Err(_) => vec![512, 1024, 4096],
+        };
+        for &kn in &kns {
             for &m in &ms {
                 shapes.push((m, kn, kn));
             }
