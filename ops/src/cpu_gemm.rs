@@ -4,7 +4,8 @@
 //! the `gemm` crate (packed, cache-blocked, runtime-dispatched AVX2/AVX-512/NEON micro-kernels,
 //! parallelised over the current rayon pool). Every call here checks that its strided views lie
 //! inside the slices it was given, so the unsafe call into `gemm` cannot read or write out of
-//! bounds.
+//! bounds. Products with few rows and a transposed B (Gemm transB=1, linear layers) go to the
+//! dot-product tiles of `cpu_gemm_dot.rs` instead, where those measured faster.
 //!
 //! # Why the `gemm` crate and not our own micro-kernel (measured)
 //! `cargo bench -p tandem-bench --bench cpu_gemm` on the team machine (AMD EPYC, 2 cores, AVX-512,
@@ -17,7 +18,7 @@
 //! | 128 x 384 x 384            |              118 |              119 |             92 |             92 |
 //! | 128 x 384 x 1536           |              107 |              114 |             81 |             79 |
 //!
-//! Through the ops (same bench, gemm crate): MatMul 12 heads [128x64]x[64x128] 105 / 119
+//! Through the ops (same bench, gemm crate): MatMul 12 heads `[128x64]x[64x128]` 105 / 119
 //! (1 / 2 threads); Conv 3x3 16->16 on 640x640 36 (im2col-bound); Conv 1x1 64->64 on 160x160
 //! 104; depthwise 3x3 on 64x160x160 (direct loop) 16.5.
 //!

@@ -2,12 +2,16 @@
 //! stored `[N, K]`): every element of C is a dot product of a contiguous row of A with a
 //! contiguous row of the stored B.
 //!
-//! Sits between [`super::sgemm`] (which routes such views here) and the CPU's vector units
-//! (through [`crate::simd::kernel`]). The `gemm` crate reads a B with unit row stride in place,
-//! striding by K along N in its micro-kernel, and packs it only for M above 128 micro-kernel
-//! heights: Gemm transB=1 ran at 5-20 GFLOP/s for M = 4..16 where transB=0 ran at 120-200. Here
-//! 4 x 4 tiles of C are summed in 16 lanes each over K blocks of [`KC`] (the tile's 8 rows stay
-//! in L1, the A block in L2), and the pool works on separate column blocks of C.
+//! Sits between [`super::sgemm`] (which routes such views here where [`wins`] says so) and the
+//! CPU's vector units (through [`crate::simd::kernel`]). The `gemm` crate runs these layouts
+//! at 5-20 GFLOP/s for M = 4..16 where the same product with a row-major B runs at 120-200
+//! (`gemm_op`'s `gemm_speed` probe, one thread; the cause inside the crate is not pinned down:
+//! setting its RHS packing threshold to 0 changed nothing). Here 4 x 4 tiles of C are summed in
+//! 16 lanes each (16 AVX-512 accumulators; the AVX2 copy spills them and is slower), over K
+//! blocks of [`KC`] once A outgrows L2, and the pool works on separate column blocks of C.
+//! Measured on one thread against the crate: M = 16, K = N = 1024 0.27 vs 1.8 ms; M = 4, K = N =
+//! 4096 2.5 vs 28 ms; 1 x 25088 x 4096 (vgg19's first FC) 10.0 vs 16.6 ms.
+//! `TANDEM_GEMM_DOT=0` sends everything back to the crate (for A/B timing in one build).
 
 use super::{MatRef, Threads};
 use rayon::prelude::*;
