@@ -1,6 +1,7 @@
 //! CPU GEMM benchmarks: the shared `sgemm` (gemm crate) against a hand-written packed AVX2/FMA
 //! 6x16 micro-kernel, at 1024^3 and the model-like shapes, on 1 and 2 rayon threads; plus
-//! MatMul (attention heads) and Conv ops end to end. Names: `cpu/{impl}/{shape}/t{threads}`.
+//! MatMul (attention heads), Gemm transB=1 at small M (linear layers) and Conv ops end to end.
+//! Names: `cpu/{impl}/{shape}/t{threads}`.
 //! Throughput is reported in elements = flops, so criterion's "Gelem/s" reads as GFLOP/s.
 //!
 //! Sits between criterion and `tandem_ops` (`cpu_gemm`, `matmul`, `conv`); the numbers feed
@@ -192,6 +193,27 @@ fn ops(c: &mut Criterion) {
                 Tensor::f32(&[12, 64, 128], fill(12 * 64 * 128)),
             ],
             2 * 12 * 128 * 64 * 128,
+        ),
+        (
+            // A linear layer at small batch (weight stored [N, K]): cpu_gemm_dot.rs's tiles.
+            "gemm_transb_16x1024x1024",
+            registry::build("Gemm", &attrs(&[("transB", AttrValue::Int(1))])).unwrap(),
+            vec![
+                Tensor::f32(&[16, 1024], fill(16 * 1024)),
+                Tensor::f32(&[1024, 1024], fill(1024 * 1024)),
+                Tensor::f32(&[1024], fill(1024)),
+            ],
+            2 * 16 * 1024 * 1024,
+        ),
+        (
+            "gemm_transb_1x4096x4096",
+            registry::build("Gemm", &attrs(&[("transB", AttrValue::Int(1))])).unwrap(),
+            vec![
+                Tensor::f32(&[1, 4096], fill(4096)),
+                Tensor::f32(&[4096, 4096], fill(4096 * 4096)),
+                Tensor::f32(&[4096], fill(4096)),
+            ],
+            2 * 4096 * 4096,
         ),
         (
             "conv3x3_16to16_640x640",
