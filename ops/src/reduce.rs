@@ -417,6 +417,12 @@ struct ReduceParams {
     inf_bits: u32,
 }
 
+/// Most inputs one `reduce.wgsl` invocation folds (four per loop round) or scans (ArgMax,
+/// ArgMin: one per round) within llvmpipe's budget of 65,535 loop rounds per invocation, with
+/// room for the offset loop of up to 8 kept groups. Past them the node runs on the CPU.
+const GPU_MOST_FOLDED: usize = 4 * 65_000;
+const GPU_MOST_SCANNED: usize = 65_000;
+
 /// The `reduce.wgsl` dispatch computing output elements `range` (one invocation each).
 pub(crate) fn reduce_kernel(
     name: &str,
@@ -445,6 +451,17 @@ pub(crate) fn reduce_kernel(
         }
     }
     p.n = fits(groups.reduce_count()).ok_or_else(too_big)?;
+    let most = match op {
+        GPU_ARGMAX | GPU_ARGMIN => GPU_MOST_SCANNED,
+        _ => GPU_MOST_FOLDED,
+    };
+    if p.n as usize > most {
+        return Err(OpError::Unsupported(format!(
+            "{name} on GPU: {} inputs per output element, past the {most} one invocation may \
+             take (llvmpipe ends a shader's loops after 65,535 rounds in all; reduce.wgsl)",
+            p.n
+        )));
+    }
     p.op = op;
     p.start = fits(range.start).ok_or_else(too_big)?;
     p.count = fits(range.len()).ok_or_else(too_big)?;

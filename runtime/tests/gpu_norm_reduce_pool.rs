@@ -568,6 +568,59 @@ fn global_pools() {
     );
 }
 
+/// llvmpipe ends all loops of a shader invocation after 65,535 rounds in all, silently
+/// (reduce.wgsl's "loop budget"): GlobalAveragePool on a 160x160 plane summed only its first
+/// 21,845 inputs. Folds and scans longer than that budget must be whole on every placement,
+/// and a fold past what one invocation may take runs on the CPU instead (the GPU refuses it).
+#[test]
+fn reductions_past_llvmpipe_loop_budget() {
+    // Small integers: every sum is exact in f32, so any input left out shows.
+    let counting = |shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        tensor(shape, (0..n).map(|i| ((i * 7) % 13) as f64).collect())
+    };
+    let x = counting(&[1, 2, 160, 160]);
+    let red = [false, false, true, true];
+    let want = naive_reduce(&x, &red, true, |g| g.iter().sum::<f64>() / g.len() as f64);
+    check_all_placements(
+        &*op("GlobalAveragePool", 1, &[]),
+        std::slice::from_ref(&x),
+        &[want],
+        1e-6,
+    );
+    for n in [70_001usize, 259_999] {
+        let mut x = counting(&[2, n]);
+        // The largest value last, so that a scan stopping early misses it.
+        let v = x.as_f32_mut().unwrap();
+        v[n - 1] = 100.0;
+        v[2 * n - 1] = 100.0;
+        let red = [false, true];
+        let sum = naive_reduce(&x, &red, true, |g| g.iter().sum());
+        let max = naive_reduce(&x, &red, true, |g| {
+            g.iter().cloned().fold(f64::MIN, f64::max)
+        });
+        for (name, want) in [("ReduceSum", sum), ("ReduceMax", max)] {
+            let o = op(name, 11, &[("axes", ints(&[1]))]);
+            check_all_placements(&*o, std::slice::from_ref(&x), &[want], 0.0);
+        }
+    }
+    let mut x = counting(&[2, 60_000]);
+    x.as_f32_mut().unwrap()[59_999] = 100.0;
+    let arg = op("ArgMax", 13, &[("axis", int(1))]);
+    let got = run_gpu(&*arg, std::slice::from_ref(&x));
+    assert_eq!(got[0].to_i64_vec(), naive_arg(&x, 1, true, false));
+    // Past one invocation's budget: refused on the GPU with the reason, exact on the CPU.
+    let x = counting(&[1, 300_000]);
+    let o = op("ReduceSum", 11, &[("axes", ints(&[1]))]);
+    let err = try_run_gpu_rows(&*o, std::slice::from_ref(&x), None).unwrap_err();
+    assert!(
+        err.to_string().contains("300000 inputs per output"),
+        "{err}"
+    );
+    let want = naive_reduce(&x, &[false, true], true, |g| g.iter().sum());
+    assert_close(&run_cpu(&*o, std::slice::from_ref(&x))[0], &want, 0.0, 0.0);
+}
+
 // ---------------------------------------------------------------- Normalisations
 
 /// Naive normalisation of rows of `n` elements: (y, mean, inv_std), scale/bias by (row, j).

@@ -7,6 +7,12 @@
 // the sum.
 // Ops 0-8 and 11 write the f32 bits; 9-10 write an i32 index.
 // Bindings: 0 x (f32, read), 1 out (4-byte elements, read_write), 2 params. Overrides: WG.
+//
+// Loop budget: llvmpipe (lavapipe, Mesa's software Vulkan) ends every loop of an invocation
+// once all its loops together have gone round 65,535 times (gallivm's
+// LP_MAX_TGSI_LOOP_ITERATIONS), silently. So the fold has one loop, without a `switch` inside
+// it (lowered to a loop there) or an offset loop per element: offsets are straight-line code,
+// and four elements go per round (reduce.rs refuses folds past what that allows).
 
 override WG: u32 = 64u;
 
@@ -40,15 +46,55 @@ fn base_offset(e: u32) -> u32 {
     return off;
 }
 
+// Straight-line over the (at most 8) reduced groups: no loop (see the loop budget above).
 fn reduced_offset(r: u32) -> u32 {
     var rem = r;
     var off = 0u;
-    for (var d = i32(params.nr) - 1; d >= 0; d = d - 1) {
-        let size = params.rdims[d / 4][d % 4];
-        off = off + (rem % size) * params.rstr[d / 4][d % 4];
-        rem = rem / size;
-    }
+    for_group(&rem, &off, 7u);
+    for_group(&rem, &off, 6u);
+    for_group(&rem, &off, 5u);
+    for_group(&rem, &off, 4u);
+    for_group(&rem, &off, 3u);
+    for_group(&rem, &off, 2u);
+    for_group(&rem, &off, 1u);
+    for_group(&rem, &off, 0u);
     return off;
+}
+
+fn for_group(rem: ptr<function, u32>, off: ptr<function, u32>, d: u32) {
+    if (d < params.nr) {
+        let size = params.rdims[d / 4u][d % 4u];
+        *off = *off + (*rem % size) * params.rstr[d / 4u][d % 4u];
+        *rem = *rem / size;
+    }
+}
+
+// One input into the fold of op (not 9, 10): acc, and m for log-sum-exp. An if-chain, not a
+// `switch` (see the loop budget above).
+fn fold(acc: ptr<function, f32>, m: ptr<function, f32>, v: f32, op: u32, inf: f32) {
+    if (op == 2u) {
+        if ((v > *acc || is_nan(v)) && !is_nan(*acc)) { *acc = v; }
+    } else if (op == 3u) {
+        if ((v < *acc || is_nan(v)) && !is_nan(*acc)) { *acc = v; }
+    } else if (op == 4u) {
+        *acc = *acc * v;
+    } else if (op == 5u) {
+        *acc = *acc + abs(v);
+    } else if (op == 6u || op == 7u) {
+        *acc = *acc + v * v;
+    } else if (op == 8u) {
+        if (is_nan(v) || is_nan(*m)) {
+            *m = nan_f32(); // NaN wins
+            *acc = *m;
+        } else if (v > *m) {
+            *acc = *acc * exp(*m - v) + 1.0;
+            *m = v;
+        } else if (v != -inf) {
+            *acc = *acc + exp(v - *m);
+        }
+    } else {
+        *acc = *acc + v;
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -97,39 +143,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     } else if (op == 4u) {
         acc = 1.0;
     }
-    for (var r = 0u; r < n; r = r + 1u) {
-        let v = x[base + reduced_offset(r)];
-        switch op {
-            case 2u: {
-                if ((v > acc || is_nan(v)) && !is_nan(acc)) { acc = v; }
-            }
-            case 3u: {
-                if ((v < acc || is_nan(v)) && !is_nan(acc)) { acc = v; }
-            }
-            case 4u: {
-                acc = acc * v;
-            }
-            case 5u: {
-                acc = acc + abs(v);
-            }
-            case 6u, 7u: {
-                acc = acc + v * v;
-            }
-            case 8u: {
-                if (is_nan(v) || is_nan(m)) {
-                    m = nan_f32(); // NaN wins
-                    acc = m;
-                } else if (v > m) {
-                    acc = acc * exp(m - v) + 1.0;
-                    m = v;
-                } else if (v != -inf) {
-                    acc = acc + exp(v - m);
-                }
-            }
-            default: {
-                acc = acc + v;
-            }
-        }
+    var r = 0u;
+    for (; r + 4u <= n; r = r + 4u) {
+        fold(&acc, &m, x[base + reduced_offset(r)], op, inf);
+        fold(&acc, &m, x[base + reduced_offset(r + 1u)], op, inf);
+        fold(&acc, &m, x[base + reduced_offset(r + 2u)], op, inf);
+        fold(&acc, &m, x[base + reduced_offset(r + 3u)], op, inf);
+    }
+    if (r < n) {
+        fold(&acc, &m, x[base + reduced_offset(r)], op, inf);
+    }
+    if (r + 1u < n) {
+        fold(&acc, &m, x[base + reduced_offset(r + 1u)], op, inf);
+    }
+    if (r + 2u < n) {
+        fold(&acc, &m, x[base + reduced_offset(r + 2u)], op, inf);
     }
     if (op == 1u) {
         acc = acc / f32(n);
