@@ -275,3 +275,27 @@ fn f64_and_bool_reductions() {
         .infer(&[&m, &a])
         .is_err());
 }
+
+#[test]
+fn interleaved_strips_cross_outer_blocks_on_any_pool() {
+    // Axis 1 of [3, 37, 700]: 2100 outputs in strips of 2112, 1088 and 704 elements on 1, 2
+    // and 3 threads (whole 64-element runs), so strips end mid-block and cross blocks.
+    let shape = [3, 37, 700];
+    let x = Tensor::f32(&shape, data(3 * 37 * 700));
+    let red = [false, true, false];
+    for (make, input_since, f) in kinds().into_iter().take(3) {
+        let want = naive(x.as_f32().unwrap(), &shape, &red, &*f);
+        let op = make(&Attrs::new(input_since)).unwrap();
+        let ins = [x.clone(), Tensor::i64(&[1], vec![1])];
+        for threads in 1..=3 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for cut in [None, Some(333)] {
+                let got = pool.install(|| run(&*op, &ins, cut));
+                close(got.as_f32().unwrap(), &want);
+            }
+        }
+    }
+}
