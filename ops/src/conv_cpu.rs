@@ -558,24 +558,39 @@ fn epilogue_plain(line: &mut [f32], bias: Option<f32>, ep: Epilogue) {
             None => line.iter_mut().for_each(|v| *v = f(*v)),
         }
     }
-    // One loop per (activation, post) pair, each with its function inlined.
+    // One loop per (activation, post) pair, each with its function inlined: every closure
+    // names its variant, so `apply` folds to that activation's code and the loop vectorises
+    // (passing the `Activation` value instead left a match per element: 43% of yolov8n).
     #[inline(always)]
-    fn then_post(line: &mut [f32], bias: Option<f32>, post: Option<(f32, f32)>, act: Activation) {
+    fn then_post(
+        line: &mut [f32],
+        bias: Option<f32>,
+        post: Option<(f32, f32)>,
+        f: impl Fn(f32) -> f32,
+    ) {
         match post {
-            Some((s, t)) => each(line, bias, |v| act.apply(v) * s + t),
-            None => each(line, bias, |v| act.apply(v)),
+            Some((s, t)) => each(line, bias, |v| f(v) * s + t),
+            None => each(line, bias, f),
         }
     }
     let post = ep.post;
     match ep.act {
-        Activation::None => then_post(line, bias, post, Activation::None),
-        Activation::Relu => then_post(line, bias, post, Activation::Relu),
-        Activation::LeakyRelu(a) => then_post(line, bias, post, Activation::LeakyRelu(a)),
-        Activation::Clip(lo, hi) => then_post(line, bias, post, Activation::Clip(lo, hi)),
-        Activation::Sigmoid => then_post(line, bias, post, Activation::Sigmoid),
-        Activation::Silu => then_post(line, bias, post, Activation::Silu),
-        Activation::HardSigmoid(a, b) => then_post(line, bias, post, Activation::HardSigmoid(a, b)),
-        Activation::HardSwish(a, b) => then_post(line, bias, post, Activation::HardSwish(a, b)),
+        Activation::None => then_post(line, bias, post, |v| v),
+        Activation::Relu => then_post(line, bias, post, |v| Activation::Relu.apply(v)),
+        Activation::LeakyRelu(a) => {
+            then_post(line, bias, post, |v| Activation::LeakyRelu(a).apply(v))
+        }
+        Activation::Clip(lo, hi) => {
+            then_post(line, bias, post, |v| Activation::Clip(lo, hi).apply(v))
+        }
+        Activation::Sigmoid => then_post(line, bias, post, |v| Activation::Sigmoid.apply(v)),
+        Activation::Silu => then_post(line, bias, post, |v| Activation::Silu.apply(v)),
+        Activation::HardSigmoid(a, b) => {
+            then_post(line, bias, post, |v| Activation::HardSigmoid(a, b).apply(v))
+        }
+        Activation::HardSwish(a, b) => {
+            then_post(line, bias, post, |v| Activation::HardSwish(a, b).apply(v))
+        }
     }
 }
 
