@@ -218,6 +218,15 @@ unsafe fn gemm_ptr(
 /// run as tiles of dot products ([`dot`]) where those win (`dot::wins`).
 const DOT_MAX_M: usize = 64;
 
+/// Whether an `m x k` by `k x n` product with A's rows and B's columns contiguous (Gemm
+/// transA=0, transB=1) and at least two rows runs as dot-product tiles: such products cost
+/// several times less per flop than on the crate, so the cost model keys them apart
+/// (`Gemm/dot`). Single-row products are left out: whether they take the tiles depends on the
+/// pool at run time, and they are bandwidth-bound either way (`gemv`).
+pub fn takes_dot_tiles(m: usize, n: usize, k: usize) -> bool {
+    m >= 2 && m <= dot_max_m() && dot::wins(m, n, k, Threads::Single)
+}
+
 /// [`DOT_MAX_M`], or what `TANDEM_GEMM_DOT` says (`0`: never, for A/B timing in one build);
 /// read once.
 fn dot_max_m() -> usize {

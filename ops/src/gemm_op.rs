@@ -109,6 +109,10 @@ impl Op for Gemm {
         "Gemm"
     }
 
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let d = self.dims(&Self::shapes(ins))?;
         for (i, t) in ins.iter().enumerate() {

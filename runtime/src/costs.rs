@@ -7,6 +7,8 @@
 use crate::plan::Device;
 use std::borrow::Cow;
 use tandem_ops::conv::Conv;
+use tandem_ops::cpu_gemm;
+use tandem_ops::gemm_op::Gemm;
 use tandem_ops::{DType, Op, TensorMeta, Work};
 
 /// What the scheduler needs to know of one node to predict its time.
@@ -89,7 +91,9 @@ pub fn cost_key<'a>(op: &'a str, variant: &str) -> Cow<'a, str> {
 /// `depthwise`, `grouped`, `1x1`, `winograd` (a 3x3 stride-1 convolution the CPU computes by
 /// Winograd F(2x2, 3x3), `Geom2::takes_winograd`, about 1.5x faster per flop than im2col) or
 /// `kxk` (every other dense kernel); MatMul and Gemm with a single output row are `gemv`
-/// (bandwidth-bound, and a tiled GPU kernel computes a whole tile of rows for it). "" for
+/// (bandwidth-bound, and a tiled GPU kernel computes a whole tile of rows for it); Gemm with a
+/// transposed B and few rows is `dot` (the CPU's dot-product tiles, 5-10x faster per flop than
+/// the `gemm` crate on that layout). "" for
 /// everything else. The variant is the CPU's; [`device_variant`] maps it to another device's.
 pub fn kernel_variant(op: &dyn Op, ins: &[&TensorMeta], outs: &[TensorMeta]) -> &'static str {
     match op.name() {
@@ -116,6 +120,7 @@ pub fn kernel_variant(op: &dyn Op, ins: &[&TensorMeta], outs: &[TensorMeta]) -> 
         "MatMul" | "Gemm" => match outs.first().map(|o| o.shape.as_slice()) {
             Some([.., m, _]) if *m == 1 => "gemv",
             Some([_]) => "gemv",
+            Some([m, n]) if takes_dot_tiles(op, ins, *m, *n) => "dot",
             _ => "",
         },
         _ => "",
@@ -132,11 +137,26 @@ fn takes_winograd(op: &dyn Op, ins: &[&TensorMeta]) -> bool {
     conv.geom(&shapes).is_ok_and(|(g, _)| g.takes_winograd())
 }
 
+/// Whether `op` is a Gemm (transA=0, transB=1) whose `m x n` output the CPU computes as
+/// dot-product tiles ([`tandem_ops::cpu_gemm::takes_dot_tiles`]).
+fn takes_dot_tiles(op: &dyn Op, ins: &[&TensorMeta], m: usize, n: usize) -> bool {
+    let Some(gemm) = op.as_any().and_then(|a| a.downcast_ref::<Gemm>()) else {
+        return false;
+    };
+    let k = ins
+        .first()
+        .and_then(|a| a.shape.last().copied())
+        .unwrap_or(0);
+    !gemm.trans_a && gemm.trans_b && cpu_gemm::takes_dot_tiles(m, n, k)
+}
+
 /// The kernel variant `device` runs for a node whose CPU variant is `variant`: the GPU has no
-/// Winograd kernel, so its `winograd` convolutions are its `kxk` ones (one entry, one curve).
+/// Winograd kernel, so its `winograd` convolutions are its `kxk` ones (one entry, one curve), nor
+/// dot-product tiles, so its `Gemm/dot` products are plain tiled `Gemm`.
 pub fn device_variant(variant: &'static str, device: Device) -> &'static str {
     match (variant, device) {
         ("winograd", Device::Gpu) => "kxk",
+        ("dot", Device::Gpu) => "",
         _ => variant,
     }
 }
@@ -199,5 +219,31 @@ mod tests {
         let b = TensorMeta::new(DType::F32, vec![16, 4]);
         let outs = mm.infer(&[&a, &b]).unwrap();
         assert_eq!(kernel_variant(mm.as_ref(), &[&a, &b], &outs), "gemv");
+    }
+
+    /// The variant of Gemm `[m, k] x [n, k]^T` (transB=1) or `[m, k] x [k, n]` (transB=0).
+    fn gemm_variant(m: usize, k: usize, n: usize, trans_b: bool) -> &'static str {
+        let attrs = Attrs::new(13).with("transB", AttrValue::Int(trans_b as i64));
+        let op = registry::build("Gemm", &attrs).unwrap();
+        let a = TensorMeta::new(DType::F32, vec![m, k]);
+        let b = TensorMeta::new(DType::F32, if trans_b { vec![n, k] } else { vec![k, n] });
+        let outs = op.infer(&[&a, &b]).unwrap();
+        kernel_variant(op.as_ref(), &[&a, &b], &outs)
+    }
+
+    #[test]
+    fn few_row_linear_layers_are_dot_tiles_on_the_cpu_only() {
+        // cpu_gemm_dot::wins: 2..8 rows at any K, 9..64 rows from K = 512;
+        // TANDEM_GEMM_DOT=0 sends all of them to the crate.
+        let on = std::env::var("TANDEM_GEMM_DOT").as_deref() != Ok("0");
+        let dot = if on { "dot" } else { "" };
+        assert_eq!(gemm_variant(4, 256, 256, true), dot);
+        assert_eq!(gemm_variant(16, 1024, 1024, true), dot);
+        assert_eq!(gemm_variant(32, 256, 256, true), "", "K below 512");
+        assert_eq!(gemm_variant(128, 1024, 1024, true), "", "more than 64 rows");
+        assert_eq!(gemm_variant(4, 256, 256, false), "", "B not transposed");
+        assert_eq!(gemm_variant(1, 256, 256, true), "gemv");
+        assert_eq!(device_variant("dot", Device::Gpu), "");
+        assert_eq!(device_variant("dot", Device::Cpu), "dot");
     }
 }

@@ -20,7 +20,8 @@ use tandem_ops::DType;
 /// 3: GPU MatMul/Gemm samples count padded flops (`costs::gpu_padding`).
 /// 4: `Conv/winograd` CPU entries (Winograd-eligible convs left `Conv/kxk`); CPU samples are
 /// the least of their repetitions, not the median; samples carry their output rows.
-pub const PROFILE_VERSION: u32 = 4;
+/// 5: `Gemm/dot` CPU entries (transposed-B products of 2..64 rows, left in `Gemm`).
+pub const PROFILE_VERSION: u32 = 5;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
 pub const PROFILE_ENV: &str = "TANDEM_PROFILE";

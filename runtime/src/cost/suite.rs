@@ -102,24 +102,44 @@ pub(crate) fn suite() -> Vec<Bench> {
             .map(|&(k, n)| vec![Rand(vec![1, k]), Rand(vec![n, k]), Rand(vec![n])])
             .collect(),
     });
+    // Linear layers on the `gemm` crate (and three single-row classifier heads, `gemv`).
     let gemm = [
         (1, 256, 128),
-        (8, 256, 256),
         (32, 256, 256),
+        (48, 384, 256),
         (1, 1024, 512),
-        (64, 512, 256),
         (128, 512, 256),
+        (96, 384, 512),
         (128, 512, 512),
         (256, 512, 512),
         (1, 2048, 1000),
         (256, 768, 768),
-        (16, 1024, 1024),
+        (128, 1024, 1024),
         (384, 768, 768),
+    ];
+    // Linear layers of 2..64 rows that the CPU runs as dot-product tiles (`Gemm/dot`).
+    let gemm_dot = [
+        (2, 256, 256),
+        (4, 512, 256),
+        (8, 256, 256),
+        (8, 512, 512),
+        (16, 512, 512),
+        (64, 512, 256),
+        (32, 1024, 512),
+        (16, 1024, 1024),
     ];
     v.push(Bench {
         op: "Gemm",
         attrs: Attrs::new(13).with("transB", AttrValue::Int(1)),
         shapes: gemm
+            .iter()
+            .map(|&(m, k, n)| vec![Rand(vec![m, k]), Rand(vec![n, k]), Rand(vec![n])])
+            .collect(),
+    });
+    v.push(Bench {
+        op: "Gemm",
+        attrs: Attrs::new(13).with("transB", AttrValue::Int(1)),
+        shapes: gemm_dot
             .iter()
             .map(|&(m, k, n)| vec![Rand(vec![m, k]), Rand(vec![n, k]), Rand(vec![n])])
             .collect(),
