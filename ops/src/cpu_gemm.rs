@@ -173,7 +173,7 @@ unsafe fn gemm_ptr(
     (c_rs, c_cs): (usize, usize),
     threads: Threads,
 ) {
-    if a.cs == 1 && b.rs == 1 && m <= dot_max_m() && dot::wins(m, n, k, threads) {
+    if a.cs == 1 && b.rs == 1 && routes_to_dot(m, n, k, threads) {
         // SAFETY: forwarded from the caller's contract.
         return unsafe { dot::gemm_bt((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs), threads) };
     }
@@ -224,7 +224,13 @@ const DOT_MAX_M: usize = 64;
 /// (`Gemm/dot`). Single-row products are left out: whether they take the tiles depends on the
 /// pool at run time, and they are bandwidth-bound either way (`gemv`).
 pub fn takes_dot_tiles(m: usize, n: usize, k: usize) -> bool {
-    m >= 2 && m <= dot_max_m() && dot::wins(m, n, k, Threads::Single)
+    m >= 2 && routes_to_dot(m, n, k, Threads::Single)
+}
+
+/// Whether [`gemm_ptr`] sends a product with A's rows and B's columns contiguous to the
+/// dot-product tiles: at most [`dot_max_m`] rows and where `dot::wins`.
+fn routes_to_dot(m: usize, n: usize, k: usize, threads: Threads) -> bool {
+    m <= dot_max_m() && dot::wins(m, n, k, threads)
 }
 
 /// [`DOT_MAX_M`], or what `TANDEM_GEMM_DOT` says (`0`: never, for A/B timing in one build);

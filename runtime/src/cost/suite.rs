@@ -128,22 +128,17 @@ pub(crate) fn suite() -> Vec<Bench> {
         (32, 1024, 512),
         (16, 1024, 1024),
     ];
-    v.push(Bench {
+    // Gemm transB=1 (a weight stored `[N, K]`) with a bias, one bench per kernel path.
+    let linear = |shapes: &[(usize, usize, usize)]| Bench {
         op: "Gemm",
         attrs: Attrs::new(13).with("transB", AttrValue::Int(1)),
-        shapes: gemm
+        shapes: shapes
             .iter()
             .map(|&(m, k, n)| vec![Rand(vec![m, k]), Rand(vec![n, k]), Rand(vec![n])])
             .collect(),
-    });
-    v.push(Bench {
-        op: "Gemm",
-        attrs: Attrs::new(13).with("transB", AttrValue::Int(1)),
-        shapes: gemm_dot
-            .iter()
-            .map(|&(m, k, n)| vec![Rand(vec![m, k]), Rand(vec![n, k]), Rand(vec![n])])
-            .collect(),
-    });
+    };
+    v.push(linear(&gemm));
+    v.push(linear(&gemm_dot));
     // Dense 3x3 (pad 1), depthwise 3x3 and pointwise 1x1 convolutions: each is its own cost
     // entry (`Conv/kxk`, `Conv/winograd`, `Conv/depthwise`, `Conv/1x1`).
     let conv = |c: usize, co: usize, hw: usize, k: usize, group: usize| {
