@@ -116,7 +116,8 @@ fn fill(shape: &[usize], seed: usize) -> Tensor {
     Tensor::f32(shape, v)
 }
 
-/// A one-node graph: input `x` of `x_shape`, constant `weights`, output `y`.
+/// A one-node graph: input `x`, constant `weights` (laid out as a `Session` lays
+/// them out, `tandem::layout`), output `y`.
 fn one_node(op_type: &str, attrs: &Attrs, weights: Vec<Tensor>) -> Result<Graph> {
     let op = tandem_ops::registry::build(op_type, attrs).map_err(|e| anyhow!("{op_type}: {e}"))?;
     let value = |name: String, constant: Option<Tensor>| Value {
@@ -131,7 +132,7 @@ fn one_node(op_type: &str, attrs: &Attrs, weights: Vec<Tensor>) -> Result<Graph>
     }
     let y = values.len();
     values.push(value("y".into(), None));
-    Ok(Graph {
+    let mut graph = Graph {
         nodes: vec![Node {
             name: op_type.to_lowercase(),
             op_type: op_type.into(),
@@ -144,7 +145,9 @@ fn one_node(op_type: &str, attrs: &Attrs, weights: Vec<Tensor>) -> Result<Graph>
         values,
         inputs: vec![0],
         outputs: vec![y],
-    })
+    };
+    tandem::layout::pad_gemm_weights(&mut graph);
+    Ok(graph)
 }
 
 /// One benchmark layer: its name, graph and input.

@@ -4,6 +4,7 @@
 //! a row range becomes. A fused epilogue ([`Epilogue`]: activation, affine) is applied to each output block
 //! (a direct line, a GEMM block) right after it is written, while it is still in cache.
 //!
+//! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
 //! 3x3 stride-1 convs with enough channels take Winograd F(2x2, 3x3) instead
 //! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off).
 //!
@@ -16,6 +17,9 @@ use rayon::prelude::*;
 
 #[path = "conv_winograd.rs"]
 pub(super) mod winograd;
+
+#[path = "conv_planes.rs"]
+mod planes;
 
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -32,7 +36,8 @@ impl OutPtr {
 }
 
 /// Direct loop for `cg == 1`: output lines `(n, oc, oh)` in `rows`, each from its one input
-/// channel, several lines per task (a depthwise line is often only 7 to 56 elements).
+/// channel, several lines per task (a depthwise line is often only 7 to 56 elements); the
+/// undilated ones go to `conv_planes.rs` instead.
 pub(super) fn direct_path(
     g: &Geom2,
     x: &[f32],
@@ -40,6 +45,9 @@ pub(super) fn direct_path(
     out: &mut [f32],
     rows: Range<usize>,
 ) {
+    if planes::applies(g) {
+        return planes::plane_path(g, x, (w, b, ep), out, rows);
+    }
     let ow = g.ow.max(1);
     let dst = &mut out[rows.start * ow..rows.end * ow];
     let threads = rayon::current_num_threads().max(1);
@@ -65,16 +73,32 @@ pub(super) fn direct_path(
     dst.par_chunks_mut(per * ow)
         .enumerate()
         .for_each(|(ci, chunk)| {
-            for (i, line) in chunk.chunks_mut(ow).enumerate() {
-                direct_line(g, (x, w, b), &taps, rows.start + ci * per + i, line);
-                epilogue(line, None, ep);
-            }
+            direct_lines(g, (x, w, b), &taps, rows.start + ci * per, chunk);
+            epilogue(chunk, None, ep);
         });
+}
+
+crate::simd::kernel! {
+    /// Output lines `r0..` of a `cg == 1` convolution into `chunk` (whole lines), each by
+    /// [`direct_line`]: one call per task, so that the taps' short row segments are multiplied
+    /// inline, not by a dispatched kernel each (a 3x3 kernel: 9 calls per line).
+    fn direct_lines(
+        g: &Geom2,
+        xwb: (&[f32], &[f32], Option<&[f32]>),
+        taps: &[(Range<usize>, usize)],
+        r0: usize,
+        chunk: &mut [f32],
+    ) {
+        for (i, line) in chunk.chunks_mut(g.ow.max(1)).enumerate() {
+            direct_line(g, xwb, taps, r0 + i, line);
+        }
+    }
 }
 
 /// Output line `r` = `(n, oc, oh)` of a `cg == 1` convolution: the bias, then each tap's
 /// weight times the input row segment it reads (`taps`: see [`direct_path`]).
-pub(super) fn direct_line(
+#[inline(always)]
+fn direct_line(
     g: &Geom2,
     (x, w, b): (&[f32], &[f32], Option<&[f32]>),
     taps: &[(Range<usize>, usize)],
@@ -98,7 +122,9 @@ pub(super) fn direct_line(
             let src = &xrow[*first..];
             let dst = &mut line[vr.clone()];
             if g.sw == 1 {
-                crate::cpu_gemm::axpy(dst, wv, src);
+                for (o, xv) in dst.iter_mut().zip(&src[..vr.len()]) {
+                    *o += wv * xv;
+                }
             } else {
                 for (o, xv) in dst.iter_mut().zip(src.iter().step_by(g.sw)) {
                     *o += wv * xv;

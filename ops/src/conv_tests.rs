@@ -239,6 +239,10 @@ fn fast_paths_match_definition() {
             [2, 2, 2, 2],
         ),
         ([2, 6, 9, 9], 12, [3, 3], 6, [1, 2], [1, 1], [1, 0, 1, 2]),
+        // Depthwise with strides past the kernel: the plane path keeps only the phases a tap
+        // reads (a stride of 2^31 once asked for 2^31 phase planes).
+        ([1, 6, 17, 19], 6, [3, 2], 6, [4, 5], [1, 1], [1, 0, 1, 2]),
+        ([2, 5, 13, 1], 5, [3, 1], 5, [7, 3], [1, 1], [2, 0, 2, 0]),
         // Stride 1, output rows as long as input rows: the shifted-copy im2col, with pixel
         // chunks that start mid-row and asymmetric pads.
         ([1, 24, 37, 29], 20, [5, 5], 1, [1, 1], [1, 1], [2, 2, 2, 2]),

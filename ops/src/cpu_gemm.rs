@@ -173,11 +173,11 @@ unsafe fn gemm_ptr(
     (c_rs, c_cs): (usize, usize),
     threads: Threads,
 ) {
-    if a.cs == 1 && b.rs == 1 && routes_to_dot(m, n, k, threads) {
+    if a.cs == 1 && b.rs == 1 && routes_to_dot(m, n, k, b.cs, threads) {
         // SAFETY: forwarded from the caller's contract.
         return unsafe { dot::gemm_bt((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs), threads) };
     }
-    if m * n * k <= SMALL_GEMM {
+    if m == 1 && n * k <= SMALL_GEMM {
         // SAFETY: forwarded from the caller's contract.
         return unsafe { small_gemm((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs)) };
     }
@@ -219,18 +219,26 @@ unsafe fn gemm_ptr(
 const DOT_MAX_M: usize = 64;
 
 /// Whether an `m x k` by `k x n` product with A's rows and B's columns contiguous (Gemm
-/// transA=0, transB=1) and at least two rows runs as dot-product tiles: such products cost
-/// several times less per flop than on the crate, so the cost model keys them apart
-/// (`Gemm/dot`). Single-row products are left out: whether they take the tiles depends on the
-/// pool at run time, and they are bandwidth-bound either way (`gemv`).
-pub fn takes_dot_tiles(m: usize, n: usize, k: usize) -> bool {
-    m >= 2 && routes_to_dot(m, n, k, Threads::Single)
+/// transA=0, transB=1; B's columns `ld` floats apart) and at least two rows runs as
+/// dot-product tiles: such products cost differently per flop than on the crate, so the cost
+/// model keys them apart (`Gemm/dot`). Single-row products are left out: whether they take the
+/// tiles depends on the pool at run time, and they are bandwidth-bound either way (`gemv`).
+pub fn takes_dot_tiles(m: usize, n: usize, k: usize, ld: usize) -> bool {
+    m >= 2 && routes_to_dot(m, n, k, ld, Threads::Single)
 }
 
 /// Whether [`gemm_ptr`] sends a product with A's rows and B's columns contiguous to the
 /// dot-product tiles: at most [`dot_max_m`] rows and where `dot::wins`.
-fn routes_to_dot(m: usize, n: usize, k: usize, threads: Threads) -> bool {
-    m <= dot_max_m() && dot::wins(m, n, k, threads)
+fn routes_to_dot(m: usize, n: usize, k: usize, ld: usize, threads: Threads) -> bool {
+    m <= dot_max_m() && dot::wins(m, n, k, ld, threads)
+}
+
+/// Whether rows `ld` floats apart fall into few cache sets: a stride of an even number of
+/// 64-byte lines, from 1 KiB up. The `gemm` crate packs a transposed B's rows together and
+/// slows down 1.5-4x at such strides (one thread, M = 128, K = N = 1024: 98 GFLOP/s, 218 with
+/// 16 floats more per row), so `gemm_op` pads constant weights' rows away from them.
+pub fn stride_aliases(ld: usize) -> bool {
+    ld >= 256 && ld.is_multiple_of(32)
 }
 
 /// [`DOT_MAX_M`], or what `TANDEM_GEMM_DOT` says (`0`: never, for A/B timing in one build);
@@ -245,9 +253,11 @@ fn dot_max_m() -> usize {
     })
 }
 
-/// Products of at most this many multiply-adds (a decode step's 1 x 128 x 128) run in plain
-/// loops on the calling thread: the `gemm` crate's dispatch and packing cost more than the
-/// arithmetic there (MatMul 1x128x128: 2.3 us per call through the crate).
+/// Single-row products of at most this many multiply-adds (a decode step's 1 x 128 x 128) run
+/// in plain loops on the calling thread, on par with the `gemm` crate there (one thread:
+/// 1 x 256 x 128 2.1 vs 2.3 us, 1 x 128 x 128 1.0 vs 0.8). Products of more rows go to the
+/// crate whatever their size: these loops dispatch one short vector kernel per row of B and
+/// ran 5-10x slower than the crate (32 x 64 x 32 6.8 vs 0.64 us, 4 x 64 x 64 1.2 vs 0.22).
 const SMALL_GEMM: usize = 1 << 16;
 
 /// `C = alpha * A * B + beta * C` for small products: rows of C accumulated from rows of B

@@ -163,13 +163,17 @@ const BIG_B: usize = 1 << 22;
 /// columns are split over threads or B comes from memory; M = 2..8: the tiles win at every K
 /// (M = 4, K = 256: 13 vs 23 us; K = 1024: 0.07 vs 1.7 ms); M = 9..64: the crate wins below
 /// K = 512 (M = 32, K = 256: 42 vs 65 us), the tiles from there on (M = 16, K = 1024: 0.27 vs
-/// 1.8 ms; M = 64, K = 4096: 18 vs 36 ms).
-pub(super) fn wins(m: usize, n: usize, k: usize, threads: Threads) -> bool {
+/// 1.8 ms; M = 64, K = 4096: 18 vs 36 ms) while B's row stride `ld` falls into few cache sets
+/// ([`super::stride_aliases`]). At a padded stride (`gemm_op`'s constant weights) the crate
+/// wins from M = 32 (one thread, tiles vs crate: 32 x 1024 x 512 259 vs 220 us, 64 x 512 x 256
+/// 155 vs 86, 64 x 2048 x 2048 4.2 vs 2.9 ms; M = 16, K = N = 1024 still 273 vs 308).
+pub(super) fn wins(m: usize, n: usize, k: usize, ld: usize, threads: Threads) -> bool {
     match m {
         0 => false,
         1 => parallel(m, n, k, threads) || n * k >= BIG_B,
         2..=8 => true,
-        _ => k >= 512,
+        9..=31 => k >= 512,
+        _ => k >= 512 && super::stride_aliases(ld),
     }
 }
 

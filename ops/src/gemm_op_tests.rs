@@ -175,6 +175,64 @@ fn gemm_trans_b_small_m_matches_reference() {
     });
 }
 
+/// A transposed weight with padded rows gives the unpadded result on the dot-product tiles
+/// (16 rows) and on the crate (70 rows), over row ranges; the padding holds NaN, so reading it
+/// fails. The rule pads only K >= 256 in whole even cache lines and 16 or more (or unknown)
+/// rows.
+#[test]
+fn padded_weight_rows_give_the_unpadded_product() {
+    let op = Gemm {
+        alpha: 0.5,
+        beta: 2.0,
+        trans_a: false,
+        trans_b: true,
+        b_row_pad: 0,
+    };
+    for (m, n, k) in [(16, 9, 256), (70, 40, 512)] {
+        let a = Tensor::f32(&[m, k], fill(m * k, 1));
+        let b = Tensor::f32(&[n, k], fill(n * k, 2));
+        let c = Tensor::f32(&[n], fill(n, 3));
+        let (padded, mut pb) = op.with_padded_weight(Some(&[m, k]), &b).unwrap();
+        assert_eq!(pb.shape, vec![n, k + ROW_PAD]);
+        for row in pb.as_f32_mut().unwrap().chunks_exact_mut(k + ROW_PAD) {
+            row[k..].fill(f32::NAN);
+        }
+        let metas = [a.meta(), pb.meta(), c.meta()];
+        let mrefs: Vec<&TensorMeta> = metas.iter().collect();
+        assert_eq!(padded.infer(&mrefs).unwrap()[0].shape, vec![m, n]);
+        let mut out = vec![Tensor::f32(&[m, n], vec![f32::NAN; m * n])];
+        for r in [0..1, 1..m / 2, m / 2..m] {
+            padded.cpu(&[&a, &pb, &c], &mut out, r).unwrap();
+        }
+        let (ad, bd) = (a.as_f32().unwrap(), b.as_f32().unwrap());
+        let want = naive(
+            m,
+            n,
+            k,
+            ad,
+            bd,
+            Some((c.as_f32().unwrap(), &[n])),
+            false,
+            true,
+            0.5,
+            2.0,
+        );
+        for (g, (w, tol)) in out[0].as_f32().unwrap().iter().zip(&want) {
+            assert!((g - w).abs() <= *tol, "{m}x{n}x{k}: {g} vs {w}");
+        }
+    }
+    let b = Tensor::f32(&[8, 512], fill(8 * 512, 2));
+    assert!(op.with_padded_weight(None, &b).is_some());
+    assert!(op.with_padded_weight(Some(&[8, 512]), &b).is_none());
+    let odd_k = Tensor::f32(&[8, 496], fill(8 * 496, 2));
+    assert!(op.with_padded_weight(None, &odd_k).is_none());
+    let not_transposed = Gemm {
+        trans_b: false,
+        ..op.clone()
+    };
+    assert!(not_transposed.with_padded_weight(None, &b).is_none());
+}
+
 #[test]
 fn bad_c_is_invalid() {
     let op = gemm(&Attrs::new(13)).unwrap();

@@ -7,7 +7,7 @@
 //! one row. Internally every range is turned into "logical rows" `b * M + m` of N elements.
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
-use crate::shape::{broadcast_shapes, broadcast_strides, row_len};
+use crate::shape::{broadcast_shapes, broadcast_strides, row_len, rows_by_block};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -305,25 +305,15 @@ impl Op for MatMul {
             return Ok(());
         }
         // One piece per batch touched: (batch, m range, its block of the output).
-        let mut pieces = Vec::new();
-        let mut rest = &mut out[lr.start * g.n..lr.end * g.n];
-        let mut r = lr.start;
-        while r < lr.end {
-            let bi = r / g.m;
-            let m_end = ((bi + 1) * g.m).min(lr.end);
-            let (head, tail) = rest.split_at_mut((m_end - r) * g.n);
-            pieces.push((bi, r - bi * g.m, m_end - bi * g.m, head));
-            rest = tail;
-            r = m_end;
-        }
-        let run = |(bi, m0, m1, dst): (usize, usize, usize, &mut [f32]), threads: Threads| {
+        let pieces = rows_by_block(&mut out[lr.start * g.n..lr.end * g.n], lr.clone(), g.m, g.n);
+        let run = |(bi, ms, dst): (usize, Range<usize>, &mut [f32]), threads: Threads| {
             let (ao, bo) = g.batch_offsets(bi);
             sgemm(
-                m1 - m0,
+                ms.len(),
                 g.n,
                 g.k,
                 1.0,
-                MatRef::row_major(a, ao + m0 * g.k, g.k),
+                MatRef::row_major(a, ao + ms.start * g.k, g.k),
                 MatRef::row_major(b, bo, g.n),
                 0.0,
                 MatMut::row_major(dst, 0, g.n),

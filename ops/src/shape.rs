@@ -2,6 +2,29 @@
 
 use crate::{OpError, Result};
 
+/// `out`, rows `rows` of `row_len` elements each, cut where each block of `block` rows ends:
+/// per block the range touches, its index, the rows of it in the range (counted from the
+/// block's first row) and their elements. MatMul's batches, depthwise Conv's planes.
+pub fn rows_by_block<T>(
+    out: &mut [T],
+    rows: std::ops::Range<usize>,
+    block: usize,
+    row_len: usize,
+) -> Vec<(usize, std::ops::Range<usize>, &mut [T])> {
+    let mut pieces = Vec::new();
+    let mut rest = out;
+    let mut r = rows.start;
+    while r < rows.end {
+        let bi = r / block;
+        let end = ((bi + 1) * block).min(rows.end);
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut((end - r) * row_len);
+        pieces.push((bi, r - bi * block..end - bi * block, head));
+        rest = tail;
+        r = end;
+    }
+    pieces
+}
+
 /// Number of elements of a shape.
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()

@@ -143,11 +143,14 @@ fn takes_dot_tiles(op: &dyn Op, ins: &[&TensorMeta], m: usize, n: usize) -> bool
     let Some(gemm) = op.as_any().and_then(|a| a.downcast_ref::<Gemm>()) else {
         return false;
     };
-    let k = ins
-        .first()
-        .and_then(|a| a.shape.last().copied())
-        .unwrap_or(0);
-    !gemm.trans_a && gemm.trans_b && cpu_gemm::takes_dot_tiles(m, n, k)
+    let (Some(a), Some(b)) = (ins.first(), ins.get(1)) else {
+        return false;
+    };
+    let (k, ld) = (a.shape.last().copied(), b.shape.last().copied());
+    let (Some(k), Some(ld)) = (k, ld) else {
+        return false;
+    };
+    !gemm.trans_a && gemm.trans_b && cpu_gemm::takes_dot_tiles(m, n, k, ld)
 }
 
 /// The kernel variant `device` runs for a node whose CPU variant is `variant`: the GPU has no
@@ -233,14 +236,28 @@ mod tests {
 
     #[test]
     fn few_row_linear_layers_are_dot_tiles_on_the_cpu_only() {
-        // cpu_gemm_dot::wins: 2..8 rows at any K, 9..64 rows from K = 512;
-        // TANDEM_GEMM_DOT=0 sends all of them to the crate.
+        // cpu_gemm_dot::wins: 2..8 rows at any K, 9..64 rows from K = 512, 32..64 only while
+        // the weight's rows are not padded; TANDEM_GEMM_DOT=0 sends all of them to the crate.
         let on = std::env::var("TANDEM_GEMM_DOT").as_deref() != Ok("0");
         let dot = if on { "dot" } else { "" };
         assert_eq!(gemm_variant(4, 256, 256, true), dot);
         assert_eq!(gemm_variant(16, 1024, 1024, true), dot);
         assert_eq!(gemm_variant(32, 256, 256, true), "", "K below 512");
         assert_eq!(gemm_variant(128, 1024, 1024, true), "", "more than 64 rows");
+        assert_eq!(gemm_variant(32, 1024, 512, true), dot, "aliasing stride");
+        let padded = Gemm {
+            alpha: 1.0,
+            beta: 1.0,
+            trans_a: false,
+            trans_b: true,
+            b_row_pad: 16,
+        };
+        let (a, b) = (
+            TensorMeta::new(DType::F32, vec![32, 1024]),
+            TensorMeta::new(DType::F32, vec![512, 1040]),
+        );
+        let outs = padded.infer(&[&a, &b]).unwrap();
+        assert_eq!(kernel_variant(&padded, &[&a, &b], &outs), "", "padded rows");
         assert_eq!(gemm_variant(4, 256, 256, false), "", "B not transposed");
         assert_eq!(gemm_variant(1, 256, 256, true), "gemv");
         assert_eq!(device_variant("dot", Device::Gpu), "");

@@ -10,6 +10,7 @@ pub mod fuzzgen;
 pub mod gpu;
 pub mod graph;
 pub mod import;
+pub mod layout;
 pub mod limits;
 pub mod npy;
 mod onnx_proto;

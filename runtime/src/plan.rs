@@ -157,6 +157,21 @@ impl Request<'_> {
     }
 }
 
+/// Per value of `graph`, its meta where it is a constant (sharing the constant's data), else
+/// `None`.
+pub(crate) fn constant_metas(graph: &Graph) -> Vec<Option<TensorMeta>> {
+    let meta = |c: &std::sync::Arc<Tensor>| TensorMeta {
+        dtype: c.dtype(),
+        shape: c.shape.clone(),
+        value: Some(c.clone()),
+    };
+    graph
+        .values
+        .iter()
+        .map(|v| v.constant.as_ref().map(meta))
+        .collect()
+}
+
 /// Metas of a node's inputs, with an empty constant for omitted optional inputs and trailing
 /// omitted inputs dropped (the contract of `tandem_ops::Op`).
 pub fn input_metas(node: &Node, metas: &[Option<TensorMeta>]) -> Vec<TensorMeta> {
@@ -236,16 +251,7 @@ pub fn build_around_busy_gpu(
     pool: &rayon::ThreadPool,
     gpu_wait: f64,
 ) -> Result<Plan> {
-    let mut metas: Vec<Option<TensorMeta>> = vec![None; graph.values.len()];
-    for (v, value) in graph.values.iter().enumerate() {
-        if let Some(c) = &value.constant {
-            metas[v] = Some(TensorMeta {
-                dtype: c.dtype(),
-                shape: c.shape.clone(),
-                value: Some(c.clone()),
-            });
-        }
-    }
+    let mut metas = constant_metas(graph);
     for (&v, m) in graph.inputs.iter().zip(input_metas_given) {
         metas[v] = Some(m.clone());
     }

@@ -109,7 +109,8 @@ impl SessionOptions {
 
     /// Fold each BatchNormalization with constant parameters into the Conv before it, and a
     /// following Relu, LeakyRelu, Clip, Sigmoid or SiLU into the Conv as an epilogue
-    /// (`crate::fuse`); `false` keeps the graph as imported. Default `true`.
+    /// (`crate::fuse`); `false` keeps the graph as imported, but for the row padding of constant
+    /// Gemm weights (`crate::layout`, which never changes a result). Default `true`.
     pub fn fuse(mut self, on: bool) -> Self {
         self.fuse = on;
         self
@@ -211,6 +212,7 @@ impl Session {
             true => crate::fuse::fuse(&mut graph).fused.into_iter().collect(),
             false => HashMap::new(),
         };
+        crate::layout::pad_gemm_weights(&mut graph);
         let wants_gpu = options.placement == Placement::Gpu
             || options.overrides.iter().any(|(_, d)| *d == Device::Gpu);
         let mut gpu_missing = None;

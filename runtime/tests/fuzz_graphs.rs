@@ -146,6 +146,8 @@ fn show_seed() {
 ///   lanes (NaN = inf * 0) but not on the GPU (0): order-dependent, now not compared.
 /// - cast-inf-to-int8: Cast of inf (ReduceMin of nothing) to int8 gave -1 on the CPU and -128
 ///   on the GPU: undefined in ONNX, so Cast outputs are not compared.
+/// - gen-oom-conv-huge-stride: a depthwise Conv with stride 2^31 (SAME_LOWER, one output)
+///   made the CPU's plane path allocate a phase plane per stride step: > 2 GB RSS.
 /// - slow-*: hostile Resize/Pad outputs of 16-80 MB ran 12-30 s (lavapipe); the fuzz cap
 ///   (`fuzzgen::MAX_HOST_MEMORY`, 8 MiB) now refuses them: every run must be that typed error.
 #[test]

@@ -4,6 +4,7 @@
 //! CPU, on the GPU (lavapipe in CI) and split across both at an odd row.
 
 use tandem::testing::{check_all_placements, gpu};
+use tandem_ops::gemm_op::Gemm;
 use tandem_ops::{registry, AttrValue, Attrs, Op, Tensor};
 
 fn fill(shape: &[usize], seed: u32) -> Tensor {
@@ -117,6 +118,28 @@ fn transpose(t: &Tensor) -> Tensor {
         &[c, r],
         (0..r * c).map(|i| v[(i % r) * c + i / r]).collect(),
     )
+}
+
+/// A constant transposed weight stored with padded rows (as a session stores it,
+/// `tandem::layout`) gives the plain product on the CPU, the GPU and split; the padding holds
+/// NaN, so a kernel that reads it fails.
+#[test]
+fn gemm_with_padded_weight_rows_matches_reference() {
+    let (m, n, k) = (33, 70, 288);
+    let attrs = Attrs::new(13).with("transB", AttrValue::Int(1));
+    let gemm = tandem_ops::gemm_op::gemm(&attrs).unwrap();
+    let gemm = gemm.as_any().unwrap().downcast_ref::<Gemm>().unwrap();
+    let (a, b) = (fill(&[m, k], 7), fill(&[k, n], 8));
+    let want = naive_matmul(&a, &b);
+    let (padded, mut bt) = gemm
+        .with_padded_weight(Some(&[m, k]), &transpose(&b))
+        .unwrap();
+    let ld = bt.shape[1];
+    assert!(ld > k);
+    for row in bt.as_f32_mut().unwrap().chunks_exact_mut(ld) {
+        row[k..].fill(f32::NAN);
+    }
+    check_all_placements(&padded, &[a, bt], std::slice::from_ref(&want), 1e-4);
 }
 
 #[test]

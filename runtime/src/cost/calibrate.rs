@@ -16,6 +16,7 @@ use crate::gpu::{Gpu, GpuTensor};
 use crate::plan::Device;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+use tandem_ops::gemm_op::Gemm;
 use tandem_ops::shape::row_count;
 use tandem_ops::{registry, DType, Op, Tensor, TensorMeta};
 
@@ -196,8 +197,15 @@ struct Prepared {
 }
 
 fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, String> {
-    let op = registry::build(b.op, &b.attrs).map_err(|e| format!("{}: {e}", b.op))?;
-    let ins = make(inputs, rng);
+    let mut op = registry::build(b.op, &b.attrs).map_err(|e| format!("{}: {e}", b.op))?;
+    let mut ins = make(inputs, rng);
+    // A constant transposed weight is stored as a session stores it (`crate::layout`).
+    let padded = (op.as_any().and_then(|a| a.downcast_ref::<Gemm>()))
+        .and_then(|g| g.with_padded_weight(Some(&ins[0].shape), &ins[1]));
+    if let Some((gemm, weight)) = padded {
+        op = Box::new(gemm);
+        ins[1] = weight;
+    }
     let metas: Vec<TensorMeta> = ins
         .iter()
         .map(|t| TensorMeta::constant(t.clone()))

@@ -32,7 +32,10 @@ impl AdapterKey {
     }
 }
 
-/// Identifies the CPU side: model, cores, SIMD level and the kernel thread count in use.
+/// Identifies the CPU side: model, cores, SIMD level and the kernel thread count in use. The
+/// SIMD level is the CPU's (`avx512f+fma`) and the one tandem's kernels run at
+/// (`tandem_ops::simd::level`, lowered by `TANDEM_SIMD`), e.g. `avx512f+fma, kernels avx2`,
+/// so a profile measured at one level is not used at another.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CpuKey {
     pub model: String,
@@ -51,7 +54,11 @@ impl CpuKey {
         CpuKey {
             model: info.model.clone(),
             cores: info.cores,
-            simd: info.simd.clone(),
+            simd: format!(
+                "{}, kernels {}",
+                info.simd,
+                tandem_ops::simd::level().name()
+            ),
             threads: threads.max(1),
         }
     }

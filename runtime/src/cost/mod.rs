@@ -129,17 +129,23 @@ impl Coeffs {
 }
 
 /// A fitted time curve: the linear model, whose cost per byte may change at a working-set
-/// size (a kink, either way: a cache level that no longer holds the data makes CPU elementwise
-/// ops about 25% slower per byte past L2; longer rows amortise per-row loop overheads, so
-/// pooling and depthwise kernels get cheaper per byte on large planes).
+/// size, either way: a cache level that no longer holds the data makes CPU elementwise ops
+/// slower per byte past L2; longer rows amortise per-row loop overheads, so pooling and
+/// depthwise kernels get cheaper per byte on large planes. The change is a kink (only the
+/// bytes past the point pay the other rate) or a step (every byte of a working set past it
+/// does: an elementwise op whose operands fit L2 streams them at about 200 GB/s here, all of
+/// them at about 125 GB/s once they do not).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Curve {
     /// `per_byte` applies to bytes up to `spill_at` when there is a kink, else to all.
     pub coeffs: Coeffs,
     /// Bytes of work where the kink is (0: none).
     pub spill_at: f64,
-    /// Seconds per byte of work beyond `spill_at`.
+    /// Seconds per byte of work beyond `spill_at` (of all the work, with `spill_whole`).
     pub per_spill_byte: f64,
+    /// Past `spill_at`, every byte costs `per_spill_byte` (a step), not only those beyond it.
+    #[serde(default)]
+    pub spill_whole: bool,
     /// Seconds per output row (see [`CurveShape::rows`]; 0 without the row term).
     pub per_row: f64,
 }
@@ -147,27 +153,46 @@ pub struct Curve {
 impl Curve {
     pub fn time(&self, flops: f64, bytes: f64, rows: f64) -> f64 {
         let rows = self.per_row * rows;
-        if self.spill_at <= 0.0 {
-            return self.coeffs.time(flops, bytes) + rows;
-        }
-        self.coeffs.time(flops, bytes.min(self.spill_at))
-            + self.per_spill_byte * (bytes - self.spill_at).max(0.0)
-            + rows
+        let shape = CurveShape {
+            spill_at: (self.spill_at > 0.0).then_some(self.spill_at),
+            whole: self.spill_whole,
+            rows: false,
+        };
+        let (below, past) = shape.split_bytes(bytes);
+        self.coeffs.time(flops, below) + self.per_spill_byte * past + rows
     }
 }
 
 /// The terms a [`Curve`] is fitted with beyond `a*flops + b*bytes + c`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct CurveShape {
-    /// The working-set size of the kink in the cost per byte, if any.
+    /// The working-set size where the cost per byte changes, if any.
     pub spill_at: Option<f64>,
+    /// The change is a step (all bytes of a larger working set pay the second rate), not a
+    /// kink.
+    pub whole: bool,
     /// A cost per output row: kernels that set up each row (pooling's band path handles the
     /// border columns of every output row, depthwise convs loop per output line) cost more
     /// per byte on small planes than the bytes alone say.
     pub rows: bool,
 }
 
-/// Working-set sizes tried as the kink of a [`Curve`] (bytes of work, inputs + outputs).
+impl CurveShape {
+    /// `bytes` of work as (bytes at the first rate, bytes at the spill rate).
+    fn split_bytes(&self, bytes: f64) -> (f64, f64) {
+        match self.spill_at {
+            None => (bytes, 0.0),
+            Some(c) if self.whole => match bytes > c {
+                true => (0.0, bytes),
+                false => (bytes, 0.0),
+            },
+            Some(c) => (bytes.min(c), (bytes - c).max(0.0)),
+        }
+    }
+}
+
+/// Working-set sizes tried as the spill point of a [`Curve`] (bytes of work, inputs +
+/// outputs).
 pub const SPILL_CANDIDATES: [f64; 7] = [128e3, 256e3, 512e3, 1e6, 2e6, 4e6, 8e6];
 
 /// Fit `seconds ~ a*flops + b*bytes + c` with `a, b, c >= 0`, minimising squared *relative*
@@ -178,9 +203,9 @@ pub fn fit(samples: &[Sample]) -> Option<Coeffs> {
 }
 
 /// [`fit`] with a kink at `spill_at` when given: `b * min(bytes, spill_at) + d * max(0, bytes -
-/// spill_at)`, both slopes non-negative and independent, and a cost per row when asked.
+/// spill_at)`, or a step (`b * bytes` up to `spill_at`, `d * bytes` past it), both slopes
+/// non-negative and independent, and a cost per row when asked.
 fn fit_spill(samples: &[Sample], shape: CurveShape) -> Option<Curve> {
-    let spill_at = shape.spill_at;
     let good: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.seconds > 0.0 && s.seconds.is_finite())
@@ -192,8 +217,7 @@ fn fit_spill(samples: &[Sample], shape: CurveShape) -> Option<Curve> {
     let mut a = Vec::with_capacity(good.len() * N);
     for s in &good {
         let w = 1.0 / s.seconds;
-        let below = spill_at.map_or(s.bytes, |c| s.bytes.min(c));
-        let spill = spill_at.map_or(0.0, |c| (s.bytes - c).max(0.0));
+        let (below, spill) = shape.split_bytes(s.bytes);
         let rows = if shape.rows { s.rows * w } else { 0.0 };
         a.extend_from_slice(&[s.flops * w, below * w, w, spill * w, rows]);
     }
@@ -218,8 +242,9 @@ fn fit_spill(samples: &[Sample], shape: CurveShape) -> Option<Curve> {
             per_byte: x[1] / scale[1],
             fixed: x[2] / scale[2],
         },
-        spill_at: spill_at.unwrap_or(0.0),
+        spill_at: shape.spill_at.unwrap_or(0.0),
         per_spill_byte: x[3] / scale[3],
+        spill_whole: shape.whole && shape.spill_at.is_some(),
         per_row: x[4] / scale[4],
     })
 }
@@ -230,7 +255,7 @@ pub fn fit_curve(samples: &[Sample]) -> Option<Curve> {
 }
 
 /// The terms of a [`Curve`] for these samples: the spill point (none, or one of
-/// [`SPILL_CANDIDATES`]) and the row term (only where the samples know their rows), chosen
+/// [`SPILL_CANDIDATES`], as a kink or a step) and the row term (only where the samples know their rows), chosen
 /// by leave-one-out cross-validation over the samples (each interior sample by bytes predicted
 /// from the others, error capped at 100%); a shape other than the plain line must cut that
 /// error by 10% (and by more than 1% in total) to be kept. With fewer than 6 samples, the
@@ -270,9 +295,13 @@ pub fn choose_shape(samples: &[Sample]) -> CurveShape {
     };
     let spills: Vec<Option<f64>> = std::iter::once(None).chain(spills.map(Some)).collect();
     for &rows in with_rows {
-        for &spill_at in &spills {
-            let shape = CurveShape { spill_at, rows };
-            if shape == CurveShape::default() {
+        for (&spill_at, whole) in spills.iter().flat_map(|s| [(s, false), (s, true)]) {
+            let shape = CurveShape {
+                spill_at,
+                whole,
+                rows,
+            };
+            if shape == CurveShape::default() || (whole && spill_at.is_none()) {
                 continue;
             }
             let e = loo(shape);
@@ -843,6 +872,28 @@ mod tests {
             })
             .collect();
         assert_eq!(fit_curve(&straight).unwrap().spill_at, 0.0);
+    }
+
+    #[test]
+    fn fit_curve_steps_where_the_whole_working_set_leaves_the_cache() {
+        // 200 GB/s while the operands fit 1 MB, 125 GB/s for all of them beyond: a CPU
+        // elementwise op measured on warm caches.
+        let truth = |b: f64| 2e-7 + b / if b <= 1e6 { 200e9 } else { 125e9 };
+        let samples: Vec<Sample> = (0..12)
+            .map(|i| 12e3 * 1.6f64.powi(i))
+            .map(|b| Sample {
+                flops: b / 12.0,
+                bytes: b,
+                seconds: truth(b),
+                rows: 0.0,
+            })
+            .collect();
+        let c = fit_curve(&samples).unwrap();
+        assert!(c.spill_whole && c.spill_at == 1e6, "{c:?}");
+        for b in [7.5e5, 9.9e5, 1.2e6, 1e7] {
+            let rel = (c.time(b / 12.0, b, 0.0) - truth(b)).abs() / truth(b);
+            assert!(rel < 0.01, "{b}: {rel}");
+        }
     }
 
     #[test]

@@ -21,7 +21,8 @@ use tandem_ops::DType;
 /// 4: `Conv/winograd` CPU entries (Winograd-eligible convs left `Conv/kxk`); CPU samples are
 /// the least of their repetitions, not the median; samples carry their output rows.
 /// 5: `Gemm/dot` CPU entries (transposed-B products of 2..64 rows, left in `Gemm`).
-pub const PROFILE_VERSION: u32 = 5;
+/// 6: Gemm weights stored with padded rows (`tandem::layout`); `Gemm/dot` up to 31 rows then.
+pub const PROFILE_VERSION: u32 = 6;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
 pub const PROFILE_ENV: &str = "TANDEM_PROFILE";

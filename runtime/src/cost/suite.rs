@@ -117,15 +117,15 @@ pub(crate) fn suite() -> Vec<Bench> {
         (128, 1024, 1024),
         (384, 768, 768),
     ];
-    // Linear layers of 2..64 rows that the CPU runs as dot-product tiles (`Gemm/dot`).
+    // Linear layers of 2..31 rows that the CPU runs as dot-product tiles (`Gemm/dot`).
     let gemm_dot = [
         (2, 256, 256),
         (4, 512, 256),
         (8, 256, 256),
         (8, 512, 512),
         (16, 512, 512),
-        (64, 512, 256),
-        (32, 1024, 512),
+        (4, 1024, 1024),
+        (12, 768, 768),
         (16, 1024, 1024),
     ];
     // Gemm transB=1 (a weight stored `[N, K]`) with a bias, one bench per kernel path.
