@@ -15,7 +15,11 @@ cargo clippy --release --workspace --all-targets -q -- -D warnings
 echo "test: cargo test"
 cargo test --release --workspace
 echo "test: tandem-bench run --quick (magika on every placement and peer; docs/bench.md)"
-cargo run --release -q -p tandem-bench -- run --quick --out target/bench-quick
+# Built for the whole workspace, so its dependencies have the features `cargo test` unified:
+# `cargo run -p tandem-bench` resolves them for that one package and rebuilt tract, wgpu and
+# ~100 other crates (15 minutes of CI on a 2-core machine).
+cargo build --release --workspace -q
+target/release/tandem-bench run --quick --out target/bench-quick
 echo "test: browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
 bash scripts/web.sh test
 # Bounded fuzzing (60 s over the cargo-fuzz targets, ~3 min cold build into runtime/fuzz/target):
