@@ -11,12 +11,13 @@
 //! with 8 output channels still splits at any line), and a row range is still contiguous.
 //!
 //! CPU paths (`conv_cpu.rs`): `cg == 1` (depthwise and single-input-channel convs) is direct
-//! (GEMM with K = kh*kw is wasteful): undilated ones a plane at a time, one long multiply-add per
-//! tap over zero-padded phase planes (`conv_planes.rs`), dilated ones a loop over output lines;
-//! everything else is a GEMM per (image,
-//! group) on pixel chunks: `out[oc, p] = W[oc, (c,kh,kw)] x col[(c,kh,kw), p]`, with `col` built by
-//! im2col for the chunk (bounded scratch, parallel over chunks), or read straight from X for 1x1
-//! stride-1 unpadded convs. A row range becomes at most three rectangles (oc range x pixel range)
+//! (GEMM with K = kh*kw is wasteful): undilated ones a plane at a time, one long multiply-add
+//! per tap over zero-padded phase planes (`conv_planes.rs`), dilated ones a loop over output
+//! lines; 3x3 stride-1 convs with enough channels and pixels take Winograd F(2x2, 3x3)
+//! (`conv_winograd.rs`); everything else is a GEMM per (image, group) on pixel chunks:
+//! `out[oc, p] = W[oc, (c,kh,kw)] x col[(c,kh,kw), p]`, with `col` built by im2col for the
+//! chunk (bounded scratch, parallel over chunks), or read straight from X for 1x1 stride-1
+//! unpadded convs. A row range becomes at most three rectangles (oc range x pixel range)
 //! per group: a partial head channel, whole channels, a partial tail channel.
 
 use crate::matmul::{f32_in, f32_out};

@@ -1,8 +1,9 @@
 //! Conv's CPU paths: the direct loop over output lines for `cg == 1` (depthwise and
 //! single-input-channel convs) and the GEMM per (image, group) over pixel chunks, with im2col
 //! into per-thread scratch, the shared-im2col channel split of deep layers, and the rectangles
-//! a row range becomes. A fused epilogue ([`Epilogue`]: activation, affine) is applied to each output block
-//! (a direct line, a GEMM block) right after it is written, while it is still in cache.
+//! a row range becomes. A fused epilogue ([`Epilogue`]: activation, affine) is applied to each
+//! output block (a direct line, a GEMM block) right after it is written, while it is still in
+//! cache.
 //!
 //! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
 //! 3x3 stride-1 convs with enough channels take Winograd F(2x2, 3x3) instead
