@@ -146,7 +146,7 @@ fn one_node(op_type: &str, attrs: &Attrs, weights: Vec<Tensor>) -> Result<Graph>
         inputs: vec![0],
         outputs: vec![y],
     };
-    tandem::layout::pad_gemm_weights(&mut graph);
+    tandem::layout::store_weights(&mut graph);
     Ok(graph)
 }
 

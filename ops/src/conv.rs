@@ -343,6 +343,46 @@ pub struct Conv {
     pub post: Option<(f32, f32)>,
     /// Nodes folded into this one, in graph order (empty for a plain Conv).
     pub absorbed: Vec<Absorbed>,
+    /// `Some` when W is a constant of the model ([`Conv::with_constant_weight`], set at load
+    /// time): the CPU's Winograd transform of W is then computed once and kept.
+    pub constant_weight: Option<WinogradWeights>,
+}
+
+/// W's Winograd transform (`[M][16][C]`), filled by the first CPU call that takes the
+/// Winograd path and reused by every later one (shared by clones of the op). Only for a W
+/// that cannot change between runs: a model constant, never a fed input.
+#[derive(Clone, Default)]
+pub struct WinogradWeights(std::sync::Arc<std::sync::OnceLock<Vec<f32>>>);
+
+impl std::fmt::Debug for WinogradWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = if self.0.get().is_some() {
+            "kept"
+        } else {
+            "not yet computed"
+        };
+        write!(f, "WinogradWeights({state})")
+    }
+}
+
+impl WinogradWeights {
+    /// The transform of `w` for geometry `g`: computed on the first call (with no lock held, so
+    /// racing first calls each compute it and one result is kept), then the kept one.
+    fn get(&self, g: &Geom2, w: &[f32]) -> &[f32] {
+        let len = g.m * cpu::winograd::POINTS * g.c;
+        if self.0.get().is_none() {
+            let mut u = vec![0.0; len];
+            cpu::winograd::transform_weights(w, g.c, 0..g.m, &mut u);
+            let _ = self.0.set(u);
+        }
+        let u = self.0.get().map_or(&[][..], Vec::as_slice);
+        assert_eq!(
+            u.len(),
+            len,
+            "Conv: kept Winograd weights of another geometry"
+        );
+        u
+    }
 }
 
 /// Registry constructor.
@@ -352,10 +392,28 @@ pub fn conv(attrs: &Attrs) -> Result<Box<dyn Op>> {
         activation: Activation::None,
         post: None,
         absorbed: Vec::new(),
+        constant_weight: None,
     }))
 }
 
 impl Conv {
+    /// This Conv, told that its W is a constant of the model (the runtime's load-time
+    /// `layout` pass): the CPU then keeps W's Winograd transform instead of redoing it on
+    /// every call.
+    pub fn with_constant_weight(&self) -> Conv {
+        Conv {
+            constant_weight: Some(WinogradWeights::default()),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the CPU kernel computes geometry `g` of this Conv by Winograd (it keeps W's
+    /// transform where W is a constant, which pays on smaller planes): the cost model
+    /// (`tandem::costs::kernel_variant`) gives these their own entry.
+    pub fn cpu_takes_winograd(&self, g: &Geom2) -> bool {
+        cpu::winograd::applies(g, self.constant_weight.is_some())
+    }
+
     /// What this Conv applies to each output element after the bias.
     pub fn epilogue(&self) -> Epilogue {
         Epilogue {
@@ -550,7 +608,11 @@ impl Op for Conv {
         let w = f32_in("Conv", ins[1])?;
         let b = ins.get(2).map(|t| f32_in("Conv", t)).transpose()?;
         let out = f32_out("Conv", &mut outs[0])?;
-        conv_cpu(&g, x, w, b, self.epilogue(), out, rows);
+        let kept = match &self.constant_weight {
+            Some(u) if self.cpu_takes_winograd(&g) => Some(u.get(&g, w)),
+            _ => None,
+        };
+        conv_cpu(&g, x, (w, kept), b, self.epilogue(), out, rows);
         Ok(())
     }
 

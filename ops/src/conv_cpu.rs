@@ -622,11 +622,13 @@ fn epilogue_plain(line: &mut [f32], bias: Option<f32>, ep: Epilogue) {
 }
 
 /// Compute output lines `rows` of a convolution on the CPU (f32), `ep` applied to each
-/// output block right after it is computed.
+/// output block right after it is computed. `kept` is W's Winograd transform where the op
+/// keeps one ([`Conv::with_constant_weight`]); without it the Winograd path transforms W on
+/// every call.
 pub fn conv_cpu(
     g: &Geom2,
     x: &[f32],
-    w: &[f32],
+    (w, kept): (&[f32], Option<&[f32]>),
     b: Option<&[f32]>,
     ep: Epilogue,
     out: &mut [f32],
@@ -639,8 +641,8 @@ pub fn conv_cpu(
     if g.cg == 1 {
         return direct_path(g, x, (w, b, ep), out, rows);
     }
-    if winograd::applies(g) {
-        return winograd::winograd_path(g, x, (w, b, ep), out, rows);
+    if winograd::applies(g, kept.is_some()) {
+        return winograd::winograd_path(g, x, (w, b, ep), kept, out, rows);
     }
     gemm_path(g, x, (w, b, ep), out, rows);
 }

@@ -3,8 +3,9 @@
 //! multiplications per (input, output channel) pair instead of 36 (2.25x fewer).
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the shared CPU GEMM
-//! (`cpu_gemm.rs`). Per call: the weights are transformed once (`U = G g G^T`, 16 values per
-//! (oc, c), layout `[oc][point][c]`); then per image, in blocks of tile rows (bounded scratch):
+//! (`cpu_gemm.rs`). The weights are transformed (`U = G g G^T`, 16 values per (oc, c), layout
+//! `[oc][point][c]`) once per call, or once for good where the op keeps them (a constant W,
+//! `Conv::with_constant_weight`); then per image, in blocks of tile rows (bounded scratch):
 //! the input transform (`V = B^T d B`, layout `[c][point][slot]`), one GEMM per transform point
 //! `M[p] = U[p] (K x C) x V[p] (C x slots)` (16 of them), and the output transform
 //! (`Y = A^T M A`) with the bias and the fused activation. Large planes run one block per task
@@ -25,20 +26,22 @@ use rayon::prelude::*;
 use std::ops::Range;
 
 /// Transform points per tile (4x4).
-const POINTS: usize = 16;
+pub(in crate::conv) const POINTS: usize = 16;
 
 /// Scratch floats per block of tile rows (V and M together, 4 MiB): bounds memory on large
 /// images while keeping the 16 GEMMs wide enough.
 const BLOCK_FLOATS: usize = 1 << 20;
 
 /// Smallest input and output channel counts, and output pixels per image, where Winograd was
-/// measured faster than im2col + GEMM inside models (docs/bench.md, "Winograd"). Below 20x20
-/// the per-call weight transform (16 floats per (oc, c) written, then read by the GEMMs) is
-/// not amortised over enough tiles: 14x14 planes measured 0.95-1.03x inside inception_v2
-/// (1.0-1.2x in a loop over one layer, its weights in cache), 7x7 0.5x; 16 and 32 channels
-/// lose on every plane (GEMMs too thin).
+/// measured faster than im2col + GEMM inside models (docs/bench.md, "Winograd" and "Winograd
+/// weights kept"). With W transformed on every call, planes below 20x20 do not amortise the
+/// transform (16 floats per (oc, c) written, then read by the GEMMs): 14x14 measured 0.95-1.03x
+/// inside inception_v2, 7x7 0.5x. With W kept (a model constant), 14x14 planes measured
+/// 1.42-1.79x inside resnet50 and inception_v2 and 10x10 1.45x in a loop; 7x7 0.98-1.06x stays
+/// on im2col. 16 and 32 channels lose on small planes (GEMMs too thin).
 const MIN_CHANNELS: usize = 64;
 const MIN_PIXELS: usize = 400;
+const MIN_PIXELS_KEPT: usize = 100;
 
 /// Whether `TANDEM_CONV_WINOGRAD=0` turned Winograd off (read once).
 pub(in crate::conv) fn enabled() -> bool {
@@ -53,21 +56,15 @@ pub(in crate::conv) fn supports(g: &Geom2) -> bool {
 }
 
 /// Whether `conv_cpu` takes the Winograd path: supported, enabled, and channels and plane
-/// large enough to be measured faster than im2col + GEMM.
-pub(in crate::conv) fn applies(g: &Geom2) -> bool {
+/// large enough to be measured faster than im2col + GEMM, with W transformed per call or
+/// `kept` ([`Conv::with_constant_weight`](crate::conv::Conv::with_constant_weight)).
+pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
+    let min_pixels = if kept { MIN_PIXELS_KEPT } else { MIN_PIXELS };
     supports(g)
         && g.c >= MIN_CHANNELS
         && g.m >= MIN_CHANNELS
-        && g.oh * g.ow >= MIN_PIXELS
+        && g.oh * g.ow >= min_pixels
         && enabled()
-}
-
-impl Geom2 {
-    /// Whether the CPU kernel computes this convolution by Winograd ([`applies`]): the cost
-    /// model (`tandem::costs::kernel_variant`) gives these their own entry.
-    pub fn takes_winograd(&self) -> bool {
-        applies(self)
-    }
 }
 
 /// Tile-grid numbers shared by the transforms.
@@ -116,6 +113,7 @@ pub(in crate::conv) fn winograd_path(
     g: &Geom2,
     x: &[f32],
     (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
+    kept: Option<&[f32]>,
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -154,7 +152,10 @@ pub(in crate::conv) fn winograd_path(
     let oc_lo = blocks.iter().map(|k| k.1.start).min().unwrap_or(0);
     let oc_hi = blocks.iter().map(|k| k.1.end).max().unwrap_or(0);
     let optr = OutPtr(out.as_mut_ptr(), out.len());
-    let ulen = (oc_hi - oc_lo) * POINTS * g.c;
+    let ulen = match kept {
+        Some(_) => 0,
+        None => (oc_hi - oc_lo) * POINTS * g.c,
+    };
     let many = blocks.len() >= 2 * threads || threads == 1;
     let tb_max = blocks.iter().map(|k| t.slots(k.2.len())).max().unwrap_or(0);
     let (vshared, mshared) = if many {
@@ -163,10 +164,15 @@ pub(in crate::conv) fn winograd_path(
         (g.c * POINTS * tb_max, (oc_hi - oc_lo) * POINTS * tb_max)
     };
     with_scratch(ulen + vshared + mshared, |buf| {
-        let (u, rest) = buf.split_at_mut(ulen);
+        let (own, rest) = buf.split_at_mut(ulen);
         let (vbuf, mbuf) = rest.split_at_mut(vshared);
-        transform_weights(w, g.c, oc_lo..oc_hi, u);
-        let u = &*u;
+        let u: &[f32] = match kept {
+            Some(all) => &all[oc_lo * POINTS * g.c..oc_hi * POINTS * g.c],
+            None => {
+                transform_weights(w, g.c, oc_lo..oc_hi, own);
+                own
+            }
+        };
         let xn = |n: usize| &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
         // Output transform of channels `oc` of block `(n, tys, wr)` from their `mm`.
         let outputs = |(n, oc, tys, wr): (usize, Range<usize>, &Range<usize>, &Range<usize>),

@@ -89,7 +89,7 @@ pub fn cost_key<'a>(op: &'a str, variant: &str) -> Cow<'a, str> {
 /// The kernel path an op takes for these shapes and attributes, where one op type runs kernels
 /// whose time per flop differs a lot, so that they get separate cost entries: Conv is
 /// `depthwise`, `grouped`, `1x1`, `winograd` (a 3x3 stride-1 convolution the CPU computes by
-/// Winograd F(2x2, 3x3), `Geom2::takes_winograd`, about 1.5x faster per flop than im2col) or
+/// Winograd F(2x2, 3x3), `Conv::cpu_takes_winograd`, about 1.5x faster per flop than im2col) or
 /// `kxk` (every other dense kernel); MatMul and Gemm with a single output row are `gemv`
 /// (bandwidth-bound, and a tiled GPU kernel computes a whole tile of rows for it); Gemm with a
 /// transposed B and few rows is `dot` (the CPU's dot-product tiles, 5-10x faster per flop than
@@ -134,7 +134,8 @@ fn takes_winograd(op: &dyn Op, ins: &[&TensorMeta]) -> bool {
         return false;
     };
     let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
-    conv.geom(&shapes).is_ok_and(|(g, _)| g.takes_winograd())
+    conv.geom(&shapes)
+        .is_ok_and(|(g, _)| conv.cpu_takes_winograd(&g))
 }
 
 /// Whether `op` is a Gemm (transA=0, transB=1) whose `m x n` output the CPU computes as
@@ -179,13 +180,23 @@ mod tests {
     use super::*;
     use tandem_ops::{registry, AttrValue, Attrs};
 
-    /// The variant of a 3x3 Conv (pads 1) over `[1, c, hw, hw]` into `m` channels.
-    fn conv_variant(c: usize, m: usize, hw: usize, stride: i64) -> &'static str {
+    /// The variant of a 3x3 Conv (pads 1) over `[1, c, hw, hw]` into `m` channels, its W a
+    /// model constant when `kept`.
+    fn conv_variant(c: usize, m: usize, hw: usize, stride: i64, kept: bool) -> &'static str {
         let attrs = Attrs::new(13)
             .with("kernel_shape", AttrValue::Ints(vec![3, 3]))
             .with("pads", AttrValue::Ints(vec![1, 1, 1, 1]))
             .with("strides", AttrValue::Ints(vec![stride, stride]));
-        let op = registry::build("Conv", &attrs).unwrap();
+        let mut op = registry::build("Conv", &attrs).unwrap();
+        if kept {
+            op = Box::new(
+                op.as_any()
+                    .unwrap()
+                    .downcast_ref::<Conv>()
+                    .unwrap()
+                    .with_constant_weight(),
+            );
+        }
         let x = TensorMeta::new(DType::F32, vec![1, c, hw, hw]);
         let w = TensorMeta::new(DType::F32, vec![m, c, 3, 3]);
         let outs = op.infer(&[&x, &w]).unwrap();
@@ -195,15 +206,30 @@ mod tests {
     #[test]
     fn winograd_eligible_convs_get_their_own_variant() {
         // conv_winograd.rs takes 3x3 stride-1 group-1 convs with C, M >= 64 and >= 400
-        // output pixels; TANDEM_CONV_WINOGRAD=0 turns it off (then they are im2col's).
+        // output pixels, or >= 100 where W is a constant the op keeps the transform of;
+        // TANDEM_CONV_WINOGRAD=0 turns it off (then they are im2col's).
         let on = std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
+        let winograd = if on { "winograd" } else { "kxk" };
+        for kept in [false, true] {
+            assert_eq!(conv_variant(64, 64, 32, 1, kept), winograd, "kept {kept}");
+            assert_eq!(conv_variant(64, 64, 32, 2, kept), "kxk", "stride 2");
+            assert_eq!(
+                conv_variant(32, 64, 32, 1, kept),
+                "kxk",
+                "too few input channels"
+            );
+            assert_eq!(conv_variant(64, 64, 8, 1, kept), "kxk", "64 output pixels");
+        }
         assert_eq!(
-            conv_variant(64, 64, 32, 1),
-            if on { "winograd" } else { "kxk" }
+            conv_variant(64, 64, 16, 1, false),
+            "kxk",
+            "256 pixels, W per call"
         );
-        assert_eq!(conv_variant(64, 64, 32, 2), "kxk", "stride 2");
-        assert_eq!(conv_variant(32, 64, 32, 1), "kxk", "too few input channels");
-        assert_eq!(conv_variant(64, 64, 16, 1), "kxk", "256 output pixels");
+        assert_eq!(
+            conv_variant(64, 64, 16, 1, true),
+            winograd,
+            "256 pixels, W kept"
+        );
         // The GPU has one kernel for both.
         assert_eq!(device_variant("winograd", Device::Gpu), "kxk");
         assert_eq!(device_variant("winograd", Device::Cpu), "winograd");

@@ -1,21 +1,54 @@
-//! Weight layout: a load-time rewrite that stores each constant transposed Gemm weight
-//! (`B` of shape `[N, K]`, transB=1) with padded rows, where `tandem_ops::gemm_op`'s rule says
-//! the unpadded row stride makes the `gemm` crate's packing (and the GPU kernel's reads) fall
-//! into few cache sets (`Gemm::with_padded_weight`; 2.2x on a 128 x 1024 x 1024 product).
+//! Weight layout: load-time rewrites of how constant weights are stored.
+//! - Each constant transposed Gemm weight (`B` of shape `[N, K]`, transB=1) gets padded rows,
+//!   where `tandem_ops::gemm_op`'s rule says the unpadded row stride makes the `gemm` crate's
+//!   packing (and the GPU kernel's reads) fall into few cache sets
+//!   (`Gemm::with_padded_weight`; 2.2x on a 128 x 1024 x 1024 product).
+//! - Each Conv whose W is a constant is told so (`Conv::with_constant_weight`): where the CPU
+//!   computes it by Winograd, it transforms W on the first call and keeps the result, instead
+//!   of transforming it on every call.
 //!
 //! Sits between the importer and fusion (which build the [`Graph`]) and the planner: a
-//! [`crate::Session`] runs it once at load time. The calibration suite pads its Gemm
-//! benchmarks' weights by the same rule, so the cost model measures the layout models run.
+//! [`crate::Session`] runs [`store_weights`] once at load time. The calibration suite stores
+//! its Gemm and Conv benchmarks' weights by the same rules, so the cost model measures the
+//! layout models run.
 //!
 //! Rules: only a weight that is a constant, not a graph input (which a caller may feed) nor a
-//! graph output, and read by this one node is padded. The product's row count is what the
-//! declared input shapes give, where they fix it (a batch-1 classifier head stays as it is:
-//! its one row streams the weight, and copying it at load would cost cold start for nothing).
+//! graph output, is rewritten; a padded Gemm weight is also read by this one node only. The
+//! product's row count is what the declared input shapes give, where they fix it (a batch-1
+//! classifier head stays as it is: its one row streams the weight, and copying it at load
+//! would cost cold start for nothing).
 
 use crate::graph::{Dim, Graph};
 use std::sync::Arc;
+use tandem_ops::conv::Conv;
 use tandem_ops::gemm_op::Gemm;
 use tandem_ops::TensorMeta;
+
+/// Both rewrites ([`pad_gemm_weights`], [`keep_conv_transforms`]).
+pub fn store_weights(graph: &mut Graph) {
+    pad_gemm_weights(graph);
+    keep_conv_transforms(graph);
+}
+
+/// Marks each Conv whose W is a model constant (not a graph input): the op then keeps the
+/// transforms its CPU kernel makes of W. Returns the names of the marked nodes.
+pub fn keep_conv_transforms(graph: &mut Graph) -> Vec<String> {
+    let mut marked = Vec::new();
+    for node in &mut graph.nodes {
+        let Some(conv) = node.op.as_any().and_then(|a| a.downcast_ref::<Conv>()) else {
+            continue;
+        };
+        let Some(Some(w)) = node.inputs.get(1) else {
+            continue;
+        };
+        if graph.values[*w].constant.is_none() || graph.inputs.contains(w) {
+            continue;
+        }
+        node.op = Box::new(conv.with_constant_weight());
+        marked.push(node.name.clone());
+    }
+    marked
+}
 
 /// Pads the weights the rule selects; returns the names of the Gemm nodes that now read a
 /// padded weight.
@@ -116,31 +149,50 @@ mod tests {
         }
     }
 
-    /// `Y = X W^T` with X `[rows, 512]` (rows fixed, or symbolic) and a constant W `[8, 512]`,
-    /// W also a graph input when `feedable`.
-    fn linear(rows: Dim, feedable: bool) -> Graph {
-        let attrs = Attrs::new(13).with("transB", AttrValue::Int(1));
-        let w = Tensor::f32(&[8, 512], (0..8 * 512).map(|i| i as f32).collect());
+    /// One node `name` of `op_type`: `Y = op(X, W)` with X of dims `x` and a constant W, W also a
+    /// graph input when `feedable`.
+    fn one_node(
+        name: &str,
+        op_type: &str,
+        attrs: Attrs,
+        x: Vec<Dim>,
+        w: Tensor,
+        feedable: bool,
+    ) -> Graph {
         let mut g = Graph {
             values: vec![
-                value("X", Some(vec![rows, Dim::Fixed(512)]), None),
+                value("X", Some(x), None),
                 value("W", None, Some(w)),
                 value("Y", None, None),
             ],
             ..Default::default()
         };
         g.nodes.push(Node {
-            name: "fc".into(),
-            op_type: "Gemm".into(),
+            name: name.into(),
+            op_type: op_type.into(),
             domain: String::new(),
             opset: 13,
             inputs: vec![Some(0), Some(1)],
             outputs: vec![2],
-            op: registry::build("Gemm", &attrs).unwrap(),
+            op: registry::build(op_type, &attrs).unwrap(),
         });
         g.inputs = if feedable { vec![0, 1] } else { vec![0] };
         g.outputs = vec![2];
         g
+    }
+
+    /// `Y = X W^T` with X `[rows, 512]` (rows fixed, or symbolic) and W `[8, 512]`.
+    fn linear(rows: Dim, feedable: bool) -> Graph {
+        let attrs = Attrs::new(13).with("transB", AttrValue::Int(1));
+        let w = Tensor::f32(&[8, 512], (0..8 * 512).map(|i| i as f32).collect());
+        one_node(
+            "fc",
+            "Gemm",
+            attrs,
+            vec![rows, Dim::Fixed(512)],
+            w,
+            feedable,
+        )
     }
 
     #[test]
@@ -168,6 +220,26 @@ mod tests {
                 .iter()
                 .enumerate()
                 .all(|(i, &x)| x == (3 * 512 + i) as f32));
+        }
+    }
+
+    /// `Y = Conv(X, W)` with X `[1, 64, 20, 20]` and W `[64, 64, 3, 3]`.
+    fn conv(feedable: bool) -> Graph {
+        let attrs = Attrs::new(13).with("pads", AttrValue::Ints(vec![1; 4]));
+        let w = Tensor::f32(&[64, 64, 3, 3], vec![0.5; 64 * 64 * 9]);
+        let x = vec![1, 64, 20, 20].into_iter().map(Dim::Fixed).collect();
+        one_node("conv", "Conv", attrs, x, w, feedable)
+    }
+
+    #[test]
+    fn convs_keep_transforms_of_constant_weights_only() {
+        for feedable in [false, true] {
+            let mut g = conv(feedable);
+            let names = keep_conv_transforms(&mut g);
+            let op = g.nodes[0].op.as_any().unwrap().downcast_ref::<Conv>();
+            let keeps = op.unwrap().constant_weight.is_some();
+            assert_eq!(names == ["conv"], !feedable, "feedable {feedable}");
+            assert_eq!(keeps, !feedable, "feedable {feedable}");
         }
     }
 }

@@ -212,7 +212,7 @@ impl Session {
             true => crate::fuse::fuse(&mut graph).fused.into_iter().collect(),
             false => HashMap::new(),
         };
-        crate::layout::pad_gemm_weights(&mut graph);
+        crate::layout::store_weights(&mut graph);
         let wants_gpu = options.placement == Placement::Gpu
             || options.overrides.iter().any(|(_, d)| *d == Device::Gpu);
         let mut gpu_missing = None;

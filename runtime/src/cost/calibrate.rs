@@ -16,6 +16,7 @@ use crate::gpu::{Gpu, GpuTensor};
 use crate::plan::Device;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+use tandem_ops::conv::Conv;
 use tandem_ops::gemm_op::Gemm;
 use tandem_ops::shape::row_count;
 use tandem_ops::{registry, DType, Op, Tensor, TensorMeta};
@@ -199,12 +200,16 @@ struct Prepared {
 fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, String> {
     let mut op = registry::build(b.op, &b.attrs).map_err(|e| format!("{}: {e}", b.op))?;
     let mut ins = make(inputs, rng);
-    // A constant transposed weight is stored as a session stores it (`crate::layout`).
+    // A constant transposed Gemm weight is stored as a session stores it (`crate::layout`).
     let padded = (op.as_any().and_then(|a| a.downcast_ref::<Gemm>()))
         .and_then(|g| g.with_padded_weight(Some(&ins[0].shape), &ins[1]));
     if let Some((gemm, weight)) = padded {
         op = Box::new(gemm);
         ins[1] = weight;
+    }
+    // So is a constant Conv weight: Winograd keeps its transform.
+    if let Some(conv) = op.as_any().and_then(|a| a.downcast_ref::<Conv>()) {
+        op = Box::new(conv.with_constant_weight());
     }
     let metas: Vec<TensorMeta> = ins
         .iter()

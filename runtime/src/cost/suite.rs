@@ -155,38 +155,41 @@ pub(crate) fn suite() -> Vec<Bench> {
             .with("pads", ints(&[p, p, p, p]))
             .with("group", AttrValue::Int(group))
     };
-    // (C, M, H = W). 3x3 stride 1 with C, M >= 64 and >= 400 output pixels is Winograd on
-    // the CPU (`Conv/winograd`; the GPU runs both lists through one kernel), fewer channels or
-    // pixels im2col + GEMM (`Conv/kxk`).
+    // (C, M, H = W). 3x3 stride 1 with C, M >= 64 and >= 100 output pixels is Winograd on
+    // the CPU (`Conv/winograd`, its W kept as a session keeps it; the GPU runs both lists
+    // through one kernel), fewer channels or pixels im2col + GEMM (`Conv/kxk`).
     let kxk = [
         (8, 16, 16),
         (16, 32, 16),
         (16, 32, 32),
         (32, 64, 16),
+        (64, 128, 8),
+        (128, 256, 7),
         (32, 64, 32),
         (16, 32, 64),
-        (64, 128, 16),
+        (256, 256, 7),
         (32, 64, 64),
-        (128, 256, 16),
         (48, 96, 56),
-        (128, 256, 14),
         (32, 64, 96),
     ];
     let winograd = [
         (64, 64, 20),
+        (64, 128, 16),
         (64, 64, 24),
         (64, 64, 28),
         (64, 128, 20),
         (64, 64, 32),
         (96, 96, 24),
+        (128, 256, 14),
         (64, 128, 28),
         (128, 128, 20),
+        (128, 256, 16),
         (64, 64, 48),
         (128, 128, 28),
         (64, 64, 56),
         (128, 128, 32),
     ];
-    for list in [kxk, winograd] {
+    for list in [&kxk[..], &winograd[..]] {
         v.push(Bench {
             op: "Conv",
             attrs: conv_attrs(3, 1),
