@@ -296,6 +296,12 @@ impl KernelClock {
     }
 }
 
+/// Seconds of kernel calls per CPU sample (see [`measure_cpu`]). At 20 us, a 3 us Relu timed
+/// right after a lavapipe measurement read 4.3-6.9 us against 2.9-3.1 us when timed after
+/// itself; at 200 us both read 2.9-3.1 us (the thread clock is a 0.6-0.8 us system call here,
+/// and the kernel needs more calls than 40 short samples give to reach its steady speed).
+const INNER_SAMPLE: f64 = 200e-6;
+
 /// Least CPU time of all rows of `p` over repetitions on the current rayon pool (two untimed
 /// warm-ups). The least, not the median: even the thread's own CPU time grows when other
 /// processes share the caches, the memory bus or (in a VM) the host core, so, as on the GPU,
@@ -309,8 +315,8 @@ fn measure_cpu(p: &Prepared) -> Result<f64, String> {
         .iter()
         .map(|m| Tensor::zeros(m.dtype, &m.shape))
         .collect();
-    // Kernels under 20 us are timed `inner` calls at a time, so that the clock's own cost and
-    // resolution do not become part of the sample.
+    // Kernels under `INNER_SAMPLE` are timed `inner` calls at a time, so that the clock's own
+    // cost and resolution and the kernel's warm-up do not become part of the sample.
     let clock = KernelClock::for_current_pool();
     let mut run = |inner: usize| -> Result<f64, String> {
         let t = clock.now();
@@ -321,7 +327,7 @@ fn measure_cpu(p: &Prepared) -> Result<f64, String> {
         Ok((clock.now() - t) / inner as f64)
     };
     let first = run(1)?;
-    let inner = ((20e-6 / first.max(1e-8)).ceil() as usize).clamp(1, 64);
+    let inner = ((INNER_SAMPLE / first.max(1e-8)).ceil() as usize).clamp(1, 1024);
     let mut run = || run(inner);
     let first = run()?;
     let n = reps_for(first * inner as f64);
@@ -479,7 +485,8 @@ fn held_out(tier: usize) -> bool {
 /// time) during one pass does not become the model's truth. Later passes only repeat points
 /// the first pass measured, while the budget lasts. The CPU gets more passes than the GPU:
 /// lavapipe's times repeat within a few percent across passes (and cost most of the
-/// budget), the CPU's small kernels are the ones load moves by more than 10%.
+/// budget), the CPU's small kernels are the ones load moves by more than 10%. So the GPU
+/// leaves the CPU's later passes the time its first pass took (see `measure_suite`).
 fn passes(device: Device) -> usize {
     match device {
         Device::Cpu => 5,
@@ -527,6 +534,8 @@ fn measure_suite(
     let mut times: BTreeMap<(usize, usize, u8), Vec<f64>> = BTreeMap::new();
     let mut points: HashMap<(usize, usize), PointInfo> = HashMap::new();
     let mut done = 0;
+    // Seconds the CPU's first pass took so far.
+    let mut cpu_first_pass = 0.0;
     'passes: for pass in 0..PASSES {
         for tier in 0..tiers {
             for (bi, b) in benches.iter().enumerate() {
@@ -547,7 +556,15 @@ fn measure_suite(
                     if elapsed >= opts.budget {
                         break 'passes;
                     }
-                    let remaining = (opts.budget - elapsed).as_secs_f64();
+                    // The GPU leaves the CPU's later passes their time (a slow GPU such as
+                    // lavapipe would otherwise spend the whole budget on its first pass).
+                    let reserve = match device {
+                        Device::Gpu if devices.contains(&Device::Cpu) => {
+                            cpu_first_pass * passes(Device::Cpu).saturating_sub(pass + 1) as f64
+                        }
+                        _ => 0.0,
+                    };
+                    let remaining = (opts.budget - elapsed).as_secs_f64() - reserve;
                     if pass >= passes(device) || (device == Device::Gpu && gpu_error.is_some()) {
                         continue;
                     }
@@ -568,6 +585,7 @@ fn measure_suite(
                             _ => continue,
                         }
                     }
+                    let began = Instant::now();
                     let measured = match device {
                         Device::Cpu => measure_cpu(&prepared),
                         Device::Gpu => {
@@ -575,6 +593,9 @@ fn measure_suite(
                         }
                     };
                     done += 1;
+                    if device == Device::Cpu && pass == 0 {
+                        cpu_first_pass += began.elapsed().as_secs_f64();
+                    }
                     match measured {
                         Ok(seconds) if seconds > 0.0 => {
                             if pass == 0 {

@@ -22,7 +22,8 @@ use tandem_ops::DType;
 /// the least of their repetitions, not the median; samples carry their output rows.
 /// 5: `Gemm/dot` CPU entries (transposed-B products of 2..64 rows, left in `Gemm`).
 /// 6: Gemm weights stored with padded rows (`tandem::layout`); `Gemm/dot` up to 31 rows then.
-pub const PROFILE_VERSION: u32 = 6;
+/// 7: CPU samples time at least 200 us of calls (short ones read up to 2x slow after GPU work).
+pub const PROFILE_VERSION: u32 = 7;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
 pub const PROFILE_ENV: &str = "TANDEM_PROFILE";
