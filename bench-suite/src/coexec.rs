@@ -379,18 +379,34 @@ fn time_session(
     Ok(median(measure(rule, || s.run(inputs).map(|_| ()), |_| {})?))
 }
 
-/// The orders of (CPU-only A, CPU-only B, auto A, auto B) that rounds of part (b) cycle
-/// through: each session takes each position twice, and alternates with the other placement.
-const ORDERS: [[usize; 4]; 8] = [
-    [0, 2, 1, 3],
-    [3, 0, 2, 1],
-    [1, 3, 0, 2],
-    [2, 1, 3, 0],
-    [3, 1, 2, 0],
-    [0, 3, 1, 2],
-    [2, 0, 3, 1],
-    [1, 2, 0, 3],
-];
+/// Sessions per placement in part (b): a session's own state (memory layout, its pool thread)
+/// shifts its times by a few percent for as long as it lives, so each placement's time pools
+/// several.
+const SESSIONS: usize = 4;
+
+/// The order of round `round` over the CPU-only sessions `0..SESSIONS` and the auto sessions
+/// `SESSIONS..2 * SESSIONS`: the placements alternate, the leading placement flips every round
+/// and the sessions move one position every two rounds, so that over `2 * SESSIONS` rounds
+/// every session runs in every position once, and load from other processes and cache state
+/// left by the previous run fall on all sessions alike.
+fn round_order(round: usize) -> Vec<usize> {
+    let mut order = Vec::with_capacity(2 * SESSIONS);
+    for j in 0..SESSIONS {
+        let k = (j + round / 2) % SESSIONS;
+        if round.is_multiple_of(2) {
+            order.extend([k, SESSIONS + k]);
+        } else {
+            order.extend([SESSIONS + k, k]);
+        }
+    }
+    order
+}
+
+/// The geometric mean of session medians (a pooled median of sessions whose times sit apart
+/// lands unstably between them).
+fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
 
 /// (b) auto vs the best single device, per model of the manifest.
 fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json::Value> {
@@ -400,8 +416,9 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
     )?;
     println!(
         "\n(b) models: median ms, CPU 1 thread, lavapipe 1 thread; cpu and auto: geometric mean \
-         of two sessions' medians; A/A = session B / session A of one placement, timed in the \
-         same rounds (its distance from 1 is the noise floor)"
+         of {SESSIONS} sessions' medians; A/A = that of the second half of one placement's \
+         sessions / the first half's, timed in the same rounds (its distance from 1 is the noise \
+         floor)"
     );
     println!(
         "{:<22} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>6}",
@@ -440,33 +457,31 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
             max_secs: a.gpu_cap_s,
         };
         let gpu_ms = time_session(&session(Placement::Gpu)?, &named, 1, &slow)?;
-        // Two CPU-only sessions and two auto sessions run in rounds, each round in another of 8
-        // orders, so that load from other processes and cache state left by the previous run
-        // fall on all four alike. Two of each, because a session's own state (memory layout,
-        // its pool thread) shifts its times (measured here under load: two CPU-only sessions of
-        // one model up to 25% apart over 100 rounds): A/A = B/A is that noise floor, and
-        // pooling two sessions per placement averages it out. Auto's first LEARN_FIRST runs refine the cost model on every run (and
-        // may re-plan); steady state, which is timed, is what a user sees after them: learning
-        // 1 run in LEARN_EVERY, and any re-plan the misses still cause.
-        let sessions = [
-            session(Placement::Cpu)?,
-            session(Placement::Cpu)?,
-            session(Placement::Auto)?,
-            session(Placement::Auto)?,
-        ];
-        for s in &sessions[..2] {
+        // SESSIONS CPU-only and SESSIONS auto sessions run in rounds ([`round_order`]). A/A =
+        // the geometric mean of the second half of one placement's sessions over the first
+        // half's: the noise floor of comparing two such pools. Auto's first LEARN_FIRST runs
+        // refine the cost model on every run (and may re-plan); steady state, which is timed,
+        // is what a user sees after them: learning 1 run in LEARN_EVERY, and any re-plan the
+        // misses still cause.
+        let mut sessions = Vec::with_capacity(2 * SESSIONS);
+        for p in [Placement::Cpu, Placement::Auto] {
+            for _ in 0..SESSIONS {
+                sessions.push(session(p)?);
+            }
+        }
+        for s in &sessions[..SESSIONS] {
             s.run(&named)?;
         }
-        for s in &sessions[2..] {
+        for s in &sessions[SESSIONS..] {
             for _ in 0..tandem::session::LEARN_FIRST {
                 s.run(&named)?;
             }
         }
-        let mut ms: [Vec<f64>; 4] = Default::default();
+        let mut ms: Vec<Vec<f64>> = vec![Vec::new(); 2 * SESSIONS];
         let start = Instant::now();
         let mut round = 0;
-        while round < 8 || (start.elapsed().as_secs_f64() < 4.0 && round < 200) {
-            for &i in &ORDERS[round % ORDERS.len()] {
+        while round < 8 || (start.elapsed().as_secs_f64() < 6.0 && round < 200) {
+            for i in round_order(round) {
                 let t = Instant::now();
                 sessions[i].run(&named)?;
                 ms[i].push(t.elapsed().as_secs_f64() * 1e3);
@@ -476,16 +491,17 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
                 break;
             }
         }
-        // A placement's time: the geometric mean of its two sessions' medians (a pooled median
-        // of two sessions whose times sit apart lands unstably between them).
-        let [cpu_a, cpu_b, auto_a, auto_b] = ms.map(median);
-        let (aa, auto_aa) = (cpu_b / cpu_a, auto_b / auto_a);
-        let cpu = (cpu_a * cpu_b).sqrt();
-        let auto = (auto_a * auto_b).sqrt();
+        let medians: Vec<f64> = ms.into_iter().map(median).collect();
+        let (cpu_ms, auto_ms) = medians.split_at(SESSIONS);
+        let half = SESSIONS / 2;
+        let a_a = |m: &[f64]| geomean(&m[half..]) / geomean(&m[..half]);
+        let (aa, auto_aa) = (a_a(cpu_ms), a_a(auto_ms));
+        let cpu = geomean(cpu_ms);
+        let auto = geomean(auto_ms);
         let ratio = auto / cpu.min(gpu_ms);
         worst = worst.max(ratio);
         worst_aa = worst_aa.max((aa - 1.0).abs());
-        let auto_session = &sessions[3];
+        let auto_session = &sessions[2 * SESSIONS - 1];
         // Where auto put the nodes in its last run.
         let (_, r) = auto_session.run_with_report(&named)?;
         let split = (r.nodes.iter())
@@ -505,15 +521,15 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
         }
         rows_json.push(
             json!({"model": name, "cpu_ms": cpu, "gpu_ms": gpu_ms, "auto_ms": auto,
-            "auto_over_best": ratio, "session_medians_ms": [cpu_a, cpu_b, auto_a, auto_b],
-            "cpu_b_over_cpu_a": aa, "auto_b_over_auto_a": auto_aa,
+            "auto_over_best": ratio, "session_medians_ms": medians,
+            "cpu_a_a": aa, "auto_a_a": auto_aa,
             "rounds": round,
             "auto_nodes": placed}),
         );
     }
     println!(
         "(b) worst auto/min(cpu, gpu): {worst:.3} (target <= 1.02); noise floor: worst \
-         |A/A - 1| = {worst_aa:.3} (two CPU-only sessions measured alike)"
+         |A/A - 1| = {worst_aa:.3} (CPU-only sessions measured alike)"
     );
     Ok(json!({"rows": rows_json, "worst_auto_over_best": worst,
               "worst_aa_deviation": worst_aa}))
@@ -641,4 +657,29 @@ fn overhead() -> Result<serde_json::Value> {
         json!({"nodes": CHAIN, "run_ms": run_ms, "kernels_ms": loop_ms,
         "overhead_us_per_node": per_node_us}),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_alternate_placements_and_move_every_session() {
+        let mut seen = std::collections::BTreeSet::new();
+        for round in 0..2 * SESSIONS {
+            let order = round_order(round);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..2 * SESSIONS).collect::<Vec<_>>(), "{order:?}");
+            for pair in order.windows(2) {
+                let cpu = |i: usize| i < SESSIONS;
+                assert_ne!(cpu(pair[0]), cpu(pair[1]), "round {round}: {order:?}");
+            }
+            for (position, &session) in order.iter().enumerate() {
+                seen.insert((session, position));
+            }
+        }
+        // Over 2 * SESSIONS rounds, every session runs in every position.
+        assert_eq!(seen.len(), 4 * SESSIONS * SESSIONS);
+    }
 }
