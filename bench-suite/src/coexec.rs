@@ -480,7 +480,7 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
         let mut ms: Vec<Vec<f64>> = vec![Vec::new(); 2 * SESSIONS];
         let start = Instant::now();
         let mut round = 0;
-        while round < 8 || (start.elapsed().as_secs_f64() < 6.0 && round < 200) {
+        while round < 8 || (start.elapsed().as_secs_f64() < 6.0 && round < 5000) {
             for i in round_order(round) {
                 let t = Instant::now();
                 sessions[i].run(&named)?;
