@@ -12,7 +12,7 @@
 //!
 //! CPU paths (`conv_cpu.rs`): `cg == 1` (depthwise and single-input-channel convs) is direct
 //! (GEMM with K = kh*kw is wasteful): undilated ones a plane at a time, one long multiply-add
-//! per tap over zero-padded phase planes (`conv_planes.rs`), dilated ones a loop over output
+//! per tap over zero-padded phase planes (`conv_planes.rs`, `phase_planes.rs`), dilated ones a loop over output
 //! lines; 3x3 stride-1 convs with enough channels and pixels take Winograd F(2x2, 3x3)
 //! (`conv_winograd.rs`); everything else is a GEMM per (image, group) on pixel chunks:
 //! `out[oc, p] = W[oc, (c,kh,kw)] x col[(c,kh,kw), p]`, with `col` built by im2col for the

@@ -14,6 +14,7 @@
 
 use super::*;
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
+use crate::phase_planes::strided_copy;
 use rayon::prelude::*;
 
 #[path = "conv_winograd.rs"]
@@ -197,29 +198,6 @@ pub(super) fn im2col_channel(g: &Geom2, xplane: &[f32], p0: usize, p1: usize, ro
                     strided_copy(dst, src, g.sw);
                 }
             }
-        }
-    }
-}
-
-/// `dst[i] = src[i * s]`; `src` holds at least `(dst.len() - 1) * s + 1` elements.
-fn strided_copy(dst: &mut [f32], src: &[f32], s: usize) {
-    let n = dst.len();
-    if s == 2 && n > 1 {
-        // All but the last element as a vectorised deinterleave (reads 2 per output).
-        deinterleave(&mut dst[..n - 1], &src[..2 * (n - 1)]);
-        dst[n - 1] = src[2 * (n - 1)];
-        return;
-    }
-    for (v, xv) in dst.iter_mut().zip(src.iter().step_by(s)) {
-        *v = *xv;
-    }
-}
-
-crate::simd::kernel! {
-    /// `dst[i] = src[2 * i]` (`src.len() == 2 * dst.len()`), on the widest vectors the CPU has.
-    fn deinterleave(dst: &mut [f32], src: &[f32]) {
-        for (v, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
-            *v = pair[0];
         }
     }
 }

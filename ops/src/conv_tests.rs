@@ -243,6 +243,9 @@ fn fast_paths_match_definition() {
         // reads (a stride of 2^31 once asked for 2^31 phase planes).
         ([1, 6, 17, 19], 6, [3, 2], 6, [4, 5], [1, 1], [1, 0, 1, 2]),
         ([2, 5, 13, 1], 5, [3, 1], 5, [7, 3], [1, 1], [2, 0, 2, 0]),
+        // Depthwise 5x5 (its taps summed in registers, like 3x3), strided and not.
+        ([1, 8, 20, 19], 8, [5, 5], 8, [2, 2], [1, 1], [2, 2, 2, 2]),
+        ([2, 3, 9, 11], 3, [5, 5], 3, [1, 1], [1, 1], [1, 2, 3, 0]),
         // Stride 1, output rows as long as input rows: the shifted-copy im2col, with pixel
         // chunks that start mid-row and asymmetric pads.
         ([1, 24, 37, 29], 20, [5, 5], 1, [1, 1], [1, 1], [2, 2, 2, 2]),

@@ -25,6 +25,7 @@ pub mod norm;
 pub mod norm_channel;
 mod op;
 pub mod pad;
+mod phase_planes;
 pub mod pool;
 pub mod reduce;
 pub mod registry;

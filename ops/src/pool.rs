@@ -7,7 +7,8 @@
 //! begin padding), or `auto_pad` SAME_UPPER / SAME_LOWER / VALID. Every output element is
 //! independent; rows are cut on output axis `rank - 2` (the output row for 2-D pooling).
 
-use crate::reduce::{global_pool, ReduceKind};
+use crate::phase_planes::max_nan;
+use crate::reduce::{fold_runs_f32, global_pool, ReduceKind};
 use crate::shape::{self, grid_1d};
 use crate::{Attrs, DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
@@ -313,6 +314,14 @@ impl Pool {
             .clamp(1, 4096);
         let plane = g.outd[0] * g.outd[1] * g.outd[2];
         match indices {
+            None if g.whole_plane() => {
+                let kind = if self.max {
+                    ReduceKind::Max
+                } else {
+                    ReduceKind::Mean
+                };
+                fold_runs_f32(kind, x, g.ind.iter().product(), y, start)
+            }
             None if self.plane_fits(g) => self.pool_planes_f32(x, g, y, start / g.outd[2].max(1)),
             None => self.pool_rows_f32(x, g, y, start),
             Some(idx) => y
@@ -474,6 +483,17 @@ struct Scratch {
     counts: Vec<f32>,
 }
 
+impl Geo {
+    /// Whether the window is the whole input plane, once (no pads, no dilation): a global
+    /// pool.
+    fn whole_plane(&self) -> bool {
+        (0..3).all(|a| {
+            self.k[a] == self.ind[a]
+                && (self.d[a], self.pb[a], self.pe[a], self.outd[a]) == (1, 0, 0, 1)
+        })
+    }
+}
+
 /// Outputs along the last axis whose window lies wholly inside the input:
 /// `o * s >= pb` and `o * s - pb + (k - 1) * d < in`.
 fn interior(g: &Geo, w: usize) -> (usize, usize) {
@@ -522,21 +542,6 @@ crate::simd::kernel! {
         for (v, &c) in out.iter_mut().zip(counts) {
             *v /= outer * c;
         }
-    }
-}
-
-/// The larger of `a` and `v`; NaN once either is NaN (NaN propagates through MaxPool).
-///
-/// Written as a choice between two computed values, not as "`v`, or `a` unchanged": in the
-/// latter form LLVM turns `*acc = max_nan(*acc, v)` into a masked store of `v` (`vmaskmovps`),
-/// which AMD cores execute slowly (squeezenet's 3x3/2 MaxPool over 64x111x111: 0.49 ms, 80 %
-/// of it in masked stores).
-#[inline(always)]
-fn max_nan(a: f32, v: f32) -> f32 {
-    if a.is_nan() || v.is_nan() {
-        a + v
-    } else {
-        a.max(v)
     }
 }
 

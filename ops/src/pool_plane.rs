@@ -5,6 +5,10 @@
 //! output instead of 9, and one call per band (not per row or per tap) keeps the small planes
 //! of the vision models (7x7 to 28x28) from paying per-row dispatch.
 //!
+//! Strided pools whose rows do not take that one pass per tap over whole rows (and strided
+//! averages) go through the padded phase planes of `phase_planes.rs` instead
+//! ([`Pool::phase_window`]).
+//!
 //! Sits between [`Pool::cpu`](super::Pool) (geometry, Indices, the 3-D path) and the CPU's
 //! vectors ([`crate::simd`]). Max is exact and takes the first maximum in row-major window
 //! order (as [`Pool::element`](super::Pool) does); an average sums each window row, then the
@@ -12,6 +16,8 @@
 //! (possible with dilations and ceil_mode) are computed by the definition.
 
 use super::{inside, interior, max_nan, positions, tap_any, taps, Geo, Pool};
+use crate::phase_planes::{fold_block, Fold, Scratch, Window};
+use crate::shape::rows_by_block;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -48,6 +54,9 @@ impl Pool {
         let ow = g.outd[2];
         if ow == 0 || y.is_empty() {
             return;
+        }
+        if let Some(win) = self.phase_window(g) {
+            return self.pool_phases_f32(x, g, &win, y, first_row);
         }
         let rows = y.len() / ow;
         // At least ~8K outputs per task (a task costs a few microseconds to hand out).
@@ -86,6 +95,78 @@ impl Pool {
                 .enumerate()
                 .for_each(|(ci, chunk)| go(ci, chunk));
         }
+    }
+
+    /// The window of a pooling that runs faster through phase planes
+    /// ([`Pool::pool_phases_f32`]) than by bands (measured, docs/bench.md "Depthwise and
+    /// pooling through phase planes"): strided, and an average or input rows not stride times
+    /// the output's (where bands take one pass per tap over whole rows, without a copy). Also
+    /// no dilation, and every window holds an input element.
+    fn phase_window(&self, g: &Geo) -> Option<Window> {
+        let strided = g.s[1] > 1 || g.s[2] > 1;
+        if !strided || self.max && g.ind[2] == g.s[2] * g.outd[2] {
+            return None;
+        }
+        let nonempty = |a: usize| {
+            (0..g.outd[a]).all(|o| {
+                let s = (o * g.s[a]) as isize - g.pb[a] as isize;
+                positions(g, s, a).next().is_some()
+            })
+        };
+        (g.d[1] == 1 && g.d[2] == 1 && nonempty(1) && nonempty(2)).then(|| Window {
+            h: g.ind[1],
+            w: g.ind[2],
+            ow: g.outd[2],
+            kh: g.k[1],
+            kw: g.k[2],
+            sh: g.s[1],
+            sw: g.s[2],
+            pt: g.pb[1] as i64,
+            pl: g.pb[2] as i64,
+        })
+    }
+
+    /// [`Pool::pool_planes_f32`] through padded phase planes (`phase_planes.rs`): fill -inf
+    /// for a max, 0 for an average, which then divides each output by its window's count; one
+    /// task per plane.
+    fn pool_phases_f32(&self, x: &[f32], g: &Geo, win: &Window, y: &mut [f32], first_row: usize) {
+        let (oh, ow, in_plane) = (g.outd[1], g.outd[2], g.ind[1] * g.ind[2]);
+        let rows = first_row..first_row + y.len() / ow;
+        let table = win.tap_table();
+        // An average's divisor per output: its window's positions down times across (the
+        // product `band` divides by).
+        let counts = |a: usize| {
+            (0..g.outd[a]).map(move |o| {
+                let s = (o * g.s[a]) as isize - g.pb[a] as isize;
+                (if self.count_include_pad {
+                    inside(g, s, a)
+                } else {
+                    positions(g, s, a).count()
+                }) as f32
+            })
+        };
+        let divisors: Vec<f32> = if self.max {
+            Vec::new()
+        } else {
+            let across: Vec<f32> = counts(2).collect();
+            counts(1)
+                .flat_map(|down| across.iter().map(move |&c| down * c))
+                .collect()
+        };
+        let (fill, fold) = if self.max {
+            (f32::NEG_INFINITY, Fold::Max)
+        } else {
+            (0.0, Fold::Sum)
+        };
+        let pieces = rows_by_block(y, rows, oh, ow);
+        pieces
+            .into_par_iter()
+            .for_each_init(Scratch::default, |scratch, (plane, lines, dst)| {
+                let xplane = &x[plane * in_plane..][..in_plane];
+                fold_block(win, xplane, lines.clone(), &table, fill, fold, scratch);
+                let div = (!self.max).then(|| &divisors[lines.start * ow..lines.end * ow]);
+                block_out(&scratch.1, win.cols(), dst, ow, div);
+            });
     }
 
     fn plane_scratch(&self, g: &Geo) -> PlaneScratch {
@@ -320,5 +401,23 @@ fn horizontal(
     let first = lo * s2 - pb2;
     for k in 0..k2 {
         tap_any(acc, &x[first + k * d2..][..n * s2], s2, k == 0, max);
+    }
+}
+
+crate::simd::kernel! {
+    /// The output rows `dst` (rows of `ow`) of a block from its folds `acc` (rows of `cols`,
+    /// see `phase_planes::fold_block`), each divided by its `div` for an average.
+    fn block_out(acc: &[f32], cols: usize, dst: &mut [f32], ow: usize, div: Option<&[f32]>) {
+        let rows = dst.chunks_exact_mut(ow).zip(acc.chunks_exact(cols));
+        match div {
+            None => rows.for_each(|(line, a)| line.copy_from_slice(&a[..ow])),
+            Some(div) => {
+                for ((line, a), d) in rows.zip(div.chunks_exact(ow)) {
+                    for ((v, &s), &d) in line.iter_mut().zip(a).zip(d) {
+                        *v = s / d;
+                    }
+                }
+            }
+        }
     }
 }

@@ -267,7 +267,8 @@ fn naive_window(
 }
 
 #[test]
-fn band_path_matches_naive_on_vision_shapes_at_every_simd_level() {
+fn plane_paths_match_naive_on_vision_shapes_at_every_simd_level() {
+    // Bands, phase planes (strided), whole-plane windows (a reduction).
     // (planes, h, w, kernel, strides, dilations, pads [hb, wb, he, we], ceil_mode)
     type Case = (
         usize,
@@ -276,7 +277,7 @@ fn band_path_matches_naive_on_vision_shapes_at_every_simd_level() {
         (usize, usize),
         (usize, usize),
     );
-    let cases: [(Case, [usize; 4], bool); 13] = [
+    let cases: [(Case, [usize; 4], bool); 15] = [
         ((5, (14, 14), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
         ((3, (7, 7), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
         ((3, (28, 29), (3, 3), (2, 2), (1, 1)), [0, 0, 0, 0], true),
@@ -290,6 +291,9 @@ fn band_path_matches_naive_on_vision_shapes_at_every_simd_level() {
         ((2, (20, 20), (2, 2), (2, 2), (1, 1)), [0, 0, 0, 0], false),
         ((2, (12, 12), (3, 3), (3, 3), (1, 1)), [0, 0, 0, 0], false),
         ((2, (16, 16), (3, 3), (2, 2), (2, 2)), [2, 2, 2, 2], false),
+        // The window is the whole plane (resnet50's last pool), and nearly (one pad).
+        ((6, (7, 7), (7, 7), (1, 1), (1, 1)), [0, 0, 0, 0], false),
+        ((3, (6, 6), (7, 7), (1, 1), (1, 1)), [0, 0, 1, 1], false),
         // Wide rows: bands of 27 output rows, cut mid-plane.
         ((1, (40, 600), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
     ];

@@ -135,6 +135,14 @@ pub(crate) fn global_pool(name: &'static str, kind: ReduceKind) -> Box<dyn Op> {
     })
 }
 
+/// Output elements `start..start + out.len()` of `kind` (Mean or Max: the global pools, and
+/// pooling windows that cover the whole plane), element `e` folded from `x[e * n..(e + 1) *
+/// n]`.
+pub(crate) fn fold_runs_f32(kind: ReduceKind, x: &[f32], n: usize, out: &mut [f32], start: usize) {
+    let groups = Groups::new(&[x.len() / n.max(1), n], &[false, true]);
+    fold_float(kind, x, &groups, out, start);
+}
+
 /// The input shape collapsed into groups of adjacent kept or reduced dimensions (size-1
 /// dimensions dropped): `(size, input stride, reduced)`, outermost first.
 #[derive(Debug, Clone, PartialEq)]

@@ -171,9 +171,9 @@ pub struct CurveShape {
     /// The change is a step (all bytes of a larger working set pay the second rate), not a
     /// kink.
     pub whole: bool,
-    /// A cost per output row: kernels that set up each row (pooling's band path handles the
-    /// border columns of every output row, depthwise convs loop per output line) cost more
-    /// per byte on small planes than the bytes alone say.
+    /// A cost per output row: kernels that set up each plane or row (pooling and depthwise convs copy
+    /// each plane into padded phase planes) cost more per byte on small planes than the bytes
+    /// alone say.
     pub rows: bool,
 }
 
