@@ -11,9 +11,11 @@ use std::ops::Range;
 
 /// BatchNormalization in inference mode:
 /// `Y = (X - mean[c]) / sqrt(var[c] + eps) * scale[c] + B[c]`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct BatchNorm {
     eps: f32,
+    /// Op types of the nodes a graph pass folded into scale and B (for reports).
+    pub absorbed: Vec<String>,
 }
 
 impl BatchNorm {
@@ -48,6 +50,7 @@ pub fn batch_normalization(a: &Attrs) -> Result<Box<dyn Op>> {
     }
     Ok(Box::new(BatchNorm {
         eps: a.float("epsilon", 1e-5)?,
+        absorbed: Vec::new(),
     }))
 }
 

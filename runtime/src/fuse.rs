@@ -2,7 +2,10 @@
 //! and bias, and a following activation (Relu, LeakyRelu, Clip, Sigmoid, HardSigmoid, HardSwish,
 //! and the multi-node SiLU and HardSwish patterns) with scalar Mul and Add nodes after it into
 //! the Conv as an epilogue ([`Epilogue`]; the patterns are in `fuse/epilogue.rs`), so each runs
-//! in the Conv's pass over its output instead of a pass of its own.
+//! in the Conv's pass over its output instead of a pass of its own. A BatchNormalization that
+//! follows no Conv takes in the per-channel Mul and Add nodes after it instead (its scale and B
+//! change; densenet121 runs BN, Mul, Add on every Concat), where the rank of its input is known
+//! before any shape is ([`rank_of`]).
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
 //! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.
@@ -29,32 +32,38 @@ use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
 use std::sync::Arc;
 use tandem_ops::conv::{Absorbed, Conv, Epilogue};
+use tandem_ops::norm_channel::BatchNorm;
 use tandem_ops::{DType, Op, Tensor, TensorMeta};
 
 mod epilogue;
 use epilogue::{Part, Patterns};
 
-/// What the pass did: one entry per Conv that absorbed something.
+/// What the pass did: one entry per Conv or BatchNormalization that absorbed something.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FuseSummary {
     /// (Conv node name, label such as `Conv+BatchNormalization+Relu`).
     pub fused: Vec<(String, String)>,
 }
 
-/// The label of a node for reports: `Conv+BatchNormalization+Relu` for a fused Conv, else its
-/// op type.
+/// The label of a node for reports: `Conv+BatchNormalization+Relu` for a fused Conv,
+/// `BatchNormalization+Mul+Add` for a BatchNormalization that took in what followed it, else
+/// its op type.
 pub fn label(node: &Node) -> String {
-    match as_conv(node.op.as_ref()) {
-        Some(c) if !c.absorbed.is_empty() => {
-            let mut s = node.op_type.clone();
-            for a in &c.absorbed {
-                s.push('+');
-                s.push_str(&a.op_type);
-            }
-            s
-        }
-        _ => node.op_type.clone(),
+    let absorbed: Vec<&str> = match (as_conv(node.op.as_ref()), as_batch_norm(node.op.as_ref())) {
+        (Some(c), _) => c.absorbed.iter().map(|a| a.op_type.as_str()).collect(),
+        (_, Some(bn)) => bn.absorbed.iter().map(String::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let mut s = node.op_type.clone();
+    for a in absorbed {
+        s.push('+');
+        s.push_str(a);
     }
+    s
+}
+
+fn as_batch_norm(op: &dyn Op) -> Option<&BatchNorm> {
+    op.as_any()?.downcast_ref::<BatchNorm>()
 }
 
 fn as_conv(op: &dyn Op) -> Option<&Conv> {
@@ -160,6 +169,29 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
             node.op = Box::new(fused);
             summary.fused.push((node.name.clone(), label(node)));
         }
+    }
+    for i in 0..graph.nodes.len() {
+        if removed[i] {
+            continue;
+        }
+        let Some((bn, (scale, beta), chain)) = fold_into_batch_norm(graph, &uses, i) else {
+            continue;
+        };
+        let base = graph.nodes[i].name.clone();
+        let scale = add_constant(graph, &mut names, &base, "scale", scale);
+        let beta = add_constant(graph, &mut names, &base, "B", beta);
+        let node = &mut graph.nodes[i];
+        dropped.extend(node.inputs[1..3].iter().flatten());
+        (node.inputs[1], node.inputs[2]) = (Some(scale), Some(beta));
+        for &r in &chain {
+            removed[r] = true;
+            let other = graph.nodes[r].inputs.iter().flatten();
+            dropped.extend(other.filter(|&&v| uses.producer[v] != Some(i)));
+            graph.nodes[i].outputs[0] = graph.nodes[r].outputs[0];
+        }
+        let node = &mut graph.nodes[i];
+        node.op = Box::new(bn);
+        summary.fused.push((node.name.clone(), label(node)));
     }
     drop_unread(graph, &uses, &mut removed, dropped);
     let mut keep = removed.iter().map(|r| !r);
@@ -290,6 +322,93 @@ fn fold_affine(graph: &Graph, uses: &Uses, i: usize) -> Option<(Tensor, Tensor, 
         b2.push((b[oc] as f64 * k[oc] + shift[oc]) as f32);
     }
     Some((Tensor::f32(w_shape, w2), Tensor::f32(&[m], b2), chain))
+}
+
+/// The chain of Mul and Add nodes by per-channel or scalar constants that reads
+/// BatchNormalization `i`'s output one after the other (each the sole reader of the value
+/// before it; the BatchNormalizations after a Conv went into the Conv before this runs), folded
+/// into its scale and B (`scale' = scale * k`, `B' = B * k + shift`, in f64; mean and var stay):
+/// the op with the chain's op types recorded, the new scale and B, and the chain's nodes. `None`
+/// when the chain is empty, or the node or a parameter is not what this needs.
+fn fold_into_batch_norm(
+    graph: &Graph,
+    uses: &Uses,
+    i: usize,
+) -> Option<(BatchNorm, (Tensor, Tensor), Vec<usize>)> {
+    let node = &graph.nodes[i];
+    if node.op_type != "BatchNormalization" || !default_domain(node) || node.outputs.len() != 1 {
+        return None;
+    }
+    let bn = as_batch_norm(node.op.as_ref())?;
+    let scale_t = f32_const(graph, uses, *node.inputs.get(1)?)?;
+    let beta_t = f32_const(graph, uses, *node.inputs.get(2)?)?;
+    let (scale, beta) = (scale_t.as_f32()?, beta_t.as_f32()?);
+    let m = scale.len();
+    let rank = rank_of(graph, uses, (*node.inputs.first()?)?, 16)?;
+    if m == 0 || beta.len() != m || scale_t.shape.len() != 1 || rank < 2 {
+        return None;
+    }
+    let mut affine: Affine = (vec![1.0; m], vec![0.0; m]);
+    let mut chain = Vec::new();
+    let mut cur = node.outputs[0];
+    while let Some(r) = uses.sole_reader(cur) {
+        let next = &graph.nodes[r];
+        let step = match next.op_type.as_str() {
+            "Mul" | "Add" if default_domain(next) && next.outputs.len() == 1 => {
+                binary_step(graph, uses, next, cur, rank, &mut affine)
+            }
+            _ => None,
+        };
+        if step.is_none() {
+            break;
+        }
+        chain.push(r);
+        cur = next.outputs[0];
+    }
+    if chain.is_empty() {
+        return None;
+    }
+    let (k, shift) = affine;
+    let scale2 = (0..m).map(|c| (scale[c] as f64 * k[c]) as f32).collect();
+    let beta2 = (0..m)
+        .map(|c| (beta[c] as f64 * k[c] + shift[c]) as f32)
+        .collect();
+    let mut folded = bn.clone();
+    folded
+        .absorbed
+        .extend(chain.iter().map(|&r| graph.nodes[r].op_type.clone()));
+    Some((
+        folded,
+        (Tensor::f32(&[m], scale2), Tensor::f32(&[m], beta2)),
+        chain,
+    ))
+}
+
+/// The rank of `v` where the graph fixes it before any shape is known: a value with a declared
+/// shape (inputs, constants), a Conv's output (its W's rank), the output of a node that keeps
+/// its input's rank (Concat: any input's; pools, BatchNormalization, Relu) or of a broadcasting
+/// Add, Mul or Sum (the largest of its inputs' ranks), or a constant the pass can evaluate
+/// ([`const_of`]), looked up `depth` producers back at most.
+fn rank_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<usize> {
+    if let Some(s) = &graph.values[v].shape {
+        return Some(s.len());
+    }
+    let node = &graph.nodes[uses.producer[v]?];
+    // (A Conv that absorbed what follows it no longer lists `v`: its rank is still W's.)
+    if depth == 0 || !default_domain(node) {
+        return None;
+    }
+    let ins = node.inputs.iter().flatten();
+    let rank = |u: &ValueId| rank_of(graph, uses, *u, depth - 1);
+    match node.op_type.as_str() {
+        "Conv" => rank(node.inputs.get(1)?.as_ref()?),
+        "MaxPool" | "AveragePool" | "BatchNormalization" | "Relu" => {
+            rank(node.inputs.first()?.as_ref()?)
+        }
+        "Concat" => ins.clone().find_map(rank),
+        "Add" | "Mul" | "Sum" => ins.map(rank).try_fold(0, |a, r| Some(a.max(r?))),
+        _ => const_of(graph, uses, v, 4).map(|t| t.shape.len()),
+    }
 }
 
 /// `v` as an f32 constant (see [`const_of`]).

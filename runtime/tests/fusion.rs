@@ -738,6 +738,84 @@ fn per_channel_mul_and_add_are_folded() {
     assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
 }
 
+/// densenet121's pattern: a BatchNormalization that follows no Conv (here a fused Conv+Relu),
+/// then Mul and Add by per-channel constants, then Relu: the Mul and the Add fold into the
+/// BN's scale and B (the Relu stays a node), on the CPU and the GPU. A BN on a graph input of
+/// undeclared rank is left alone (a `[m, 1, 1]` constant is per-channel only at rank 4).
+#[test]
+fn mul_and_add_after_a_lone_batch_norm_fold_into_it() {
+    let g = geometries()[0];
+    let m = g.w[0];
+    let x = Tensor::f32(&g.dims(g.x), fill(g.x.iter().product(), 1));
+    let (wv, bv) = (fill(g.w.iter().product(), 2), fill(m, 3));
+    let [sc, beta, mean, var] = bn_params(m);
+    let (mulc, addc) = (fill(m, 9), fill(m, 10));
+    let out = g.dims(g.out());
+    let [_, _, oh, ow] = g.out();
+    let relu_conv = naive(
+        &g,
+        x.as_f32().unwrap(),
+        &wv,
+        Some(&bv),
+        None,
+        Activation::Relu.into(),
+    );
+    let mut weights = vec![weight("W", &g.w, &wv), weight("B", &[m], &bv)];
+    for (n, v) in [("s", &sc), ("beta", &beta), ("mean", &mean), ("var", &var)] {
+        weights.push(weight(n, &[m], v));
+    }
+    weights.push(weight("mulc", &[m, 1, 1], &mulc));
+    weights.push(weight("addc", &[1, m, 1, 1], &addc));
+    let tail = |bn_in: &str| {
+        vec![
+            node(
+                "BatchNormalization",
+                "bn",
+                &[bn_in, "s", "beta", "mean", "var"],
+                &["n"],
+            ),
+            node("Mul", "mul", &["mulc", "n"], &["p"]),
+            node("Add", "add", &["p", "addc"], &["q"]),
+            node("Relu", "relu2", &["q"], &["y"]),
+        ]
+    };
+    let conv = with_attr(
+        with_attr(
+            node("Conv", "conv", &["x", "W", "B"], &["c"]),
+            ints("strides", &[2, 2]),
+        ),
+        ints("pads", &[1, 1, 1, 1]),
+    );
+    let mut nodes = vec![conv, node("Relu", "relu1", &["c"], &["r"])];
+    nodes.extend(tail("r"));
+    let bytes = model(nodes, weights.clone(), &["x"], &["y"]);
+    let want: Vec<f32> = (relu_conv.iter().enumerate())
+        .map(|(i, &v)| {
+            let c = (i / (oh * ow)) % m;
+            let bn = (v - mean[c]) / (var[c] + 1e-5).sqrt() * sc[c] + beta[c];
+            (bn * mulc[c] + addc[c]).max(0.0)
+        })
+        .collect();
+    for placement in [Placement::Cpu, Placement::Gpu] {
+        let s = session(&bytes, placement, true);
+        let ops: Vec<&str> = s.graph().nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Conv", "BatchNormalization", "Relu"]);
+        let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
+        assert_eq!(
+            report.fused.get("bn").map(String::as_str),
+            Some("BatchNormalization+Mul+Add")
+        );
+        assert_close(&outs[0].1, &Tensor::f32(&out, want.clone()), 1e-4, 1e-4);
+    }
+
+    // The same tail on the graph input: its rank is not declared, nothing folds.
+    let bytes = model(tail("x"), weights, &["x"], &["y"]);
+    let s = session(&bytes, Placement::Cpu, true);
+    assert_eq!(s.graph().nodes.len(), 4);
+    let outs = s.run(&[("x", Tensor::f32(&out, relu_conv))]).unwrap();
+    assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
+}
+
 // ---- HardSwish chains and the affine after them (PP-OCRv3 det, paddle2onnx at opset 12) ----
 
 /// How a test model spells HardSwish after `Conv -> Mul(ws) -> Add(wb)` (value `xx`):
