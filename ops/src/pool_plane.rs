@@ -10,7 +10,7 @@
 //! ([`Pool::phase_window`]).
 //!
 //! Sits between [`Pool::cpu`](super::Pool) (geometry, Indices, the 3-D path) and the CPU's
-//! vectors ([`crate::simd`]). Max is exact and takes the first maximum in row-major window
+//! vectors ([`crate::simd`], `phase_planes.rs`). Max is exact and takes the first maximum in row-major window
 //! order (as [`Pool::element`](super::Pool) does); an average sums each window row, then the
 //! rows (same value as the definition up to rounding). Outputs whose window holds no input
 //! (possible with dilations and ceil_mode) are computed by the definition.
