@@ -80,7 +80,7 @@ impl Window {
     /// The input that output rows `lines` read, as the padded phase planes: row `i`, column `j`
     /// of phase `(a, b)` is input row `(lines.start + i) * sh + a - pt`, column `j * sw + b - pl`
     /// (`fill` outside the plane); then `kw + SPARE` more `fill` values. Inlined into
-    /// [`fold_block`]'s vector copies: a dispatched call per short row cost more than the copy.
+    /// [`fold_block`], copies and all.
     #[inline(always)]
     fn pad(&self, xplane: &[f32], lines: Range<usize>, fill: f32, padded: &mut Vec<f32>) {
         let (rows, cols) = (self.rows(lines.len()), self.cols());
@@ -106,22 +106,7 @@ impl Window {
                 }
                 let xrow = &xplane[ih as usize * self.w..][..self.w];
                 let src = &xrow[(lo as i64 * self.sw as i64 + first) as usize..];
-                let dst = &mut prow[lo..hi];
-                match self.sw {
-                    1 => dst.copy_from_slice(&src[..dst.len()]),
-                    2 => {
-                        let n = dst.len();
-                        for (v, pair) in dst[..n - 1].iter_mut().zip(src.chunks_exact(2)) {
-                            *v = pair[0];
-                        }
-                        dst[n - 1] = src[2 * (n - 1)];
-                    }
-                    s => {
-                        for (v, x) in dst.iter_mut().zip(src.iter().step_by(s)) {
-                            *v = *x;
-                        }
-                    }
-                }
+                copy_every(&mut prow[lo..hi], src, self.sw);
             }
         }
     }
@@ -283,25 +268,35 @@ fn taps_fixed<const T: usize>(
     }
 }
 
-/// `dst[i] = src[i * s]`; `src` holds at least `(dst.len() - 1) * s + 1` elements.
-pub(crate) fn strided_copy(dst: &mut [f32], src: &[f32], s: usize) {
-    let n = dst.len();
-    if s == 2 && n > 1 {
-        // All but the last element as a vectorised deinterleave (reads 2 per output).
-        deinterleave(&mut dst[..n - 1], &src[..2 * (n - 1)]);
-        dst[n - 1] = src[2 * (n - 1)];
-        return;
-    }
-    for (v, xv) in dst.iter_mut().zip(src.iter().step_by(s)) {
-        *v = *xv;
+crate::simd::kernel! {
+    /// `dst[i] = src[i * s]`; `src` holds at least `(dst.len() - 1) * s + 1` elements. On the
+    /// widest vectors the CPU has (im2col's strided rows).
+    pub(crate) fn strided_copy(dst: &mut [f32], src: &[f32], s: usize) {
+        copy_every(dst, src, s)
     }
 }
 
-crate::simd::kernel! {
-    /// `dst[i] = src[2 * i]` (`src.len() == 2 * dst.len()`), on the widest vectors the CPU has.
-    fn deinterleave(dst: &mut [f32], src: &[f32]) {
-        for (v, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
-            *v = pair[0];
+/// [`strided_copy`] inlined into the caller's SIMD level (the phase planes' short rows, where a
+/// dispatched call per row cost more than the copy). Stride 2 reads pairs (a vectorised
+/// deinterleave) for all but the last element.
+#[inline(always)]
+fn copy_every(dst: &mut [f32], src: &[f32], s: usize) {
+    let n = dst.len();
+    match s {
+        1 => dst.copy_from_slice(&src[..n]),
+        2 if n > 1 => {
+            for (v, pair) in dst[..n - 1]
+                .iter_mut()
+                .zip(src[..2 * (n - 1)].chunks_exact(2))
+            {
+                *v = pair[0];
+            }
+            dst[n - 1] = src[2 * (n - 1)];
+        }
+        _ => {
+            for (v, x) in dst.iter_mut().zip(src.iter().step_by(s)) {
+                *v = *x;
+            }
         }
     }
 }
