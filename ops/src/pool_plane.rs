@@ -107,6 +107,20 @@ impl Pool {
         if !strided || self.max && g.ind[2] == g.s[2] * g.outd[2] {
             return None;
         }
+        // A hostile kernel_shape (2^33 taps, padded to fit) would ask the phase planes for a
+        // tap table and planes that size: only windows of up to 1024 taps whose phase planes
+        // stay within a few times the plane.
+        let taps = g.k[1].checked_mul(g.k[2]).filter(|&t| t <= 1024)?;
+        let (down, across) = (g.s[1].min(g.k[1]), g.s[2].min(g.k[2]));
+        let rows = g.outd[1].checked_add((g.k[1] - 1) / g.s[1])?;
+        let cols = g.outd[2].checked_add((g.k[2] - 1) / g.s[2])?;
+        let floats = [down, across, rows, cols]
+            .into_iter()
+            .try_fold(1usize, |a, v| a.checked_mul(v))?;
+        let planes = g.ind[1] * g.ind[2] + g.outd[1] * g.outd[2];
+        if floats > 4 * planes + 4 * taps + 4096 {
+            return None;
+        }
         let nonempty = |a: usize| {
             (0..g.outd[a]).all(|o| {
                 let s = (o * g.s[a]) as isize - g.pb[a] as isize;

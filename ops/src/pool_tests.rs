@@ -120,6 +120,35 @@ fn close(a: &[f32], b: &[f32]) {
     }
 }
 
+/// A window 2^33 columns wide (padded so that outputs exist) over a 4x4 plane: the pool must not
+/// size anything by the kernel (a phase plane or tap table per tap aborted the fuzz run); each
+/// output is the max / mean of its window's rows from its first column to the row's end.
+#[test]
+fn a_hostile_kernel_width_is_pooled_without_sizing_by_it() {
+    let wide = 1usize << 33;
+    let x = Tensor::f32(&[1, 1, 4, 4], iota(16));
+    let xv = &iota(16);
+    for (max, make) in [(true, max_pool as fn(&Attrs) -> _), (false, average_pool)] {
+        let a = attrs_2d((2, wide), (2, 2), (1, 1), [0, 0, 0, wide - 1], 0);
+        let op = make(&a).unwrap();
+        let y = run(&*op, &x, 1, None);
+        let y = y[0].as_f32().unwrap();
+        assert_eq!(y.len(), 2 * 2);
+        for (i, &got) in y.iter().enumerate() {
+            let (o1, o2) = (i / 2, i % 2);
+            let window: Vec<f32> = (2 * o1..2 * o1 + 2)
+                .flat_map(|r| (2 * o2..4).map(move |c| xv[r * 4 + c]))
+                .collect();
+            let want = if max {
+                window.iter().copied().fold(f32::MIN, f32::max)
+            } else {
+                window.iter().sum::<f32>() / window.len() as f32
+            };
+            assert_eq!(got, want, "[{i}]");
+        }
+    }
+}
+
 #[test]
 fn pools_match_naive_with_pads_strides_dilations() {
     let (h, w) = (7, 6);
