@@ -38,8 +38,12 @@ const BLOCK_FLOATS: usize = 1 << 20;
 /// transform (16 floats per (oc, c) written, then read by the GEMMs): 14x14 measured 0.95-1.03x
 /// inside inception_v2, 7x7 0.5x. With W kept (a model constant), 14x14 planes measured
 /// 1.42-1.79x inside resnet50 and inception_v2 and 10x10 1.45x in a loop; 7x7 0.98-1.06x stays
-/// on im2col. 16 and 32 channels lose on small planes (GEMMs too thin).
+/// on im2col. 16 and 32 input channels lose on small planes (GEMMs too thin). Output channels
+/// from 16 win where the inputs are deep (docs/bench.md, "Winograd from 16 output channels"):
+/// ppocr_det's 96 -> 24 conv on 160x160 9.6-10.0 -> 5.2 ms, densenet121's 128 -> 32 convs
+/// (56x56 to 14x14) 26.9 -> 18.5 ms.
 const MIN_CHANNELS: usize = 64;
+const MIN_OUT_CHANNELS: usize = 16;
 const MIN_PIXELS: usize = 400;
 const MIN_PIXELS_KEPT: usize = 100;
 
@@ -62,7 +66,7 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
     let min_pixels = if kept { MIN_PIXELS_KEPT } else { MIN_PIXELS };
     supports(g)
         && g.c >= MIN_CHANNELS
-        && g.m >= MIN_CHANNELS
+        && g.m >= MIN_OUT_CHANNELS
         && g.oh * g.ow >= min_pixels
         && enabled()
 }
