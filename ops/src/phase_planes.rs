@@ -158,32 +158,19 @@ fn fold_taps(
     }
     acc.clear();
     match (table.len(), fold) {
-        (9, Fold::Weighted(w, bias)) => taps_fixed::<9>(
-            padded,
-            offs,
-            |s, t, x| {
+        (9 | 25, Fold::Weighted(w, bias)) => {
+            let step = |s: f32, t: usize, x: f32| {
                 if t == 0 {
                     bias + w[0] * x
                 } else {
                     s + w[t] * x
                 }
-            },
-            len,
-            acc,
-        ),
-        (25, Fold::Weighted(w, bias)) => taps_fixed::<25>(
-            padded,
-            offs,
-            |s, t, x| {
-                if t == 0 {
-                    bias + w[0] * x
-                } else {
-                    s + w[t] * x
-                }
-            },
-            len,
-            acc,
-        ),
+            };
+            match table.len() {
+                9 => taps_fixed::<9>(padded, offs, step, len, acc),
+                _ => taps_fixed::<25>(padded, offs, step, len, acc),
+            }
+        }
         (9, Fold::Sum) => taps_fixed::<9>(
             padded,
             offs,
@@ -206,20 +193,29 @@ fn fold_taps(
                     }
                 }
                 Fold::Max | Fold::Sum => {
-                    acc.extend_from_slice(&padded[start(0)..][..len]);
-                    for t in 1..table.len() {
-                        let src = &padded[start(t)..][..len];
-                        if matches!(fold, Fold::Max) {
-                            acc.iter_mut()
-                                .zip(src)
-                                .for_each(|(o, &x)| *o = max_nan(*o, x));
-                        } else {
-                            acc.iter_mut().zip(src).for_each(|(o, &x)| *o += x);
-                        }
+                    acc.resize(len, 0.0);
+                    let max = matches!(fold, Fold::Max);
+                    for t in 0..table.len() {
+                        combine(acc, &padded[start(t)..][..len], t == 0, max);
                     }
                 }
             }
         }
+    }
+}
+
+/// `acc[i] = op(acc[i], x[i])` with op max (NaN propagates, [`max_nan`]) or +, or a copy for
+/// the first; equal lengths. Inlined into the caller's SIMD level.
+#[inline(always)]
+pub(crate) fn combine(acc: &mut [f32], x: &[f32], first: bool, max: bool) {
+    if first {
+        acc.copy_from_slice(x);
+    } else if max {
+        acc.iter_mut()
+            .zip(x)
+            .for_each(|(a, &v)| *a = max_nan(*a, v));
+    } else {
+        acc.iter_mut().zip(x).for_each(|(a, &v)| *a += v);
     }
 }
 

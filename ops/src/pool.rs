@@ -7,7 +7,7 @@
 //! begin padding), or `auto_pad` SAME_UPPER / SAME_LOWER / VALID. Every output element is
 //! independent; rows are cut on output axis `rank - 2` (the output row for 2-D pooling).
 
-use crate::phase_planes::max_nan;
+use crate::phase_planes::{combine, max_nan};
 use crate::reduce::{fold_runs_f32, global_pool, ReduceKind};
 use crate::shape::{self, grid_1d};
 use crate::{Attrs, DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
@@ -548,15 +548,7 @@ crate::simd::kernel! {
 crate::simd::kernel! {
     /// `t[i] = max(t[i], x[i])` (NaN propagates) or `t[i] += x[i]`; equal lengths.
     fn fold_row(t: &mut [f32], x: &[f32], max: bool) {
-        if max {
-            for (a, &v) in t.iter_mut().zip(x) {
-                *a = max_nan(*a, v);
-            }
-        } else {
-            for (a, &v) in t.iter_mut().zip(x) {
-                *a += v;
-            }
-        }
+        combine(t, x, false, max)
     }
 }
 

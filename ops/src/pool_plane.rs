@@ -16,7 +16,7 @@
 //! (possible with dilations and ceil_mode) are computed by the definition.
 
 use super::{inside, interior, max_nan, positions, tap_any, taps, Geo, Pool};
-use crate::phase_planes::{fold_block, Fold, Scratch, Window};
+use crate::phase_planes::{combine, fold_block, Fold, Scratch, Window};
 use crate::shape::rows_by_block;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -357,20 +357,6 @@ fn band_plain(
                 *v /= outer * c;
             }
         }
-    }
-}
-
-/// `acc[i] = op(acc[i], x[i])` with op max (NaN propagates) or +, or a copy for the first.
-#[inline(always)]
-fn combine(acc: &mut [f32], x: &[f32], first: bool, max: bool) {
-    if first {
-        acc.copy_from_slice(x);
-    } else if max {
-        acc.iter_mut()
-            .zip(x)
-            .for_each(|(a, &v)| *a = max_nan(*a, v));
-    } else {
-        acc.iter_mut().zip(x).for_each(|(a, &v)| *a += v);
     }
 }
 

@@ -183,12 +183,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         let node = &mut graph.nodes[i];
         dropped.extend(node.inputs[1..3].iter().flatten());
         (node.inputs[1], node.inputs[2]) = (Some(scale), Some(beta));
-        for &r in &chain {
-            removed[r] = true;
-            let other = graph.nodes[r].inputs.iter().flatten();
-            dropped.extend(other.filter(|&&v| uses.producer[v] != Some(i)));
-            graph.nodes[i].outputs[0] = graph.nodes[r].outputs[0];
-        }
+        take_over(graph, &uses, i, &chain, (&mut removed, &mut dropped));
         let node = &mut graph.nodes[i];
         node.op = Box::new(bn);
         summary.fused.push((node.name.clone(), label(node)));
@@ -254,14 +249,25 @@ fn absorb(
             op_type: part.name.unwrap_or(first).to_string(),
             node: names.join(","),
         });
-        for n in nodes {
-            // The Conv's own output is no constant: its producer stays.
-            dropped.extend((n.inputs.iter().flatten()).filter(|&&v| uses.producer[v] != Some(i)));
-        }
-        for &a in &part.nodes {
-            removed[a] = true;
-            graph.nodes[i].outputs[0] = graph.nodes[a].outputs[0];
-        }
+        take_over(graph, uses, i, &part.nodes, (removed, dropped));
+    }
+}
+
+/// Node `i` takes over the output of the last of `nodes` (which read its output one after the
+/// other); the nodes are removed and their other inputs (constants) left to [`drop_unread`].
+fn take_over(
+    graph: &mut Graph,
+    uses: &Uses,
+    i: usize,
+    nodes: &[usize],
+    (removed, dropped): (&mut [bool], &mut Vec<ValueId>),
+) {
+    for &a in nodes {
+        // Node i's own output is no constant: its producer stays.
+        let ins = graph.nodes[a].inputs.iter().flatten();
+        dropped.extend(ins.filter(|&&v| uses.producer[v] != Some(i)));
+        removed[a] = true;
+        graph.nodes[i].outputs[0] = graph.nodes[a].outputs[0];
     }
 }
 
@@ -282,34 +288,12 @@ fn fold_affine(graph: &Graph, uses: &Uses, i: usize) -> Option<(Tensor, Tensor, 
     if w_shape.len() < 3 || m == 0 || w.len() < m || w.len() % m != 0 {
         return None;
     }
-    let mut affine: Affine = (vec![1.0; m], vec![0.0; m]);
-    let mut chain = Vec::new();
-    let mut cur = conv.outputs[0];
-    while let Some(r) = uses.sole_reader(cur) {
-        let node = &graph.nodes[r];
-        if !default_domain(node) || node.outputs.len() != 1 {
-            break;
-        }
-        let ok = match node.op_type.as_str() {
-            "BatchNormalization" => batch_norm_step(graph, uses, node, cur, m, &mut affine),
-            "Mul" | "Add" => binary_step(graph, uses, node, cur, w_shape.len(), &mut affine),
-            _ => None,
-        };
-        if ok.is_none() {
-            break;
-        }
-        chain.push(r);
-        cur = node.outputs[0];
-    }
-    if chain.is_empty() {
-        return None;
-    }
+    let ((k, shift), chain) = affine_chain(graph, uses, conv.outputs[0], m, w_shape.len(), true)?;
     let b_t = match conv.inputs.get(2).copied().flatten() {
         Some(v) => f32_const(graph, uses, Some(v))?,
         None => Arc::new(Tensor::f32(&[m], vec![0.0; m])),
     };
     let b = b_t.as_f32().filter(|b| b.len() == m)?;
-    let (k, shift) = affine;
     let per = w.len() / m;
     let mut w2 = Vec::with_capacity(w.len());
     let mut b2 = Vec::with_capacity(m);
@@ -348,27 +332,7 @@ fn fold_into_batch_norm(
     if m == 0 || beta.len() != m || scale_t.shape.len() != 1 || rank < 2 {
         return None;
     }
-    let mut affine: Affine = (vec![1.0; m], vec![0.0; m]);
-    let mut chain = Vec::new();
-    let mut cur = node.outputs[0];
-    while let Some(r) = uses.sole_reader(cur) {
-        let next = &graph.nodes[r];
-        let step = match next.op_type.as_str() {
-            "Mul" | "Add" if default_domain(next) && next.outputs.len() == 1 => {
-                binary_step(graph, uses, next, cur, rank, &mut affine)
-            }
-            _ => None,
-        };
-        if step.is_none() {
-            break;
-        }
-        chain.push(r);
-        cur = next.outputs[0];
-    }
-    if chain.is_empty() {
-        return None;
-    }
-    let (k, shift) = affine;
+    let ((k, shift), chain) = affine_chain(graph, uses, node.outputs[0], m, rank, false)?;
     let scale2 = (0..m).map(|c| (scale[c] as f64 * k[c]) as f32).collect();
     let beta2 = (0..m)
         .map(|c| (beta[c] as f64 * k[c] + shift[c]) as f32)
@@ -416,6 +380,42 @@ fn f32_const(graph: &Graph, uses: &Uses, v: Option<ValueId>) -> Option<Arc<Tenso
     let t = const_of(graph, uses, v?, 4)?;
     t.as_f32()?;
     Some(t)
+}
+
+/// The chain of per-channel affine nodes reading `from` (a value of `m` channels and rank `rank`)
+/// one after the other, each the sole reader of the value before it: Mul or Add by a constant
+/// that is one value per channel or a scalar, and BatchNormalization when `with_bn`. Returns
+/// the chain composed as one affine, and its nodes; `None` when the chain is empty.
+fn affine_chain(
+    graph: &Graph,
+    uses: &Uses,
+    from: ValueId,
+    m: usize,
+    rank: usize,
+    with_bn: bool,
+) -> Option<(Affine, Vec<usize>)> {
+    let mut affine: Affine = (vec![1.0; m], vec![0.0; m]);
+    let mut chain = Vec::new();
+    let mut cur = from;
+    while let Some(r) = uses.sole_reader(cur) {
+        let node = &graph.nodes[r];
+        if !default_domain(node) || node.outputs.len() != 1 {
+            break;
+        }
+        let ok = match node.op_type.as_str() {
+            "BatchNormalization" if with_bn => {
+                batch_norm_step(graph, uses, node, cur, m, &mut affine)
+            }
+            "Mul" | "Add" => binary_step(graph, uses, node, cur, rank, &mut affine),
+            _ => None,
+        };
+        if ok.is_none() {
+            break;
+        }
+        chain.push(r);
+        cur = node.outputs[0];
+    }
+    (!chain.is_empty()).then_some((affine, chain))
 }
 
 /// Compose BatchNormalization `node` (reading `cur`) into `affine`: `y -> (y - mean) * a +

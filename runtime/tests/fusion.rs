@@ -486,11 +486,6 @@ fn odd_graphs_are_left_alone() {
     let x = Tensor::f32(&g.dims(g.x), fill(g.x.iter().product(), 1));
     let wv = fill(g.w.iter().product(), 2);
     let bv = fill(g.w[0], 3);
-    let conv = || {
-        let c = node("Conv", "conv", &["x", "W", "B"], &["c"]);
-        let c = with_attr(c, ints("strides", &[2, 2]));
-        with_attr(c, ints("pads", &[1, 1, 1, 1]))
-    };
     let weights = || vec![weight("W", &g.w, &wv), weight("B", &[g.w[0]], &bv)];
     let relu = naive(
         &g,
@@ -513,7 +508,7 @@ fn odd_graphs_are_left_alone() {
     // The Conv output read by Relu and by Add: no fusion; y2 = c + relu(c).
     let bytes = model(
         vec![
-            conv(),
+            strided_conv(),
             node("Relu", "r", &["c"], &["y"]),
             node("Add", "add", &["c", "y"], &["y2"]),
         ],
@@ -530,7 +525,7 @@ fn odd_graphs_are_left_alone() {
 
     // The Conv output is a graph output: no fusion.
     let bytes = model(
-        vec![conv(), node("Relu", "r", &["c"], &["y"])],
+        vec![strided_conv(), node("Relu", "r", &["c"], &["y"])],
         weights(),
         &["x"],
         &["c", "y"],
@@ -543,7 +538,7 @@ fn odd_graphs_are_left_alone() {
     // A Relu read twice: fused into the Conv (its output is the Conv's now), both readers see it.
     let bytes = model(
         vec![
-            conv(),
+            strided_conv(),
             node("Relu", "r", &["c"], &["y"]),
             node("Add", "add", &["y", "y"], &["y2"]),
         ],
@@ -565,7 +560,7 @@ fn odd_graphs_are_left_alone() {
     }
     let bytes = model(
         vec![
-            conv(),
+            strided_conv(),
             node(
                 "BatchNormalization",
                 "bn",
@@ -600,7 +595,7 @@ fn odd_graphs_are_left_alone() {
     }
     let bytes = model(
         vec![
-            conv(),
+            strided_conv(),
             node(
                 "BatchNormalization",
                 "bn",
@@ -645,16 +640,69 @@ fn odd_graphs_are_left_alone() {
     assert_eq!(run(true).is_ok(), run(false).is_ok());
 }
 
-/// BN, then Mul and Add by per-channel constants (inception_v2's pattern), then Relu: all
-/// folded; a Mul by a constant that varies along W stays a node of its own.
-#[test]
-fn per_channel_mul_and_add_are_folded() {
+/// The per-channel affine tests' case: `geometries()[0]` (`m` output channels), its input, Conv
+/// W and B, BN (scale, beta, mean, var), Mul and Add constants, and those as model weights
+/// `W`, `B`, `s`, `beta`, `mean`, `var`, `mulc` (`[m, 1, 1]`) and `addc` (`[1, m, 1, 1]`).
+struct AffineCase {
+    g: Geo,
+    m: usize,
+    x: Tensor,
+    wv: Vec<f32>,
+    bv: Vec<f32>,
+    bn: [Vec<f32>; 4],
+    mulc: Vec<f32>,
+    addc: Vec<f32>,
+    weights: Vec<TensorProto>,
+}
+
+fn affine_case() -> AffineCase {
     let g = geometries()[0];
     let m = g.w[0];
     let x = Tensor::f32(&g.dims(g.x), fill(g.x.iter().product(), 1));
     let (wv, bv) = (fill(g.w.iter().product(), 2), fill(m, 3));
     let [sc, beta, mean, var] = bn_params(m);
     let (mulc, addc) = (fill(m, 9), fill(m, 10));
+    let mut weights = vec![weight("W", &g.w, &wv), weight("B", &[m], &bv)];
+    for (n, v) in [("s", &sc), ("beta", &beta), ("mean", &mean), ("var", &var)] {
+        weights.push(weight(n, &[m], v));
+    }
+    weights.push(weight("mulc", &[m, 1, 1], &mulc));
+    weights.push(weight("addc", &[1, m, 1, 1], &addc));
+    AffineCase {
+        g,
+        m,
+        x,
+        wv,
+        bv,
+        bn: [sc, beta, mean, var],
+        mulc,
+        addc,
+        weights,
+    }
+}
+
+/// Conv `x`, `W`, `B` -> `c` with stride 2 and pads 1 (the Conv of the graph-rewrite tests).
+fn strided_conv() -> NodeProto {
+    let c = node("Conv", "conv", &["x", "W", "B"], &["c"]);
+    let c = with_attr(c, ints("strides", &[2, 2]));
+    with_attr(c, ints("pads", &[1, 1, 1, 1]))
+}
+
+/// BN, then Mul and Add by per-channel constants (inception_v2's pattern), then Relu: all
+/// folded; a Mul by a constant that varies along W stays a node of its own.
+#[test]
+fn per_channel_mul_and_add_are_folded() {
+    let AffineCase {
+        g,
+        m,
+        x,
+        wv,
+        bv,
+        bn: [sc, beta, mean, var],
+        mulc,
+        addc,
+        weights,
+    } = affine_case();
     let out = g.dims(g.out());
     let [_, _, oh, ow] = g.out();
     let bn = Some((&sc[..], &beta[..], &mean[..], &var[..], 1e-5));
@@ -666,19 +714,9 @@ fn per_channel_mul_and_add_are_folded() {
         bn,
         Activation::None.into(),
     );
-    let mut weights = vec![weight("W", &g.w, &wv), weight("B", &[m], &bv)];
-    for (n, v) in [("s", &sc), ("beta", &beta), ("mean", &mean), ("var", &var)] {
-        weights.push(weight(n, &[m], v));
-    }
-    weights.push(weight("mulc", &[m, 1, 1], &mulc));
-    weights.push(weight("addc", &[1, m, 1, 1], &addc));
     let wide: Vec<f32> = fill(ow, 11);
+    let mut weights = weights;
     weights.push(weight("wide", &[1, 1, 1, ow], &wide));
-    let conv = || {
-        let c = node("Conv", "conv", &["x", "W", "B"], &["c"]);
-        let c = with_attr(c, ints("strides", &[2, 2]));
-        with_attr(c, ints("pads", &[1, 1, 1, 1]))
-    };
     let bn_node = || {
         node(
             "BatchNormalization",
@@ -690,7 +728,7 @@ fn per_channel_mul_and_add_are_folded() {
 
     let bytes = model(
         vec![
-            conv(),
+            strided_conv(),
             bn_node(),
             node("Mul", "mul", &["mulc", "n"], &["p"]),
             node("Add", "add", &["p", "addc"], &["q"]),
@@ -720,7 +758,7 @@ fn per_channel_mul_and_add_are_folded() {
     // A Mul by a constant along W: BN folds, the Mul and the Relu after it stay.
     let bytes = model(
         vec![
-            conv(),
+            strided_conv(),
             bn_node(),
             node("Mul", "mul", &["n", "wide"], &["p"]),
             node("Relu", "relu", &["p"], &["y"]),
@@ -744,12 +782,17 @@ fn per_channel_mul_and_add_are_folded() {
 /// undeclared rank is left alone (a `[m, 1, 1]` constant is per-channel only at rank 4).
 #[test]
 fn mul_and_add_after_a_lone_batch_norm_fold_into_it() {
-    let g = geometries()[0];
-    let m = g.w[0];
-    let x = Tensor::f32(&g.dims(g.x), fill(g.x.iter().product(), 1));
-    let (wv, bv) = (fill(g.w.iter().product(), 2), fill(m, 3));
-    let [sc, beta, mean, var] = bn_params(m);
-    let (mulc, addc) = (fill(m, 9), fill(m, 10));
+    let AffineCase {
+        g,
+        m,
+        x,
+        wv,
+        bv,
+        bn: [sc, beta, mean, var],
+        mulc,
+        addc,
+        weights,
+    } = affine_case();
     let out = g.dims(g.out());
     let [_, _, oh, ow] = g.out();
     let relu_conv = naive(
@@ -760,12 +803,6 @@ fn mul_and_add_after_a_lone_batch_norm_fold_into_it() {
         None,
         Activation::Relu.into(),
     );
-    let mut weights = vec![weight("W", &g.w, &wv), weight("B", &[m], &bv)];
-    for (n, v) in [("s", &sc), ("beta", &beta), ("mean", &mean), ("var", &var)] {
-        weights.push(weight(n, &[m], v));
-    }
-    weights.push(weight("mulc", &[m, 1, 1], &mulc));
-    weights.push(weight("addc", &[1, m, 1, 1], &addc));
     let tail = |bn_in: &str| {
         vec![
             node(
@@ -779,14 +816,7 @@ fn mul_and_add_after_a_lone_batch_norm_fold_into_it() {
             node("Relu", "relu2", &["q"], &["y"]),
         ]
     };
-    let conv = with_attr(
-        with_attr(
-            node("Conv", "conv", &["x", "W", "B"], &["c"]),
-            ints("strides", &[2, 2]),
-        ),
-        ints("pads", &[1, 1, 1, 1]),
-    );
-    let mut nodes = vec![conv, node("Relu", "relu1", &["c"], &["r"])];
+    let mut nodes = vec![strided_conv(), node("Relu", "relu1", &["c"], &["r"])];
     nodes.extend(tail("r"));
     let bytes = model(nodes, weights.clone(), &["x"], &["y"]);
     let want: Vec<f32> = (relu_conv.iter().enumerate())
