@@ -267,6 +267,7 @@ impl Op for Gemm {
             n: d.n,
             k: d.k,
             out_shape: vec![d.m, d.n],
+            ..MmGeom::default()
         };
         let u = |v: usize| {
             u32::try_from(v)

@@ -7,7 +7,7 @@
 //! one row. Internally every range is turned into "logical rows" `b * M + m` of N elements.
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
-use crate::shape::{broadcast_shapes, broadcast_strides, row_len, rows_by_block};
+use crate::shape::{broadcast_shapes, row_len, rows_by_block, strides};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -16,21 +16,64 @@ use std::ops::Range;
 const SMALL_MACS: usize = 1 << 15;
 
 /// MatMul: `Y = A @ B` following `numpy.matmul`.
-#[derive(Debug, Clone)]
-pub struct MatMul;
+#[derive(Debug, Clone, Default)]
+pub struct MatMul {
+    /// Per operand (A, B): `Some(perm)` when the operand is given in storage order and the
+    /// product reads `Transpose(operand, perm)`. The runtime's fusion pass folds a Transpose
+    /// that only feeds a MatMul in this way (attention's `Q`, `K^T` and `V` head splits), and
+    /// both kernels read the operand through strides instead of a transposed copy.
+    pub perms: [Option<Vec<usize>>; 2],
+}
 
 /// Registry constructor (MatMul has no attributes).
 pub fn matmul(_attrs: &Attrs) -> Result<Box<dyn Op>> {
-    Ok(Box::new(MatMul))
+    Ok(Box::new(MatMul::default()))
+}
+
+impl MatMul {
+    /// The product's geometry for operand shapes `a` and `b` as stored.
+    pub(crate) fn geom(&self, a: &[usize], b: &[usize]) -> Result<MmGeom> {
+        MmGeom::strided(
+            permuted(a, self.perms[0].as_deref())?,
+            permuted(b, self.perms[1].as_deref())?,
+        )
+    }
+}
+
+/// The shape an operand stored as `stored` has when read through `perm`, and the element
+/// stride in storage of each of its dimensions.
+fn permuted(stored: &[usize], perm: Option<&[usize]>) -> Result<(Vec<usize>, Vec<usize>)> {
+    let st = strides(stored);
+    let Some(perm) = perm else {
+        return Ok((stored.to_vec(), st));
+    };
+    let mut seen = vec![false; stored.len()];
+    let valid = perm.len() == stored.len()
+        && perm
+            .iter()
+            .all(|&d| d < seen.len() && !std::mem::replace(&mut seen[d], true));
+    if !valid {
+        return Err(OpError::Invalid(format!(
+            "MatMul operand of shape {stored:?} read through permutation {perm:?}: not a \
+             permutation of its axes"
+        )));
+    }
+    Ok((
+        perm.iter().map(|&d| stored[d]).collect(),
+        perm.iter().map(|&d| st[d]).collect(),
+    ))
 }
 
 /// Shapes of one (batched) product, with the 1-D cases already promoted to matrices.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct MmGeom {
     pub batch: Vec<usize>,
     /// Element strides of A and B per output batch dimension (0 on broadcast dims).
     pub a_bs: Vec<usize>,
     pub b_bs: Vec<usize>,
+    /// Element strides of A's and B's rows and columns (row-major operands: `(k, 1)`, `(n, 1)`).
+    pub a_mat: (usize, usize),
+    pub b_mat: (usize, usize),
     pub m: usize,
     pub n: usize,
     pub k: usize,
@@ -38,21 +81,24 @@ pub(crate) struct MmGeom {
 }
 
 impl MmGeom {
-    pub fn new(a: &[usize], b: &[usize]) -> Result<MmGeom> {
+    /// Operands given as (shape, element stride of each dimension).
+    fn strided(
+        (a, a_st): (Vec<usize>, Vec<usize>),
+        (b, b_st): (Vec<usize>, Vec<usize>),
+    ) -> Result<MmGeom> {
         if a.is_empty() || b.is_empty() {
             return Err(OpError::Invalid(format!(
                 "MatMul operands must have rank >= 1, got {a:?} and {b:?}"
             )));
         }
-        let a2: Vec<usize> = if a.len() == 1 {
-            vec![1, a[0]]
-        } else {
-            a.to_vec()
+        // 1-D operands become a row (A) or a column (B).
+        let (a2, a_st2) = match a.len() {
+            1 => (vec![1, a[0]], vec![a[0] * a_st[0], a_st[0]]),
+            _ => (a.clone(), a_st),
         };
-        let b2: Vec<usize> = if b.len() == 1 {
-            vec![b[0], 1]
-        } else {
-            b.to_vec()
+        let (b2, b_st2) = match b.len() {
+            1 => (vec![b[0], 1], vec![b_st[0], 1]),
+            _ => (b.clone(), b_st),
         };
         let (ra, rb) = (a2.len(), b2.len());
         let (m, k) = (a2[ra - 2], a2[ra - 1]);
@@ -64,14 +110,18 @@ impl MmGeom {
         }
         let (ab, bb) = (&a2[..ra - 2], &b2[..rb - 2]);
         let batch = broadcast_shapes(&[ab, bb])?;
-        let a_bs = broadcast_strides(ab, &batch)
-            .iter()
-            .map(|s| s * m * k)
-            .collect();
-        let b_bs = broadcast_strides(bb, &batch)
-            .iter()
-            .map(|s| s * k * n)
-            .collect();
+        // Per output batch dimension: the operand's stride there, 0 where it is broadcast.
+        let batch_strides = |dims: &[usize], st: &[usize]| {
+            let off = batch.len() - dims.len();
+            (0..batch.len())
+                .map(|d| match d.checked_sub(off) {
+                    Some(i) if dims[i] != 1 => st[i],
+                    _ => 0,
+                })
+                .collect()
+        };
+        let a_bs = batch_strides(ab, &a_st2);
+        let b_bs = batch_strides(bb, &b_st2);
         let mut out_shape = batch.clone();
         if a.len() > 1 {
             out_shape.push(m);
@@ -83,6 +133,8 @@ impl MmGeom {
             batch,
             a_bs,
             b_bs,
+            a_mat: (a_st2[ra - 2], a_st2[ra - 1]),
+            b_mat: (b_st2[rb - 2], b_st2[rb - 1]),
             m,
             n,
             k,
@@ -252,6 +304,10 @@ impl Op for MatMul {
         "MatMul"
     }
 
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         if ins.len() != 2 {
             return Err(OpError::Invalid(format!(
@@ -266,12 +322,12 @@ impl Op for MatMul {
             )));
         }
         check_f32("MatMul", ins)?;
-        let g = MmGeom::new(&ins[0].shape, &ins[1].shape)?;
+        let g = self.geom(&ins[0].shape, &ins[1].shape)?;
         Ok(vec![TensorMeta::new(ins[0].dtype, g.out_shape)])
     }
 
     fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
-        let flops = MmGeom::new(&ins[0].shape, &ins[1].shape)
+        let flops = (self.geom(&ins[0].shape, &ins[1].shape))
             .map(|g| 2 * (g.batches() * g.m * g.n * g.k) as u64)
             .unwrap_or(0);
         Work {
@@ -282,11 +338,15 @@ impl Op for MatMul {
     }
 
     fn split_axis(&self, ins: &[&TensorMeta], _outs: &[TensorMeta]) -> Option<usize> {
-        MmGeom::new(&ins[0].shape, &ins[1].shape).ok()?.split_axis()
+        self.geom(&ins[0].shape, &ins[1].shape).ok()?.split_axis()
     }
 
-    /// Output row `m` of a batch reads row `m` of A, when A is not broadcast over batches.
+    /// Output row `m` of a batch reads row `m` of A, when A is not broadcast over batches and
+    /// is read in storage order.
     fn row_local(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Vec<usize> {
+        if self.perms[0].is_some() {
+            return Vec::new();
+        }
         let (a, o) = (&ins[0].shape, &outs[0].shape);
         let rows_match = a.len() >= 2 && a.len() == o.len() && a[..a.len() - 1] == o[..o.len() - 1];
         if rows_match && self.split_axis(ins, outs).is_some() {
@@ -297,7 +357,7 @@ impl Op for MatMul {
     }
 
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
-        let g = MmGeom::new(&ins[0].shape, &ins[1].shape)?;
+        let g = self.geom(&ins[0].shape, &ins[1].shape)?;
         let (a, b) = (f32_in("MatMul", ins[0])?, f32_in("MatMul", ins[1])?);
         let out = f32_out("MatMul", &mut outs[0])?;
         let lr = g.logical_rows(rows);
@@ -313,8 +373,18 @@ impl Op for MatMul {
                 g.n,
                 g.k,
                 1.0,
-                MatRef::row_major(a, ao + ms.start * g.k, g.k),
-                MatRef::row_major(b, bo, g.n),
+                MatRef {
+                    data: a,
+                    offset: ao + ms.start * g.a_mat.0,
+                    rs: g.a_mat.0,
+                    cs: g.a_mat.1,
+                },
+                MatRef {
+                    data: b,
+                    offset: bo,
+                    rs: g.b_mat.0,
+                    cs: g.b_mat.1,
+                },
                 0.0,
                 MatMut::row_major(dst, 0, g.n),
                 threads,
@@ -340,12 +410,13 @@ impl Op for MatMul {
         rows: Range<usize>,
     ) -> Result<Vec<GpuKernel>> {
         check_f32("MatMul on GPU", ins)?;
-        let g = MmGeom::new(&ins[0].shape, &ins[1].shape)?;
+        let g = self.geom(&ins[0].shape, &ins[1].shape)?;
+        let stride = |v: usize| u32_of(v, "operand stride");
         let base = MatmulParams {
-            a_rs: u32_of(g.k, "K")?,
-            a_cs: 1,
-            b_rs: u32_of(g.n, "N")?,
-            b_cs: 1,
+            a_rs: stride(g.a_mat.0)?,
+            a_cs: stride(g.a_mat.1)?,
+            b_rs: stride(g.b_mat.0)?,
+            b_cs: stride(g.b_mat.1)?,
             alpha: 1.0,
             ..bytemuck::Zeroable::zeroed()
         };
@@ -432,21 +503,50 @@ mod tests {
         let want = naive(&a, &b);
         assert_eq!(want.shape, want_shape);
         let metas = [&a.meta(), &b.meta()];
-        let out_meta = MatMul.infer(&metas).unwrap();
+        let out_meta = MatMul::default().infer(&metas).unwrap();
         assert_eq!(out_meta[0].shape, want_shape);
-        let ax = MatMul.split_axis(&metas, &out_meta);
+        let ax = MatMul::default().split_axis(&metas, &out_meta);
         let rows = row_count(&want.shape, ax);
         // whole, and two pieces cut at an odd row
         let cut = rows / 2 + (rows > 2) as usize;
-        for ranges in [vec![0..rows], vec![0..cut, cut..rows]] {
-            let mut out = vec![Tensor::zeros(DType::F32, want_shape)];
-            for r in ranges {
-                MatMul.cpu(&[&a, &b], &mut out, r).unwrap();
-            }
-            for (g, w) in out[0].as_f32().unwrap().iter().zip(want.as_f32().unwrap()) {
-                assert!((g - w).abs() < 1e-4, "{sa:?}x{sb:?}: {g} vs {w}");
+        // B as given, and (rank >= 2) stored transposed for a MatMul told so.
+        let mut cases = vec![(MatMul::default(), b.clone())];
+        if sb.len() >= 2 {
+            let mut perm: Vec<usize> = (0..sb.len()).collect();
+            perm.swap(sb.len() - 2, sb.len() - 1);
+            let perms = [None, Some(perm)];
+            cases.push((MatMul { perms }, swap_last_two(&b)));
+        }
+        for (op, b) in cases {
+            assert_eq!(op.infer(&[&a.meta(), &b.meta()]).unwrap(), out_meta);
+            for ranges in [vec![0..rows], vec![0..cut, cut..rows]] {
+                let mut out = vec![Tensor::zeros(DType::F32, want_shape)];
+                for r in ranges {
+                    op.cpu(&[&a, &b], &mut out, r).unwrap();
+                }
+                for (g, w) in out[0].as_f32().unwrap().iter().zip(want.as_f32().unwrap()) {
+                    assert!((g - w).abs() < 1e-4, "{op:?} {sa:?}x{sb:?}: {g} vs {w}");
+                }
             }
         }
+    }
+
+    /// `t` with its last two axes swapped (a copy), by index arithmetic.
+    fn swap_last_two(t: &Tensor) -> Tensor {
+        let r = t.shape.len();
+        let (rows, cols) = (t.shape[r - 2], t.shape[r - 1]);
+        let v = t.as_f32().unwrap();
+        let mut out = vec![0.0; v.len()];
+        for (bi, block) in out.chunks_mut((rows * cols).max(1)).enumerate() {
+            for i in 0..rows {
+                for j in 0..cols {
+                    block[j * rows + i] = v[bi * rows * cols + i * cols + j];
+                }
+            }
+        }
+        let mut shape = t.shape.clone();
+        shape.swap(r - 2, r - 1);
+        Tensor::f32(&shape, out)
     }
 
     #[test]
@@ -468,7 +568,7 @@ mod tests {
         let a = Tensor::f32(&[2, 3, 4], fill(24, 3));
         let b = Tensor::f32(&[4, 2], fill(8, 4));
         let mut out = vec![Tensor::f32(&[2, 3, 2], vec![9.0; 12])];
-        MatMul.cpu(&[&a, &b], &mut out, 2..5).unwrap();
+        MatMul::default().cpu(&[&a, &b], &mut out, 2..5).unwrap();
         let want = naive(&a, &b);
         let (o, w) = (out[0].as_f32().unwrap(), want.as_f32().unwrap());
         for i in 0..12 {
@@ -484,21 +584,24 @@ mod tests {
     fn bad_shapes_are_invalid() {
         let a = TensorMeta::new(DType::F32, vec![3, 4]);
         let b = TensorMeta::new(DType::F32, vec![5, 2]);
-        assert!(matches!(MatMul.infer(&[&a, &b]), Err(OpError::Invalid(_))));
+        assert!(matches!(
+            MatMul::default().infer(&[&a, &b]),
+            Err(OpError::Invalid(_))
+        ));
         let s = TensorMeta::new(DType::F32, vec![]);
-        assert!(MatMul.infer(&[&s, &b]).is_err());
+        assert!(MatMul::default().infer(&[&s, &b]).is_err());
     }
 
     #[test]
     fn gpu_kernel_covers_rows_with_tiles() {
         let a = TensorMeta::new(DType::F32, vec![2, 100, 8]);
         let b = TensorMeta::new(DType::F32, vec![8, 70]);
-        let out = MatMul.infer(&[&a, &b]).unwrap();
-        let k = MatMul.gpu(&[&a, &b], &out, 150..170).unwrap();
+        let out = MatMul::default().infer(&[&a, &b]).unwrap();
+        let k = MatMul::default().gpu(&[&a, &b], &out, 150..170).unwrap();
         assert_eq!(k.len(), 1);
         assert_eq!(k[0].workgroups, [2, 1, 1]);
         assert_eq!(k[0].params.len(), std::mem::size_of::<MatmulParams>());
-        let k = MatMul.gpu(&[&a, &b], &out, 50..170).unwrap();
+        let k = MatMul::default().gpu(&[&a, &b], &out, 50..170).unwrap();
         assert_eq!(k[0].workgroups, [2, 2, 2]);
     }
 }

@@ -1,10 +1,11 @@
-//! Row normalisations: LayerNormalization and InstanceNormalization (BatchNormalization and
-//! LRN live in `norm_channel.rs`).
+//! Row normalisations: LayerNormalization, RMSNormalization and InstanceNormalization
+//! (BatchNormalization and LRN live in `norm_channel.rs`).
 //!
 //! Sits between the operator contract (`op.rs`) and `norm.wgsl` / `norm_stats.wgsl`. Both ops
 //! view the input as `[rows, n]` and normalise each row with a two-pass mean and variance:
 //! LayerNormalization over the axes from `axis` on (rows cut on axis `axis - 1`), with Scale and
-//! B broadcast over the normalised axes; InstanceNormalization over the spatial axes of each
+//! B broadcast over the normalised axes; RMSNormalization the same without the mean and B
+//! (`x / sqrt(mean(x^2) + eps) * Scale`); InstanceNormalization over the spatial axes of each
 //! `(n, c)` (rows cut on the channel axis), with per-channel scale and bias.
 
 use crate::shape::{self, grid_1d, normalize_axis};
@@ -14,11 +15,13 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 /// LayerNormalization (opset 17): `Y = (X - mean) / sqrt(var + eps) * Scale + B` over the axes
-/// `axis..`; optional outputs Mean and InvStdDev of shape `X.shape[..axis] + [1...]`.
+/// `axis..`; optional outputs Mean and InvStdDev of shape `X.shape[..axis] + [1...]`. With
+/// `rms`, RMSNormalization (opset 23): `Y = X / sqrt(mean(X^2) + eps) * Scale`, output Y only.
 #[derive(Debug)]
 struct LayerNorm {
     axis: i64,
     eps: f32,
+    rms: bool,
 }
 
 /// InstanceNormalization: per `(n, c)` normalisation over the spatial axes, then
@@ -31,15 +34,40 @@ struct InstanceNorm {
 /// LayerNormalization (axis default -1, epsilon default 1e-5; stash_type 1 is the only mode:
 /// statistics are computed in f32).
 pub fn layer_normalization(a: &Attrs) -> Result<Box<dyn Op>> {
+    row_normalization(a, false)
+}
+
+/// RMSNormalization (axis default -1, epsilon default 1e-5; stash_type 1 only, as above).
+pub fn rms_normalization(a: &Attrs) -> Result<Box<dyn Op>> {
+    row_normalization(a, true)
+}
+
+/// RMSNormalization over the last axis (what the runtime's fusion pass makes of the
+/// `Pow, ReduceMean, Add, Sqrt, Div, Mul` chain that exported Llama-style models spell it as).
+pub fn rms_norm_last_axis(eps: f32) -> Box<dyn Op> {
+    Box::new(LayerNorm {
+        axis: -1,
+        eps,
+        rms: true,
+    })
+}
+
+fn row_normalization(a: &Attrs, rms: bool) -> Result<Box<dyn Op>> {
+    let op = if rms {
+        "RMSNormalization"
+    } else {
+        "LayerNormalization"
+    };
     let stash = a.int("stash_type", 1)?;
     if stash != 1 {
         return Err(OpError::Unsupported(format!(
-            "LayerNormalization: stash_type {stash} (only 1, f32 statistics)"
+            "{op}: stash_type {stash} (only 1, f32 statistics)"
         )));
     }
     Ok(Box::new(LayerNorm {
         axis: a.int("axis", -1)?,
         eps: a.float("epsilon", 1e-5)?,
+        rms,
     }))
 }
 
@@ -79,17 +107,26 @@ pub(crate) fn row_stats(x: &[f32], eps: f32) -> (f32, f32) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
+/// `(0, 1 / sqrt(mean(x^2) + eps))`: RMSNormalization's statistics in [`row_stats`]' form.
+#[inline(always)]
+fn rms_stats(x: &[f32], eps: f32) -> (f32, f32) {
+    let ms = sum8(x, |v| v * v) / (x.len().max(1) as f32);
+    (0.0, 1.0 / (ms + eps).sqrt())
+}
+
 crate::simd::kernel! {
     /// One LayerNormalization row: `y = (x - mean) * inv * scale (+ bias)`; returns
-    /// `(mean, inv)`. Widest vectors (`crate::simd`).
+    /// `(mean, inv)`. With `rms` the mean is 0 and `inv` is `1 / sqrt(mean(x^2) + eps)`.
+    /// Widest vectors (`crate::simd`).
     fn layer_norm_row(
         xr: &[f32],
         yr: &mut [f32],
         scale: &[f32],
         bias: Option<&[f32]>,
         eps: f32,
+        rms: bool,
     ) -> (f32, f32) {
-        let (mean, inv) = row_stats(xr, eps);
+        let (mean, inv) = if rms { rms_stats(xr, eps) } else { row_stats(xr, eps) };
         match bias {
             Some(b) => {
                 for (((y, &v), &s), &b) in yr.iter_mut().zip(xr).zip(scale).zip(b) {
@@ -154,11 +191,12 @@ enum Bcast {
 impl LayerNorm {
     fn geometry(&self, shape: &[usize]) -> Result<(usize, usize, usize)> {
         let a = normalize_axis(self.axis, shape.len())
-            .map_err(|e| OpError::Invalid(format!("LayerNormalization: {e}")))?;
+            .map_err(|e| OpError::Invalid(format!("{}: {e}", self.name())))?;
         if shape.is_empty() {
-            return Err(OpError::Invalid(
-                "LayerNormalization: X must have rank >= 1".into(),
-            ));
+            return Err(OpError::Invalid(format!(
+                "{}: X must have rank >= 1",
+                self.name()
+            )));
         }
         Ok((a, shape[..a].iter().product(), shape[a..].iter().product()))
     }
@@ -167,8 +205,9 @@ impl LayerNorm {
     fn bcast(&self, p: &[usize], x: &[usize], a: usize, what: &str) -> Result<Bcast> {
         let bad = || {
             OpError::Invalid(format!(
-                "LayerNormalization: {what} of shape {p:?} does not broadcast to the normalised \
-                 shape {:?} of X {x:?}",
+                "{}: {what} of shape {p:?} does not broadcast to the normalised shape {:?} of X \
+                 {x:?}",
+                self.name(),
                 &x[a..]
             ))
         };
@@ -229,22 +268,31 @@ impl LayerNorm {
 
 impl Op for LayerNorm {
     fn name(&self) -> &'static str {
-        "LayerNormalization"
+        match self.rms {
+            true => "RMSNormalization",
+            false => "LayerNormalization",
+        }
     }
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        if !(2..=3).contains(&ins.len()) {
+        let takes = if self.rms { 2..=2 } else { 2..=3 };
+        if !takes.contains(&ins.len()) {
             return Err(OpError::Invalid(format!(
-                "LayerNormalization takes 2 or 3 inputs, got {}",
+                "{} takes {} inputs, got {}",
+                self.name(),
+                if self.rms { "2" } else { "2 or 3" },
                 ins.len()
             )));
         }
-        require_f32("LayerNormalization", ins)?;
+        require_f32(self.name(), ins)?;
         let x = &ins[0].shape;
         let (a, _, _) = self.geometry(x)?;
         self.bcast(&ins[1].shape, x, a, "Scale")?;
         if Self::has_bias(ins) {
             self.bcast(&ins[2].shape, x, a, "B")?;
+        }
+        if self.rms {
+            return Ok(vec![TensorMeta::new(DType::F32, x.clone())]);
         }
         let stat: Vec<usize> = x
             .iter()
@@ -283,7 +331,7 @@ impl Op for LayerNorm {
     }
 
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
-        let op = "LayerNormalization";
+        let op = self.name();
         let xs = &ins[0].shape;
         let (a, _, n) = self.geometry(xs)?;
         let x = f32_in(op, ins[0], "X")?;
@@ -306,8 +354,8 @@ impl Op for LayerNorm {
         if n == 0 {
             return Ok(());
         }
-        let (scale, bias, eps) = (&scale[..], bias.as_deref(), self.eps);
-        let norm = |(xr, yr): (&[f32], &mut [f32])| layer_norm_row(xr, yr, scale, bias, eps);
+        let (scale, bias, eps, rms) = (&scale[..], bias.as_deref(), self.eps, self.rms);
+        let norm = |(xr, yr): (&[f32], &mut [f32])| layer_norm_row(xr, yr, scale, bias, eps, rms);
         if stats.is_empty() {
             x.par_chunks(n).zip(y.par_chunks_mut(n)).for_each(|r| {
                 norm(r);
@@ -343,8 +391,8 @@ impl Op for LayerNorm {
             Bcast::Full => Ok(1),
             Bcast::Scalar => Ok(0),
             Bcast::Strided(_) => Err(OpError::Unsupported(format!(
-                "LayerNormalization on GPU: {what} of shape {:?} broadcast over part of the \
-                 normalised axes",
+                "{} on GPU: {what} of shape {:?} broadcast over part of the normalised axes",
+                self.name(),
                 ins[i].shape
             ))),
         };
@@ -359,7 +407,8 @@ impl Op for LayerNorm {
             b_el: if has_bias { step(2, "B")? } else { 0 },
             channels: 1,
             has_bias: has_bias as u32,
-            ..NormParams::new(n, &rows, self.eps, "LayerNormalization")?
+            rms: self.rms as u32,
+            ..NormParams::new(n, &rows, self.eps, self.name())?
         };
         row_kernels(&p, has_bias, outs.len() > 1, rows)
     }
@@ -380,7 +429,9 @@ struct NormParams {
     b_el: u32,
     has_bias: u32,
     eps: f32,
-    _pad: [u32; 2],
+    /// 1: RMSNormalization (no mean; `x^2` averaged instead of the variance).
+    rms: u32,
+    _pad: u32,
 }
 
 impl NormParams {
@@ -404,7 +455,8 @@ impl NormParams {
             b_el: 0,
             has_bias: 0,
             eps,
-            _pad: [0; 2],
+            rms: 0,
+            _pad: 0,
         })
     }
 }

@@ -56,6 +56,21 @@ struct Reduce {
     noop_with_empty_axes: bool,
 }
 
+/// Whether `op` is a ReduceMean that keeps dims and reduces the last axis alone (`axes` is
+/// `[-1]`; `axes_input` is the constant value of its `axes` input where it takes them as one).
+/// The runtime's RMSNorm fusion asks this before the input's rank is known.
+pub fn is_mean_over_last_axis(op: &dyn Op, axes_input: Option<&Tensor>) -> bool {
+    let Some(r) = op.as_any().and_then(|a| a.downcast_ref::<Reduce>()) else {
+        return false;
+    };
+    let axes = match &r.axes {
+        AxesSource::Attr(a) => a.clone(),
+        AxesSource::Input => axes_input.map(Tensor::to_i64_vec),
+        AxesSource::From(_) => None,
+    };
+    r.name == "ReduceMean" && r.keepdims && axes.as_deref() == Some(&[-1])
+}
+
 fn reduce_op(
     attrs: &Attrs,
     name: &'static str,
@@ -317,6 +332,10 @@ fn last_axis(outs: &[TensorMeta]) -> Option<usize> {
 impl Op for Reduce {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {

@@ -103,6 +103,7 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("GlobalAveragePool", crate::pool::global_average_pool),
     ("GlobalMaxPool", crate::pool::global_max_pool),
     ("LayerNormalization", crate::norm::layer_normalization),
+    ("RMSNormalization", crate::norm::rms_normalization),
     ("InstanceNormalization", crate::norm::instance_normalization),
     (
         "BatchNormalization",

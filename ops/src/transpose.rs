@@ -22,6 +22,13 @@ pub fn transpose(attrs: &Attrs) -> Result<Box<dyn Op>> {
 }
 
 impl Transpose {
+    /// The `perm` attribute when it is given and has no negative entry (whether it fits the
+    /// input's rank is checked where it is applied).
+    pub fn explicit_perm(&self) -> Option<Vec<usize>> {
+        let p = self.perm.as_ref()?;
+        p.iter().map(|&a| usize::try_from(a).ok()).collect()
+    }
+
     fn perm(&self, rank: usize) -> Result<Vec<usize>> {
         let perm: Vec<usize> = match &self.perm {
             None => (0..rank).rev().collect(),
@@ -62,6 +69,10 @@ impl Transpose {
 impl Op for Transpose {
     fn name(&self) -> &'static str {
         "Transpose"
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {

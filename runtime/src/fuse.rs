@@ -1,11 +1,13 @@
-//! Conv fusion: a graph rewrite that folds a following BatchNormalization into a Conv's weights
+//! Operator fusion: a graph rewrite that folds a following BatchNormalization into a Conv's weights
 //! and bias, and a following activation (Relu, LeakyRelu, Clip, Sigmoid, HardSigmoid, HardSwish,
 //! and the multi-node SiLU and HardSwish patterns) with scalar Mul and Add nodes after it into
 //! the Conv as an epilogue ([`Epilogue`]; the patterns are in `fuse/epilogue.rs`), so each runs
 //! in the Conv's pass over its output instead of a pass of its own. A BatchNormalization that
 //! follows no Conv takes in the per-channel Mul and Add nodes after it instead (its scale and B
 //! change; densenet121 runs BN, Mul, Add on every Concat), where the rank of its input is known
-//! before any shape is ([`rank_of`]).
+//! before any shape is ([`rank_of`]). A Transpose that only feeds a MatMul folds into it: the
+//! MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`). The six-node
+//! RMSNorm of exported Llama-style models becomes one RMSNormalization (`fuse/rms_norm.rs`).
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
 //! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.
@@ -26,16 +28,20 @@
 //!
 //! For A/B timing in one build: `TANDEM_FUSE_HARDSWISH=0` leaves HardSigmoid, HardSwish and
 //! the scalar affine after an activation unfused (the pass as it was before them);
-//! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused.
+//! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused; `TANDEM_FUSE_TRANSPOSE=0`
+//! leaves Transposes before MatMuls unfused; `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
 use std::sync::Arc;
 use tandem_ops::conv::{Absorbed, Conv, Epilogue};
+use tandem_ops::matmul::MatMul;
 use tandem_ops::norm_channel::BatchNorm;
 use tandem_ops::{DType, Op, Tensor, TensorMeta};
 
 mod epilogue;
+mod matmul_operands;
+mod rms_norm;
 use epilogue::{Part, Patterns};
 
 /// What the pass did: one entry per Conv or BatchNormalization that absorbed something.
@@ -46,9 +52,14 @@ pub struct FuseSummary {
 }
 
 /// The label of a node for reports: `Conv+BatchNormalization+Relu` for a fused Conv,
-/// `BatchNormalization+Mul+Add` for a BatchNormalization that took in what followed it, else
-/// its op type.
+/// `BatchNormalization+Mul+Add` for a BatchNormalization that took in what followed it,
+/// `Transpose+MatMul` for a MatMul that reads an operand through a permutation (one
+/// `Transpose+` per such operand), else its op type.
 pub fn label(node: &Node) -> String {
+    if let Some(mm) = node.op.as_any().and_then(|a| a.downcast_ref::<MatMul>()) {
+        let folded = mm.perms.iter().flatten().count();
+        return "Transpose+".repeat(folded) + &node.op_type;
+    }
     let absorbed: Vec<&str> = match (as_conv(node.op.as_ref()), as_batch_norm(node.op.as_ref())) {
         (Some(c), _) => c.absorbed.iter().map(|a| a.op_type.as_str()).collect(),
         (_, Some(bn)) => bn.absorbed.iter().map(String::as_str).collect(),
@@ -186,6 +197,34 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         take_over(graph, &uses, i, &chain, (&mut removed, &mut dropped));
         let node = &mut graph.nodes[i];
         node.op = Box::new(bn);
+        summary.fused.push((node.name.clone(), label(node)));
+    }
+    for i in (0..graph.nodes.len()).filter(|_| on("TANDEM_FUSE_TRANSPOSE")) {
+        let Some((matmul, folded)) = matmul_operands::transposes_into(graph, &uses, i) else {
+            continue;
+        };
+        for (slot, t) in folded {
+            graph.nodes[i].inputs[slot] = graph.nodes[t].inputs[0];
+            removed[t] = true;
+        }
+        let node = &mut graph.nodes[i];
+        node.op = Box::new(matmul);
+        summary.fused.push((node.name.clone(), label(node)));
+    }
+    for i in (0..graph.nodes.len()).filter(|_| on("TANDEM_FUSE_RMS_NORM")) {
+        if removed[i] {
+            continue;
+        }
+        let Some(chain) = rms_norm::chain_from(graph, &uses, i) else {
+            continue;
+        };
+        let node = &mut graph.nodes[i];
+        dropped.extend(node.inputs.iter().flatten());
+        node.inputs = vec![Some(chain.x), Some(chain.scale)];
+        node.op_type = "RMSNormalization".into();
+        node.op = tandem_ops::norm::rms_norm_last_axis(chain.eps);
+        take_over(graph, &uses, i, &chain.rest, (&mut removed, &mut dropped));
+        let node = &graph.nodes[i];
         summary.fused.push((node.name.clone(), label(node)));
     }
     drop_unread(graph, &uses, &mut removed, dropped);

@@ -15,6 +15,11 @@ use tandem::{Placement, Session, SessionOptions, Tensor};
 use tandem_ops::conv::{Activation, Conv, Epilogue};
 use tandem_ops::{AttrValue, Attrs, Op};
 
+#[path = "fusion/rms_norm.rs"]
+mod rms_norm;
+#[path = "fusion/transposes.rs"]
+mod transposes;
+
 fn fill(len: usize, seed: u32) -> Vec<f32> {
     (0..len)
         .map(|i| ((i as u32 * 7 + seed * 13) % 23) as f32 / 5.0 - 2.2)

@@ -1,6 +1,7 @@
-// norm: row normalisation for LayerNormalization and InstanceNormalization. One invocation per
-// row r in [params.first_row, params.first_row + params.rows): over x[r * n ..][..n], a two-pass
-// (shifted) mean and variance, then y = (x - mean) / sqrt(var + eps) * scale[si] + (has_bias ? b[bi] : 0)
+// norm: row normalisation for LayerNormalization, RMSNormalization and InstanceNormalization.
+// One invocation per row r in [params.first_row, params.first_row + params.rows): over
+// x[r * n ..][..n], a two-pass (shifted) mean and variance (RMSNormalization, rms = 1: mean 0 and
+// the mean of x^2 as the variance), then y = (x - mean) / sqrt(var + eps) * scale[si] + (has_bias ? b[bi] : 0)
 // with si = (r % channels) * s_row + j * s_el and bi = (r % channels) * b_row + j * b_el
 // (LayerNorm: channels 1, s_el 1 or 0; InstanceNorm: s_row 1, s_el 0).
 // Bindings: 0 x, 1 scale, 2 b (scale again when absent), 3 y, 4 params. Overrides: WG.
@@ -18,8 +19,8 @@ struct Params {
     b_el: u32,
     has_bias: u32,
     eps: f32,
-    _pad0: u32,
-    _pad1: u32,
+    rms: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -38,12 +39,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let n = params.n;
     let base = r * n;
     // Shifted by the first element so a large common offset does not swamp the sum.
-    let k = x[base];
-    var s = 0.0;
-    for (var j = 0u; j < n; j = j + 1u) {
-        s = s + (x[base + j] - k);
+    var mean = 0.0;
+    if (params.rms == 0u) {
+        let k = x[base];
+        var s = 0.0;
+        for (var j = 0u; j < n; j = j + 1u) {
+            s = s + (x[base + j] - k);
+        }
+        mean = k + s / f32(n);
     }
-    let mean = k + s / f32(n);
     var v = 0.0;
     for (var j = 0u; j < n; j = j + 1u) {
         let d = x[base + j] - mean;
