@@ -250,7 +250,8 @@ fn time_plan(
     };
     let ms = measure(
         &rule,
-        || exec::execute(&cx, vec![x.clone()]).map(|_| ()),
+        || vec![x.clone()],
+        |x| exec::execute(&cx, x).map(|_| ()),
         |_| {},
     )?;
     Ok(median(ms))
@@ -376,7 +377,12 @@ fn time_session(
     for _ in 0..warm {
         s.run(inputs)?;
     }
-    Ok(median(measure(rule, || s.run(inputs).map(|_| ()), |_| {})?))
+    Ok(median(measure(
+        rule,
+        || (),
+        |()| s.run(inputs).map(|_| ()),
+        |_| {},
+    )?))
 }
 
 /// Sessions per placement in part (b): a session's own state (memory layout, its pool thread)

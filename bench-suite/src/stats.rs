@@ -35,17 +35,21 @@ impl RunRule {
 }
 
 /// Run `f` under `rule` (no warm-up here: the caller's first run is the cold one) and return
-/// the per-iteration times in ms. `tick` is called after every iteration (progress bars).
-pub fn measure<E>(
+/// the per-iteration times in ms. Each iteration's argument comes from `inputs`, untimed: every
+/// runtime gets its inputs ready to consume before its clock starts, as the onnxruntime
+/// driver's numpy feeds are. `tick` is called after every iteration (progress bars).
+pub fn measure<I, E>(
     rule: &RunRule,
-    mut f: impl FnMut() -> Result<(), E>,
+    mut inputs: impl FnMut() -> I,
+    mut f: impl FnMut(I) -> Result<(), E>,
     mut tick: impl FnMut(usize),
 ) -> Result<Vec<f64>, E> {
     let start = Instant::now();
     let mut samples = Vec::new();
     while !rule.done(samples.len(), start.elapsed()) {
+        let args = inputs();
         let t = Instant::now();
-        f()?;
+        f(args)?;
         samples.push(t.elapsed().as_secs_f64() * 1e3);
         tick(samples.len());
     }

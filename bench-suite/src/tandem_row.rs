@@ -174,8 +174,9 @@ fn bench_inner(
     let mut reports: Vec<RunReport> = Vec::new();
     let samples = measure(
         rule,
-        || {
-            let (_, r) = session.run_with_report(&args)?;
+        || args.clone(),
+        |args| {
+            let (_, r) = session.run_with_report_owned(args)?;
             reports.push(r);
             Ok::<(), tandem::Error>(())
         },

@@ -344,10 +344,20 @@ impl Session {
         &self,
         inputs: &[(&str, Tensor)],
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
+        self.run_with_report_owned(copied(inputs))
+    }
+
+    /// [`Session::run_with_report`] taking its inputs by value: they become the run's values
+    /// without a copy (a decode loop that feeds one step's present K/V back as the next step's
+    /// past K/V moves them in). Blocks; native targets only.
+    pub fn run_with_report_owned(
+        &self,
+        inputs: Vec<(&str, Tensor)>,
+    ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         // The executor runs on the session's pool, so that each CPU kernel starts inline
         // instead of through a cross-thread `install` per node (5-10 us each).
         crate::limits::install(&self.pool, || {
-            pollster::block_on(self.run_with_report_async(inputs))
+            pollster::block_on(self.run_owned_async(inputs))
         })
     }
 
@@ -355,6 +365,14 @@ impl Session {
     pub async fn run_with_report_async(
         &self,
         inputs: &[(&str, Tensor)],
+    ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
+        self.run_owned_async(copied(inputs)).await
+    }
+
+    /// The run behind every `run*` method, on inputs given by value.
+    async fn run_owned_async(
+        &self,
+        inputs: Vec<(&str, Tensor)>,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         let ordered = self.order_inputs(inputs)?;
         let (plan, key) = self.cached_plan(&ordered)?;
@@ -598,12 +616,12 @@ impl Session {
 
     /// The plan for named inputs (for `--explain` and tools).
     pub fn plan(&self, inputs: &[(&str, Tensor)]) -> Result<Arc<Plan>> {
-        self.plan_for(&self.order_inputs(inputs)?)
+        self.plan_for(&self.order_inputs(copied(inputs))?)
     }
 
     /// Check the given inputs against the model and put them in the model's order.
-    fn order_inputs(&self, given: &[(&str, Tensor)]) -> Result<Vec<Tensor>> {
-        for (name, _) in given {
+    fn order_inputs(&self, given: Vec<(&str, Tensor)>) -> Result<Vec<Tensor>> {
+        for (name, _) in &given {
             if !self
                 .graph
                 .inputs
@@ -622,10 +640,13 @@ impl Session {
                 });
             }
         }
+        let mut given: Vec<(&str, Option<Tensor>)> =
+            given.into_iter().map(|(n, t)| (n, Some(t))).collect();
         let mut out = Vec::with_capacity(self.graph.inputs.len());
         for &v in &self.graph.inputs {
             let val = &self.graph.values[v];
-            let Some((_, t)) = given.iter().find(|(n, _)| *n == val.name) else {
+            let found = given.iter_mut().find(|(n, _)| *n == val.name);
+            let Some(t) = found.and_then(|(_, t)| t.take()) else {
                 return Err(Error::MissingInput {
                     name: val.name.clone(),
                     dtype: val.dtype.unwrap_or(tandem_ops::DType::F32),
@@ -657,10 +678,15 @@ impl Session {
                     });
                 }
             }
-            out.push(t.clone());
+            out.push(t);
         }
         Ok(out)
     }
+}
+
+/// Owned copies of borrowed inputs, for the runs that take them by reference.
+fn copied<'a>(inputs: &[(&'a str, Tensor)]) -> Vec<(&'a str, Tensor)> {
+    inputs.iter().map(|(n, t)| (*n, t.clone())).collect()
 }
 
 /// The rayon pool of a session's CPU kernels (`threads` 0: one per core).

@@ -166,8 +166,8 @@ fn bench_inner(
             Err(e) => row.notes.push(format!("outputs not compared: {e}")),
         }
     }
-    let samples =
-        measure(rule, || plan.run(args()).map(|_| ()), tick).map_err(|e| format!("run: {e:#}"))?;
+    let samples = measure(rule, args, |a| plan.run(a).map(|_| ()), tick)
+        .map_err(|e| format!("run: {e:#}"))?;
     let latency = Latency::from_samples(samples, rule);
     row.cold = Some(Cold {
         load_ms,
