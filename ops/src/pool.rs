@@ -592,6 +592,30 @@ pub(super) fn tap_any(acc: &mut [f32], src: &[f32], s: usize, first: bool, max: 
     }
 }
 
+/// The three taps of a window row one column apart at stride 2 (3x3 stride-2 pools) in one
+/// pass: `acc[j] = op(op(src[2j], src[2j + 1]), src[2j + 2])`, the same operations in the same
+/// order as three [`tap_any`] calls; `src.len() >= 2 * acc.len() + 1`.
+#[inline(always)]
+pub(super) fn taps3_stride2(acc: &mut [f32], src: &[f32], max: bool) {
+    #[inline(always)]
+    fn each(acc: &mut [f32], src: &[f32], op: impl Fn(f32, f32) -> f32) {
+        let n = acc.len();
+        if n == 0 {
+            return;
+        }
+        let pairs = src.chunks_exact(2).zip(src[2..].chunks_exact(2));
+        for (o, (c, d)) in acc[..n - 1].iter_mut().zip(pairs) {
+            *o = op(op(c[0], c[1]), d[0]);
+        }
+        acc[n - 1] = op(op(src[2 * n - 2], src[2 * n - 1]), src[2 * n]);
+    }
+    if max {
+        each(acc, src, max_nan);
+    } else {
+        each(acc, src, |a, b| a + b);
+    }
+}
+
 /// `pool.wgsl` parameters: per spatial dim (padded to 3 in front) in `.xyz`.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

@@ -15,7 +15,7 @@
 //! rows (same value as the definition up to rounding). Outputs whose window holds no input
 //! (possible with dilations and ceil_mode) are computed by the definition.
 
-use super::{inside, interior, max_nan, positions, tap_any, taps, Geo, Pool};
+use super::{inside, interior, max_nan, positions, tap_any, taps, taps3_stride2, Geo, Pool};
 use crate::phase_planes::{combine, fold_block, Fold, Scratch, Window};
 use crate::shape::rows_by_block;
 use rayon::prelude::*;
@@ -303,9 +303,13 @@ fn band_plain(
             );
             if j0 < j1 && x.len() + pb2 >= span2 + s2 {
                 let dst = &mut h[j0..j1];
-                for k in 0..g.k[2] {
-                    let src = &x[j0 * s2 + k * g.d[2] - pb2..][..dst.len() * s2];
-                    tap_any(dst, src, s2, k == 0, max);
+                if three_at_stride_two(g) {
+                    taps3_stride2(dst, &x[j0 * s2 - pb2..], max);
+                } else {
+                    for k in 0..g.k[2] {
+                        let src = &x[j0 * s2 + k * g.d[2] - pb2..][..dst.len() * s2];
+                        tap_any(dst, src, s2, k == 0, max);
+                    }
                 }
             }
             for (hrow, xrow) in h.chunks_exact_mut(ow).zip(x.chunks_exact(in2)) {
@@ -399,9 +403,17 @@ fn horizontal(
     let acc = &mut hrow[lo..hi];
     let n = acc.len();
     let first = lo * s2 - pb2;
+    if three_at_stride_two(g) {
+        return taps3_stride2(acc, &x[first..], max);
+    }
     for k in 0..k2 {
         tap_any(acc, &x[first + k * d2..][..n * s2], s2, k == 0, max);
     }
+}
+
+/// Whether the last axis's window is three adjacent columns at stride 2 ([`taps3_stride2`]).
+fn three_at_stride_two(g: &Geo) -> bool {
+    (g.k[2], g.s[2], g.d[2]) == (3, 2, 1)
 }
 
 crate::simd::kernel! {
