@@ -571,6 +571,10 @@ impl Op for Binary {
         self.name
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         if ins.is_empty() || (!self.variadic && ins.len() != 2) {
             return Err(self.arity_error(ins.len()));

@@ -88,6 +88,10 @@ impl Op for Concat {
         "Concat"
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let a = self.axis(ins)?;
         let mut shape = ins[0].shape.clone();

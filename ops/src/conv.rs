@@ -563,6 +563,10 @@ impl Op for Conv {
         "Conv"
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

@@ -165,6 +165,10 @@ impl Op for Gemm {
         "Gemm"
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

@@ -304,6 +304,10 @@ impl Op for MatMul {
         "MatMul"
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

@@ -103,6 +103,10 @@ impl Op for BatchNorm {
         "BatchNormalization"
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

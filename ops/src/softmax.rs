@@ -91,6 +91,10 @@ impl Op for Softmax {
         self.name
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         if ins.len() != 1 {
             return Err(OpError::Invalid(format!(

@@ -71,6 +71,10 @@ impl Op for Transpose {
         "Transpose"
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

@@ -461,7 +461,8 @@ impl<'a> Run<'a> {
         };
         let mut outs = std::mem::take(&mut self.outs_buf);
         outs.clear();
-        outs.extend(step.outputs.iter().map(|m| self.spare.zeros(m)));
+        let zeroed = !node.op.overwrites_outputs();
+        outs.extend(step.outputs.iter().map(|m| self.spare.take(m, zeroed)));
         let start = Instant::now();
         self.cpu_started = start - self.started;
         let rows = rows.unwrap_or_else(|| step.rows.clone());

@@ -8,7 +8,7 @@ use crate::gpu::{Gpu, GpuTensor};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use tandem_ops::shape::{row_count, row_len};
-use tandem_ops::{GpuKernel, Op, Tensor, TensorMeta, Work};
+use tandem_ops::{Data, GpuKernel, Op, Tensor, TensorMeta, Work};
 
 /// The GPU shared by all tests of a process. Panics if no adapter exists: in CI a missing
 /// adapter is a failure, never a skip.
@@ -58,14 +58,32 @@ pub fn check_all_placements(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f
     }
 }
 
+/// Output tensors for `op`'s CPU kernel: zeros, or for an op that says it overwrites its
+/// outputs ([`Op::overwrites_outputs`]) a poison value (f32 1e30, i64 and i32 -7777) that a
+/// row it leaves unwritten carries into the comparison.
+pub fn cpu_outputs(op: &dyn Op, metas: &[TensorMeta]) -> Vec<Tensor> {
+    metas
+        .iter()
+        .map(|m| {
+            let mut t = Tensor::zeros(m.dtype, &m.shape);
+            if op.overwrites_outputs() {
+                match &mut t.data {
+                    Data::F32(v) => v.fill(1e30),
+                    Data::I64(v) => v.fill(-7777),
+                    Data::I32(v) => v.fill(-7777),
+                    _ => {}
+                }
+            }
+            t
+        })
+        .collect()
+}
+
 /// Run all rows of `op` on the CPU.
 pub fn run_cpu(op: &dyn Op, ins: &[Tensor]) -> Vec<Tensor> {
     let metas = const_metas(ins);
     let (outs, rows) = infer(op, &metas);
-    let mut out: Vec<Tensor> = outs
-        .iter()
-        .map(|m| Tensor::zeros(m.dtype, &m.shape))
-        .collect();
+    let mut out = cpu_outputs(op, &outs);
     let refs: Vec<&Tensor> = ins.iter().collect();
     op.cpu(&refs, &mut out, 0..rows)
         .unwrap_or_else(|e| panic!("{}: cpu failed: {e}", op.name()));
@@ -130,10 +148,7 @@ pub fn run_split(op: &dyn Op, ins: &[Tensor], cut: usize) -> Vec<Tensor> {
     let metas = const_metas(ins);
     let (outs, rows) = infer(op, &metas);
     let cut = cut.min(rows);
-    let mut out: Vec<Tensor> = outs
-        .iter()
-        .map(|m| Tensor::zeros(m.dtype, &m.shape))
-        .collect();
+    let mut out = cpu_outputs(op, &outs);
     let refs: Vec<&Tensor> = ins.iter().collect();
     op.cpu(&refs, &mut out, 0..cut)
         .unwrap_or_else(|e| panic!("{}: cpu failed: {e}", op.name()));

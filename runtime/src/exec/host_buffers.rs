@@ -9,21 +9,33 @@
 //! fault on first touch. Measured on ppocr_det at 640x640 (1 CPU thread): about 17,900 minor
 //! faults per run and 87.6 ms median, against 19,670 faults for 41 runs and 69.9 ms when malloc
 //! was told to keep its memory. Kept buffers are zeroed on reuse (a memset, ~10x cheaper than
-//! the faults), so kernels see the same zero-filled outputs as from a fresh allocation.
+//! the faults), so kernels see the same zero-filled outputs as from a fresh allocation, except
+//! for the kernels that overwrite every element of their outputs (`Op::overwrites_outputs`),
+//! which get them as they are.
 //!
 //! A request takes the smallest kept buffer of its element type whose capacity is at least the
-//! request and at most twice it (so a big buffer does not serve, and pin, a small tensor).
-//! The store holds at most `cap` bytes (counted by capacity); what does not fit is freed.
+//! request and at most twice it (so a big buffer does not serve, and pin, a small tensor), else
+//! the largest one of at least half the request, grown to it: growing moves the pages a large
+//! allocation has (`mremap`) and faults in only the new part, where a fresh allocation faults
+//! in all of it (densenet121's Concat outputs grow by 32 channels a layer, and each needed a
+//! fresh one).
+//! The store holds at most `cap` bytes (counted by capacity). A buffer put into a full store
+//! makes room by freeing the buffers kept longest, oldest first: a buffer nobody took since
+//! is the least likely to fit the next requests (a store left full of the largest buffers of
+//! an earlier part of the run served none of densenet121's later, smaller tensors, and every
+//! one was a fresh allocation); what still does not fit is freed.
 
 use std::collections::BTreeMap;
 use tandem_ops::{DType, Tensor, TensorMeta};
 
-/// Released host tensors by (element type, capacity in elements).
+/// Released host tensors by (element type, capacity in elements), each with the sequence
+/// number of its `put` (oldest first within a list).
 #[derive(Default)]
 pub struct HostBuffers {
-    free: BTreeMap<(DType, usize), Vec<Tensor>>,
+    free: BTreeMap<(DType, usize), Vec<(u64, Tensor)>>,
     bytes: u64,
     cap: u64,
+    puts: u64,
 }
 
 impl HostBuffers {
@@ -40,50 +52,69 @@ impl HostBuffers {
         self.bytes
     }
 
-    /// Set the most bytes kept; frees the largest buffers first until the store fits.
+    /// Set the most bytes kept; frees the oldest buffers first until the store fits.
     pub fn set_cap(&mut self, cap: u64) {
         self.cap = cap;
-        while self.bytes > self.cap {
-            let Some(mut entry) = self.free.last_entry() else {
+        self.free_oldest_until(0);
+    }
+
+    /// Keep `t` for reuse, freeing the oldest kept buffers to make room when the store is full;
+    /// or free `t` when it is empty or larger than the cap.
+    pub fn put(&mut self, t: Tensor) {
+        let bytes = held_bytes(&t);
+        if bytes == 0 || bytes > self.cap {
+            return;
+        }
+        self.free_oldest_until(bytes);
+        self.bytes += bytes;
+        self.puts += 1;
+        let key = (t.dtype(), t.data.capacity());
+        self.free.entry(key).or_default().push((self.puts, t));
+    }
+
+    /// Free the oldest kept buffers until `room` more bytes fit under the cap.
+    fn free_oldest_until(&mut self, room: u64) {
+        while self.bytes + room > self.cap {
+            let oldest = (self.free.iter())
+                .min_by_key(|(_, list)| list[0].0)
+                .map(|(k, _)| *k);
+            let Some(key) = oldest else {
                 break;
             };
-            let t = entry.get_mut().pop().expect("no empty lists are kept");
-            if entry.get().is_empty() {
-                entry.remove();
+            let list = self.free.get_mut(&key).expect("the key was just found");
+            let (_, t) = list.remove(0);
+            if list.is_empty() {
+                self.free.remove(&key);
             }
             self.bytes -= held_bytes(&t);
         }
     }
 
-    /// Keep `t` for reuse, or free it when it is empty or the store is full.
-    pub fn put(&mut self, t: Tensor) {
-        let bytes = held_bytes(&t);
-        if bytes == 0 || self.bytes + bytes > self.cap {
-            return;
-        }
-        self.bytes += bytes;
-        let key = (t.dtype(), t.data.capacity());
-        self.free.entry(key).or_default().push(t);
-    }
-
-    /// A zero tensor of `m`'s type and shape: a kept buffer when one fits (see the module doc).
-    pub fn zeros(&mut self, m: &TensorMeta) -> Tensor {
+    /// A tensor of `m`'s type and shape: a kept buffer when one fits (see the module doc),
+    /// zero-filled when `zeroed`, else holding whatever it held (for a kernel that overwrites
+    /// every element, `Op::overwrites_outputs`); a new allocation is zeros either way.
+    pub fn take(&mut self, m: &TensorMeta, zeroed: bool) -> Tensor {
         let n = m.numel();
-        let fit = (self
-            .free
-            .range((m.dtype, n)..=(m.dtype, n.saturating_mul(2))))
-        .next()
-        .map(|(k, _)| *k);
+        let kept = |r: std::ops::RangeInclusive<usize>| {
+            self.free.range((m.dtype, *r.start())..=(m.dtype, *r.end()))
+        };
+        // The smallest that holds n, else the largest that grows to it (see the module doc).
+        let fit = (kept(n..=n.saturating_mul(2)).next())
+            .or_else(|| kept(n / 2..=n.saturating_sub(1)).next_back())
+            .map(|(k, _)| *k);
         let Some(key) = fit.filter(|_| n > 0) else {
             return Tensor::zeros(m.dtype, &m.shape);
         };
         let list = self.free.get_mut(&key).expect("the key was just found");
-        let mut t = list.pop().expect("no empty lists are kept");
+        let (_, mut t) = list.pop().expect("no empty lists are kept");
         if list.is_empty() {
             self.free.remove(&key);
         }
         self.bytes -= held_bytes(&t);
-        t.data.reset_zeroed(n);
+        match zeroed {
+            true => t.data.reset_zeroed(n),
+            false => t.data.reset_len(n),
+        }
         t.shape.clear();
         t.shape.extend_from_slice(&m.shape);
         t
@@ -110,7 +141,7 @@ mod tests {
         let ptr = t.as_f32().unwrap().as_ptr();
         store.put(t);
         assert_eq!(store.bytes(), 128);
-        let got = store.zeros(&meta(DType::F32, &[5, 5]));
+        let got = store.take(&meta(DType::F32, &[5, 5]), true);
         assert_eq!(got.shape, vec![5, 5]);
         assert_eq!(got.as_f32().unwrap(), &[0.0; 25][..]);
         assert_eq!(
@@ -122,22 +153,60 @@ mod tests {
     }
 
     #[test]
-    fn only_buffers_of_the_same_type_up_to_twice_the_size_are_reused() {
+    fn a_buffer_taken_unzeroed_keeps_its_values() {
+        let mut store = HostBuffers::new(1 << 20);
+        store.put(Tensor::f32(&[4, 8], vec![7.0; 32]));
+        let got = store.take(&meta(DType::F32, &[5, 5]), false);
+        assert_eq!(got.shape, vec![5, 5]);
+        assert_eq!(got.as_f32().unwrap(), &[7.0; 25][..]);
+        // Grown within its capacity: the new tail is zeros.
+        let mut t = Tensor::f32(&[2], vec![7.0; 2]);
+        t.data.reset_len(1);
+        store.put(t);
+        let got = store.take(&meta(DType::F32, &[2]), false);
+        assert_eq!(got.as_f32().unwrap(), &[7.0, 0.0][..]);
+    }
+
+    #[test]
+    fn a_full_store_frees_its_oldest_buffers_first() {
+        let mut store = HostBuffers::new(1000);
+        store.put(Tensor::f32(&[100], vec![0.0; 100]));
+        store.put(Tensor::f32(&[50], vec![0.0; 50]));
+        store.put(Tensor::f32(&[50], vec![0.0; 50]));
+        assert_eq!(store.bytes(), 800);
+        // 600 more bytes: the 400-byte buffer, the oldest, goes; the younger 200s stay.
+        store.put(Tensor::f32(&[150], vec![0.0; 150]));
+        assert_eq!(store.bytes(), 1000);
+        assert_eq!(store.take(&meta(DType::F32, &[50]), true).numel(), 50);
+        assert_eq!(store.take(&meta(DType::F32, &[50]), true).numel(), 50);
+        assert_eq!(store.bytes(), 600, "both 200-byte buffers were kept");
+        assert_eq!(store.take(&meta(DType::F32, &[100]), true).numel(), 100);
+        assert_eq!(
+            store.bytes(),
+            0,
+            "the 150-element buffer served 100 elements"
+        );
+        // Larger than the cap: not kept.
+        store.put(Tensor::f32(&[300], vec![0.0; 300]));
+        assert_eq!(store.bytes(), 0);
+    }
+
+    #[test]
+    fn a_buffer_serves_requests_from_half_its_size_to_twice_it() {
         let mut store = HostBuffers::new(1 << 20);
         store.put(Tensor::f32(&[100], vec![1.0; 100]));
-        // Too small, another type, and more than twice the request: fresh allocations.
-        assert_eq!(
-            store
-                .zeros(&meta(DType::F32, &[101]))
-                .as_f32()
-                .unwrap()
-                .len(),
-            101
-        );
-        assert_eq!(store.zeros(&meta(DType::I32, &[100])).numel(), 100);
-        assert_eq!(store.zeros(&meta(DType::F32, &[49])).numel(), 49);
+        // Another type, more than twice the request, or less than half of it: fresh ones.
+        assert_eq!(store.take(&meta(DType::I32, &[100]), true).numel(), 100);
+        assert_eq!(store.take(&meta(DType::F32, &[49]), true).numel(), 49);
+        assert_eq!(store.take(&meta(DType::F32, &[202]), true).numel(), 202);
         assert_eq!(store.bytes(), 400, "the buffer is still kept");
-        assert_eq!(store.zeros(&meta(DType::F32, &[50])).numel(), 50);
+        // 101 elements: the buffer grown to exactly that, zero-filled.
+        let grown = store.take(&meta(DType::F32, &[101]), true);
+        assert_eq!(grown.as_f32().unwrap(), &[0.0; 101][..]);
+        assert_eq!(grown.data.capacity(), 101);
+        assert_eq!(store.bytes(), 0);
+        store.put(grown);
+        assert_eq!(store.take(&meta(DType::F32, &[51]), true).numel(), 51);
         assert_eq!(store.bytes(), 0);
     }
 
@@ -146,11 +215,11 @@ mod tests {
         let mut store = HostBuffers::new(1000);
         store.put(Tensor::f32(&[200], vec![0.0; 200]));
         store.put(Tensor::f32(&[100], vec![0.0; 100]));
-        assert_eq!(store.bytes(), 800, "the second does not fit");
+        assert_eq!(store.bytes(), 400, "the first made room for the second");
         store.put(Tensor::f32(&[50], vec![0.0; 50]));
-        assert_eq!(store.bytes(), 1000);
+        assert_eq!(store.bytes(), 600);
         store.set_cap(300);
-        assert_eq!(store.bytes(), 200, "the largest went first");
+        assert_eq!(store.bytes(), 200, "the oldest went first");
         store.put(Tensor::f32(&[0], vec![]));
         assert_eq!(store.bytes(), 200);
     }
