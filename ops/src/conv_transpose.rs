@@ -303,6 +303,10 @@ impl Op for ConvTranspose {
         "ConvTranspose"
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let (_, shape) = self.geom(&shapes(ins))?;
         for (i, t) in ins.iter().enumerate() {

@@ -538,6 +538,10 @@ impl Op for Resize {
         self.name
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         if self.mode != Mode::Nearest && ins[0].dtype != DType::F32 {
             return Err(OpError::Unsupported(format!(

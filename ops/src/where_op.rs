@@ -77,6 +77,10 @@ impl Op for Where {
         "Where"
     }
 
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let [c, x, y] = ins else {
             return Err(OpError::Invalid(format!(
