@@ -7,7 +7,7 @@
 //! one row. Internally every range is turned into "logical rows" `b * M + m` of N elements.
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
-use crate::shape::{broadcast_shapes, row_len, rows_by_block, strides};
+use crate::shape::{broadcast_shapes, distinct_axes, row_len, rows_by_block, strides};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -47,12 +47,7 @@ fn permuted(stored: &[usize], perm: Option<&[usize]>) -> Result<(Vec<usize>, Vec
     let Some(perm) = perm else {
         return Ok((stored.to_vec(), st));
     };
-    let mut seen = vec![false; stored.len()];
-    let valid = perm.len() == stored.len()
-        && perm
-            .iter()
-            .all(|&d| d < seen.len() && !std::mem::replace(&mut seen[d], true));
-    if !valid {
+    if perm.len() != stored.len() || !distinct_axes(perm, stored.len()) {
         return Err(OpError::Invalid(format!(
             "MatMul operand of shape {stored:?} read through permutation {perm:?}: not a \
              permutation of its axes"

@@ -53,22 +53,19 @@ pub fn rms_norm_last_axis(eps: f32) -> Box<dyn Op> {
 }
 
 fn row_normalization(a: &Attrs, rms: bool) -> Result<Box<dyn Op>> {
-    let op = if rms {
-        "RMSNormalization"
-    } else {
-        "LayerNormalization"
+    let op = LayerNorm {
+        axis: a.int("axis", -1)?,
+        eps: a.float("epsilon", 1e-5)?,
+        rms,
     };
     let stash = a.int("stash_type", 1)?;
     if stash != 1 {
         return Err(OpError::Unsupported(format!(
-            "{op}: stash_type {stash} (only 1, f32 statistics)"
+            "{}: stash_type {stash} (only 1, f32 statistics)",
+            op.name()
         )));
     }
-    Ok(Box::new(LayerNorm {
-        axis: a.int("axis", -1)?,
-        eps: a.float("epsilon", 1e-5)?,
-        rms,
-    }))
+    Ok(Box::new(op))
 }
 
 /// InstanceNormalization (epsilon default 1e-5).

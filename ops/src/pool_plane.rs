@@ -302,15 +302,7 @@ fn band_plain(
                 (x.len() + pb2).saturating_sub(span2 + s2) / s2 + 1,
             );
             if j0 < j1 && x.len() + pb2 >= span2 + s2 {
-                let dst = &mut h[j0..j1];
-                if three_at_stride_two(g) {
-                    taps3_stride2(dst, &x[j0 * s2 - pb2..], max);
-                } else {
-                    for k in 0..g.k[2] {
-                        let src = &x[j0 * s2 + k * g.d[2] - pb2..][..dst.len() * s2];
-                        tap_any(dst, src, s2, k == 0, max);
-                    }
-                }
+                window_row(g, &mut h[j0..j1], &x[j0 * s2 - pb2..], max);
             }
             for (hrow, xrow) in h.chunks_exact_mut(ow).zip(x.chunks_exact(in2)) {
                 borders(max, xrow, hrow, (&sc.bcols, &sc.btaps));
@@ -395,25 +387,25 @@ fn horizontal(
     (lo, hi): (usize, usize),
     border: (&[(usize, Range<usize>)], &[usize]),
 ) {
-    let (k2, s2, d2, pb2) = (g.k[2], g.s[2], g.d[2], g.pb[2]);
     borders(max, x, hrow, border);
-    if lo >= hi {
-        return;
-    }
-    let acc = &mut hrow[lo..hi];
-    let n = acc.len();
-    let first = lo * s2 - pb2;
-    if three_at_stride_two(g) {
-        return taps3_stride2(acc, &x[first..], max);
-    }
-    for k in 0..k2 {
-        tap_any(acc, &x[first + k * d2..][..n * s2], s2, k == 0, max);
+    if lo < hi {
+        window_row(g, &mut hrow[lo..hi], &x[lo * g.s[2] - g.pb[2]..], max);
     }
 }
 
-/// Whether the last axis's window is three adjacent columns at stride 2 ([`taps3_stride2`]).
-fn three_at_stride_two(g: &Geo) -> bool {
-    (g.k[2], g.s[2], g.d[2]) == (3, 2, 1)
+/// The windows along the last axis of the outputs `acc`, `x` starting at the first output's
+/// first tap: one pass for three adjacent columns at stride 2 ([`taps3_stride2`]), else one
+/// strided pass per tap.
+#[inline(always)]
+fn window_row(g: &Geo, acc: &mut [f32], x: &[f32], max: bool) {
+    let (k2, s2, d2) = (g.k[2], g.s[2], g.d[2]);
+    if (k2, s2, d2) == (3, 2, 1) {
+        return taps3_stride2(acc, x, max);
+    }
+    let n = acc.len();
+    for k in 0..k2 {
+        tap_any(acc, &x[k * d2..][..n * s2], s2, k == 0, max);
+    }
 }
 
 crate::simd::kernel! {

@@ -30,6 +30,14 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Whether every entry of `axes` is an axis below `rank` and none repeats (with
+/// `axes.len() == rank`, a permutation of `0..rank`).
+pub fn distinct_axes(axes: &[usize], rank: usize) -> bool {
+    let mut seen = vec![false; rank];
+    axes.iter()
+        .all(|&d| d < rank && !std::mem::replace(&mut seen[d], true))
+}
+
 /// Row-major strides, in elements.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];

@@ -131,26 +131,14 @@ impl Data {
     /// Makes this `len` zeros (false for bool), keeping the allocation when it is big enough
     /// and growing it to exactly `len` otherwise.
     pub fn reset_zeroed(&mut self, len: usize) {
-        fn reset<T: Clone>(v: &mut Vec<T>, len: usize, zero: T) {
-            v.clear();
-            v.reserve_exact(len);
-            v.resize(len, zero);
-        }
-        match self {
-            Data::F32(v) => reset(v, len, 0.0),
-            Data::F16(v) => reset(v, len, f16::ZERO),
-            Data::F64(v) => reset(v, len, 0.0),
-            Data::I64(v) => reset(v, len, 0),
-            Data::I32(v) => reset(v, len, 0),
-            Data::I8(v) => reset(v, len, 0),
-            Data::U8(v) => reset(v, len, 0),
-            Data::Bool(v) => reset(v, len, false),
-        }
+        self.reset_len(0);
+        self.reset_len(len);
     }
 
-    /// Makes this `len` elements, keeping the allocation when it is big enough and, unlike
-    /// [`Data::reset_zeroed`], whatever values the kept elements hold (zeros past the old
-    /// length): for the outputs of kernels that overwrite every element.
+    /// Makes this `len` elements, keeping the allocation when it is big enough (else growing it
+    /// to exactly `len`) and, unlike [`Data::reset_zeroed`], whatever values the kept elements
+    /// hold (zeros past the old length): for the outputs of kernels that overwrite every
+    /// element.
     pub fn reset_len(&mut self, len: usize) {
         fn reset<T: Clone>(v: &mut Vec<T>, len: usize, zero: T) {
             v.truncate(len);

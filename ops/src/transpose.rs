@@ -4,7 +4,7 @@
 //! (`movement.rs`, `index_map.wgsl`): output axis d walks input axis perm[d].
 
 use crate::movement::{first_axis, index_map_cpu, index_map_gpu, IndexMap};
-use crate::shape::strides;
+use crate::shape::{distinct_axes, strides};
 use crate::{Attrs, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
 use std::ops::Range;
 
@@ -32,21 +32,14 @@ impl Transpose {
     fn perm(&self, rank: usize) -> Result<Vec<usize>> {
         let perm: Vec<usize> = match &self.perm {
             None => (0..rank).rev().collect(),
-            Some(p) => {
-                let mut seen = vec![false; rank];
-                let mut out = Vec::with_capacity(rank);
-                for &a in p {
-                    let ok = a >= 0 && (a as usize) < rank && !seen[a as usize];
-                    if !ok {
-                        return Err(OpError::Invalid(format!(
-                            "Transpose: perm {p:?} is not a permutation of 0..{rank}"
-                        )));
-                    }
-                    seen[a as usize] = true;
-                    out.push(a as usize);
+            Some(p) => match self.explicit_perm() {
+                Some(perm) if distinct_axes(&perm, rank) => perm,
+                _ => {
+                    return Err(OpError::Invalid(format!(
+                        "Transpose: perm {p:?} is not a permutation of 0..{rank}"
+                    )))
                 }
-                out
-            }
+            },
         };
         if perm.len() != rank {
             return Err(OpError::Invalid(format!(

@@ -126,6 +126,7 @@ impl Uses {
 pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
     let hard = on("TANDEM_FUSE_HARDSWISH");
+    let (transposes, rms_norms) = (on("TANDEM_FUSE_TRANSPOSE"), on("TANDEM_FUSE_RMS_NORM"));
     let patterns = Patterns {
         hard,
         post: hard && on("TANDEM_FUSE_POST_AFFINE"),
@@ -199,7 +200,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         node.op = Box::new(bn);
         summary.fused.push((node.name.clone(), label(node)));
     }
-    for i in (0..graph.nodes.len()).filter(|_| on("TANDEM_FUSE_TRANSPOSE")) {
+    for i in (0..graph.nodes.len()).filter(|_| transposes) {
         let Some((matmul, folded)) = matmul_operands::transposes_into(graph, &uses, i) else {
             continue;
         };
@@ -211,7 +212,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         node.op = Box::new(matmul);
         summary.fused.push((node.name.clone(), label(node)));
     }
-    for i in (0..graph.nodes.len()).filter(|_| on("TANDEM_FUSE_RMS_NORM")) {
+    for i in (0..graph.nodes.len()).filter(|_| rms_norms) {
         if removed[i] {
             continue;
         }

@@ -17,7 +17,12 @@ fn qkv() -> [Tensor; 3] {
 
 /// `scores[h, i, j] = sum_d q[i, h, d] * k[j, h, d]` and `out[h, i, d] = sum_j scores[h, i, j]
 /// * v[j, h, d]`, in f64.
-fn attention(q: &[f32], k: &[f32], v: &[f32]) -> (Tensor, Tensor) {
+fn attention([q, k, v]: &[Tensor; 3]) -> (Tensor, Tensor) {
+    let (q, k, v) = (
+        q.as_f32().unwrap(),
+        k.as_f32().unwrap(),
+        v.as_f32().unwrap(),
+    );
     let at = |t: &[f32], s: usize, h: usize, d: usize| t[(s * H + h) * D + d] as f64;
     let mut scores = vec![0.0f64; H * S * S];
     let mut out = vec![0.0f32; H * S * D];
@@ -76,11 +81,7 @@ fn named(t: &[Tensor; 3]) -> [(&'static str, Tensor); 3] {
 #[test]
 fn head_split_transposes_fold_into_the_attention_matmuls() {
     let ins = qkv();
-    let (scores, want) = attention(
-        ins[0].as_f32().unwrap(),
-        ins[1].as_f32().unwrap(),
-        ins[2].as_f32().unwrap(),
-    );
+    let (scores, want) = attention(&ins);
     let bytes = attention_model(&[]);
     for (placement, fuse) in [
         (Placement::Cpu, true),
@@ -109,11 +110,7 @@ fn head_split_transposes_fold_into_the_attention_matmuls() {
 #[test]
 fn transposes_read_elsewhere_or_without_perm_stay() {
     let ins = qkv();
-    let (_, want) = attention(
-        ins[0].as_f32().unwrap(),
-        ins[1].as_f32().unwrap(),
-        ins[2].as_f32().unwrap(),
-    );
+    let (_, want) = attention(&ins);
     // K^T is also a graph output: that Transpose stays, the other two fold.
     let s = session(&attention_model(&["kt"]), Placement::Cpu, true);
     let (outs, report) = s.run_with_report(&named(&ins)).unwrap();
