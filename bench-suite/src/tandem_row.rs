@@ -274,13 +274,13 @@ pub fn op_times(r: &RunReport) -> Vec<OpTime> {
             continue;
         }
         let ms = (n.time + n.gpu_time.unwrap_or_default()).as_secs_f64() * 1e3;
-        match by.iter_mut().find(|o| o.op == n.op_type) {
+        match by.iter_mut().find(|o| *o.op == *n.op_type) {
             Some(o) => {
                 o.count += 1;
                 o.ms += ms;
             }
             None => by.push(OpTime {
-                op: n.op_type.clone(),
+                op: n.op_type.to_string(),
                 count: 1,
                 ms,
             }),
@@ -298,8 +298,8 @@ pub fn timeline(r: &RunReport) -> Vec<Span> {
         let mut push = |lane: &str, dur: f64| {
             spans.push(Span {
                 lane: lane.into(),
-                name: n.name.clone(),
-                op: n.op_type.clone(),
+                name: n.name.to_string(),
+                op: n.op_type.to_string(),
                 start_ms: ms(n.start),
                 dur_ms: dur,
             })

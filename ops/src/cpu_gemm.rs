@@ -254,10 +254,10 @@ fn dot_max_m() -> usize {
 }
 
 /// Single-row products of at most this many multiply-adds (a decode step's 1 x 128 x 128) run
-/// in plain loops on the calling thread, on par with the `gemm` crate there (one thread:
-/// 1 x 256 x 128 2.1 vs 2.3 us, 1 x 128 x 128 1.0 vs 0.8). Products of more rows go to the
-/// crate whatever their size: these loops dispatch one short vector kernel per row of B and
-/// ran 5-10x slower than the crate (32 x 64 x 32 6.8 vs 0.64 us, 4 x 64 x 64 1.2 vs 0.22).
+/// in plain loops on the calling thread ([`vec_mat`] for a row-major B), on par with the
+/// `gemm` crate there (one thread: 1 x 256 x 128 2.1 vs 2.3 us, 1 x 128 x 128 1.0 vs 0.8).
+/// Products of more rows go to the crate whatever their size: row by row, these loops ran
+/// 5-10x slower than the crate (32 x 64 x 32 6.8 vs 0.64 us, 4 x 64 x 64 1.2 vs 0.22).
 const SMALL_GEMM: usize = 1 << 16;
 
 /// `C = alpha * A * B + beta * C` for small products: rows of C accumulated from rows of B
@@ -273,24 +273,43 @@ unsafe fn small_gemm(
     (c_rs, c_cs): (usize, usize),
 ) {
     let at = |i: usize, p: usize| a.data[a.offset + i * a.rs + p * a.cs];
-    let mut acc = vec![0.0f32; n];
+    // Rows of C are summed in place where nothing of the old C is read, else in `scratch`.
+    let in_place = c_cs == 1 && beta == 0.0;
+    let mut scratch = Vec::new();
     for i in 0..m {
+        let acc: &mut [f32] = if in_place {
+            // SAFETY: row i of the C view, n contiguous valid and exclusive elements (caller
+            // contract, c_cs == 1).
+            unsafe { std::slice::from_raw_parts_mut(c.add(i * c_rs), n) }
+        } else {
+            scratch.resize(n, 0.0);
+            &mut scratch
+        };
+        let gathered: Vec<f32>;
+        let arow: &[f32] = if a.cs == 1 {
+            &a.data[a.offset + i * a.rs..][..k]
+        } else {
+            gathered = (0..k).map(|p| at(i, p)).collect();
+            &gathered
+        };
         if b.cs == 1 {
-            acc.fill(0.0);
-            for p in 0..k {
-                axpy(&mut acc, at(i, p), &b.data[b.offset + p * b.rs..][..n]);
-            }
-        } else if b.rs == 1 && a.cs == 1 {
-            let arow = &a.data[a.offset + i * a.rs..][..k];
+            vec_mat(acc, arow, &b.data[b.offset..][..(k - 1) * b.rs + n], b.rs);
+        } else if b.rs == 1 {
             for (j, s) in acc.iter_mut().enumerate() {
                 *s = dot(arow, &b.data[b.offset + j * b.cs..][..k]);
             }
         } else {
             for (j, s) in acc.iter_mut().enumerate() {
                 *s = (0..k)
-                    .map(|p| at(i, p) * b.data[b.offset + p * b.rs + j * b.cs])
+                    .map(|p| arow[p] * b.data[b.offset + p * b.rs + j * b.cs])
                     .sum();
             }
+        }
+        if in_place {
+            if alpha != 1.0 {
+                acc.iter_mut().for_each(|v| *v *= alpha);
+            }
+            continue;
         }
         for (j, v) in acc.iter().enumerate() {
             // SAFETY: element (i, j) of the C view, valid and exclusive (caller contract).
@@ -303,13 +322,42 @@ unsafe fn small_gemm(
 }
 
 crate::simd::kernel! {
-    /// `acc[i] += a * x[i]` over the shorter length, on the widest vectors the CPU has
-    /// (`crate::simd`). Same operations in the same order on every level (no fused multiply-add).
-    pub fn axpy(acc: &mut [f32], a: f32, x: &[f32]) {
-        for (s, v) in acc.iter_mut().zip(x) {
-            *s += a * v;
+    /// `acc[j] = a[0] * b[j] + a[1] * b[ld + j] + ...` (a row vector times the `a.len() x
+    /// acc.len()` matrix `b` with rows `ld` apart), summed in that order from zero: 64, then 16
+    /// columns at a time held in registers across the rows (one store per output instead of one
+    /// per row), on the widest vectors the CPU has (`crate::simd`). No fused multiply-add, so
+    /// every level gives the same bits.
+    fn vec_mat(acc: &mut [f32], a: &[f32], b: &[f32], ld: usize) {
+        let n = acc.len();
+        let wide = n / 64 * 64;
+        let narrow = n / 16 * 16;
+        for j in (0..wide).step_by(64) {
+            columns::<64>(&mut acc[j..j + 64], a, &b[j..], ld);
+        }
+        for j in (wide..narrow).step_by(16) {
+            columns::<16>(&mut acc[j..j + 16], a, &b[j..], ld);
+        }
+        let tail = &mut acc[narrow..];
+        tail.fill(0.0);
+        for (p, &av) in a.iter().enumerate() {
+            for (s, v) in tail.iter_mut().zip(&b[p * ld + narrow..]) {
+                *s += av * v;
+            }
         }
     }
+}
+
+/// [`vec_mat`] for `L` columns (`out`) starting at `b[0]`, the sums in registers.
+#[inline(always)]
+fn columns<const L: usize>(out: &mut [f32], a: &[f32], b: &[f32], ld: usize) {
+    let mut s = [0.0f32; L];
+    for (p, &av) in a.iter().enumerate() {
+        let x: &[f32; L] = b[p * ld..][..L].try_into().unwrap();
+        for l in 0..L {
+            s[l] += av * x[l];
+        }
+    }
+    out.copy_from_slice(&s);
 }
 
 crate::simd::kernel! {
@@ -421,6 +469,8 @@ mod tests {
             (1, 1, 1),
             (7, 13, 5),
             (1, 128, 128),
+            (1, 100, 7),
+            (1, 20, 300),
             (3, 37, 200),
             (65, 33, 129),
             (130, 70, 3),

@@ -154,10 +154,10 @@ impl<'a> Run<'a> {
     async fn all_steps(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let cx = self.cx;
         for &n in &cx.plan.folded {
-            let node = &cx.graph.nodes[n];
+            let (name, op_type) = cx.plan.labels[n].clone();
             self.report.nodes.push(NodeReport {
-                name: node.name.clone(),
-                op_type: node.op_type.clone(),
+                name,
+                op_type,
                 ran: Ran::Folded,
                 start: Duration::ZERO,
                 time: Duration::ZERO,
@@ -219,9 +219,10 @@ impl<'a> Run<'a> {
         let cx = self.cx;
         let step = &cx.plan.steps[s];
         let node = &cx.graph.nodes[step.node];
+        let (name, op_type) = cx.plan.labels[step.node].clone();
         let mut entry = NodeReport {
-            name: node.name.clone(),
-            op_type: node.op_type.clone(),
+            name,
+            op_type,
             ran: Ran::View,
             // CPU steps take the start of their kernel (below): no clock read here for them.
             start: match step.kind {

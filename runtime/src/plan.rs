@@ -13,6 +13,7 @@ use crate::{Error, Result};
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 use tandem_ops::shape::{row_count, row_len};
 use tandem_ops::{DType, GpuKernel, OpError, Tensor, TensorMeta};
 
@@ -99,6 +100,8 @@ pub struct Plan {
     /// Peak bytes of intermediate values alive at once on the host
     /// ([`crate::limits::peak_intermediates`]).
     pub host_peak: u64,
+    /// Each node's name and op type as run reports share them (allocated once, not per run).
+    pub labels: Vec<(Arc<str>, Arc<str>)>,
 }
 
 /// Where nodes run when no override names them.
@@ -361,6 +364,9 @@ pub fn build_around_busy_gpu(
         predicted,
         gpu_wait,
         host_peak: 0,
+        labels: (graph.nodes.iter())
+            .map(|n| (n.name.as_str().into(), n.op_type.as_str().into()))
+            .collect(),
     };
     plan.host_peak = crate::limits::peak_intermediates(graph, &plan);
     Ok(plan)

@@ -6,6 +6,7 @@
 
 use crate::plan::Device;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where a node's result came from.
@@ -36,11 +37,11 @@ impl fmt::Display for Ran {
 
 #[derive(Debug, Clone)]
 pub struct NodeReport {
-    pub name: String,
+    pub name: Arc<str>,
     /// When it started, from the start of the run (GPU nodes: placed on the host clock from
     /// their batch's submit time and timestamp offsets).
     pub start: Duration,
-    pub op_type: String,
+    pub op_type: Arc<str>,
     pub ran: Ran,
     /// Measured time: CPU wall time, or GPU time (timestamp queries where the adapter has them,
     /// else the batch's wall time shared by the batch's dispatches).
@@ -209,7 +210,7 @@ impl fmt::Display for RunReport {
                 f,
                 "{:<w$}  {:<28} {:<12} {:>10}",
                 name,
-                self.fused.get(&n.name).unwrap_or(&n.op_type),
+                self.fused.get(&*n.name).map_or(&*n.op_type, |s| s.as_str()),
                 n.ran.to_string(),
                 format!("{:.3} ms", n.time.as_secs_f64() * 1e3)
             )?;

@@ -128,7 +128,7 @@ impl Heavy {
 }
 
 fn ran_on(report: &tandem::RunReport) -> Ran {
-    report.nodes.iter().find(|n| n.name == "mm").unwrap().ran
+    report.nodes.iter().find(|n| &*n.name == "mm").unwrap().ran
 }
 
 #[test]

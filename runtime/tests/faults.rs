@@ -150,7 +150,7 @@ fn ran(report: &RunReport, name: &str) -> Ran {
     report
         .nodes
         .iter()
-        .find(|n| n.name == name)
+        .find(|n| &*n.name == name)
         .unwrap_or_else(|| panic!("no node {name} in\n{report}"))
         .ran
 }
@@ -159,7 +159,7 @@ fn fallback<'r>(report: &'r RunReport, name: &str) -> Option<&'r str> {
     report
         .nodes
         .iter()
-        .find(|n| n.name == name)
+        .find(|n| &*n.name == name)
         .and_then(|n| n.fallback.as_deref())
 }
 

@@ -86,7 +86,7 @@ fn node_counts(r: &RunReport) -> String {
         .fallbacks()
         .map(|n| {
             (
-                n.op_type.clone(),
+                n.op_type.to_string(),
                 one_line(n.fallback.as_deref().unwrap_or(""), 120),
             )
         })

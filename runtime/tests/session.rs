@@ -175,7 +175,7 @@ fn overrides_by_node_name_and_op_type_win_over_the_placement() {
     let ran: Vec<(String, Ran)> = report
         .nodes
         .iter()
-        .map(|n| (n.name.clone(), n.ran))
+        .map(|n| (n.name.to_string(), n.ran))
         .collect();
     assert_eq!(
         ran,

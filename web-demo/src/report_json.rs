@@ -34,12 +34,12 @@ pub fn run_json(graph: &tandem::graph::Graph, plan: &Plan, report: &RunReport) -
                 Ran::View => ("view", None),
                 Ran::Folded => ("folded", None),
             };
-            let step = steps.get(n.name.as_str());
+            let step = steps.get(&*n.name);
             let explain = step.and_then(|s| s.explain.as_ref());
             let gpu_kernels = step.is_some_and(|s| !matches!(s.kind, StepKind::View));
             json!({
-                "name": n.name,
-                "op": n.op_type,
+                "name": &*n.name,
+                "op": &*n.op_type,
                 "device": device,
                 "cut": cut.map(|(c, r)| json!({"cpuRows": c, "rows": r})),
                 "startMs": ms(n.start),

@@ -598,11 +598,11 @@ impl CostModel {
         }
         let mut taken = 0;
         for r in &report.nodes {
-            let Some(Some(step)) = by_name.get(r.name.as_str()) else {
+            let Some(Some(step)) = by_name.get(&*r.name) else {
                 continue;
             };
             let node = &graph.nodes[step.node];
-            if r.op_type != node.op_type || matches!(step.kind, StepKind::View) {
+            if *r.op_type != *node.op_type || matches!(step.kind, StepKind::View) {
                 continue;
             }
             let outs = &step.outputs;

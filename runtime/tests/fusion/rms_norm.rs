@@ -86,7 +86,7 @@ fn the_rms_norm_chain_becomes_one_node() {
                 report.fused.get(first).map(String::as_str),
                 Some("RMSNormalization")
             );
-            let ran = &report.nodes.iter().find(|n| n.name == first).unwrap().ran;
+            let ran = &report.nodes.iter().find(|n| *n.name == *first).unwrap().ran;
             let device = if placement == Placement::Gpu {
                 "gpu"
             } else {
