@@ -388,7 +388,8 @@ impl Session {
             constants: &self.constants,
         };
         let mut buffers = self.host_buffers.lock().unwrap().pop().unwrap_or_default();
-        buffers.set_cap(self.kept_host_bytes(&plan));
+        let (base, most) = self.kept_host_bytes(&plan);
+        buffers.set_cap(base, most);
         let result = exec::execute_reusing(&cx, ordered, &mut buffers).await;
         let mut kept = self.host_buffers.lock().unwrap();
         if kept.len() < KEPT_STORES {
@@ -414,15 +415,20 @@ impl Session {
         Ok((names.zip(outs).collect(), report))
     }
 
-    /// Most bytes of released host tensors kept for reuse during and after a run of `plan`: its
-    /// peak of live intermediates (so the next run mostly reuses this one's), within the headroom
-    /// [`SessionOptions::max_host_memory`] leaves above the run's own working set.
-    fn kept_host_bytes(&self, plan: &Plan) -> u64 {
-        match self.limits.host_memory {
-            None => plan.host_peak,
-            Some(cap) => (cap.saturating_sub(crate::limits::host_working_set(&self.graph, plan)))
-                .min(plan.host_peak),
-        }
+    /// Bytes of released host tensors kept for reuse during and after a run of `plan`, as
+    /// (base, most): its peak of live intermediates (so the next run mostly reuses this one's),
+    /// and three times that, the most the store may learn to keep ([`exec::HostBuffers::set_cap`]);
+    /// both within the headroom [`SessionOptions::max_host_memory`] leaves above the run's own
+    /// working set.
+    fn kept_host_bytes(&self, plan: &Plan) -> (u64, u64) {
+        let headroom = match self.limits.host_memory {
+            None => u64::MAX,
+            Some(cap) => cap.saturating_sub(crate::limits::host_working_set(&self.graph, plan)),
+        };
+        (
+            plan.host_peak.min(headroom),
+            plan.host_peak.saturating_mul(3).min(headroom),
+        )
     }
 
     /// When other sessions' batches keep the shared GPU busy for a noticeable share of this
