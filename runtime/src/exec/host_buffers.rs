@@ -27,7 +27,11 @@
 //! the first ones the next run asks for, and the fresh ones push out others when released.
 //! Learning took squeezenet to none after the first runs but its outputs' and its median from
 //! 6.29 to 6.00 ms, densenet121's from 45.4 to 43.4 ms (docs/bench.md, "Kept host buffers
-//! learn what runs missed"). A buffer put into a full store
+//! learn what runs missed"). A buffer that sits through a whole run untaken is freed before the
+//! next one: buffers no request fits (a caller's inputs, handed over each run) otherwise piled
+//! up, each pushing out a kept one and so counted as a miss, and the cap crept to three times
+//! the peak (a decode step: 1,609 buffers after 400 runs, one size 986 deep, and every `put`
+//! shifting that list). A buffer put into a full store
 //! makes room by freeing the buffers kept longest, oldest first: a buffer nobody took since
 //! is the least likely to fit the next requests (a store left full of the largest buffers of
 //! an earlier part of the run served none of densenet121's later, smaller tensors, and every
@@ -50,6 +54,9 @@ pub struct HostBuffers {
     warm: bool,
     /// Bytes kept above the base cap, learned from warm runs that still evicted.
     learned: u64,
+    /// `puts` when the last run began: buffers put before it and still here sat through that
+    /// whole run untaken, and the next `set_cap` frees them.
+    run_began: u64,
 }
 
 impl HostBuffers {
@@ -68,16 +75,33 @@ impl HostBuffers {
 
     /// Set the most bytes kept before a run: `base`, plus the bytes that runs begun with kept
     /// buffers had to free (or not keep) for want of room, at most `most` in all; frees the
-    /// oldest buffers first until the store fits. A run's outputs leave the store and are
-    /// allocated fresh by every run; only buffers released back count.
+    /// oldest buffers first until the store fits, after freeing those the last run left
+    /// untaken. A run's outputs leave the store and are allocated fresh by every run; only
+    /// buffers released back count.
     pub fn set_cap(&mut self, base: u64, most: u64) {
         if self.warm {
             self.learned = (self.learned + self.evicted).min(most.saturating_sub(base));
         }
+        self.free_untaken_since(self.run_began);
+        self.run_began = self.puts;
         self.evicted = 0;
         self.warm = self.bytes > 0;
         self.cap = (base + self.learned).min(most.max(base));
         self.free_oldest_until(0);
+    }
+
+    /// Free the buffers put at or before sequence number `seq` (see `run_began`).
+    fn free_untaken_since(&mut self, seq: u64) {
+        let mut freed = 0;
+        self.free.retain(|_, list| {
+            let stale = list.partition_point(|(at, _)| *at <= seq);
+            freed += list
+                .drain(..stale)
+                .map(|(_, t)| held_bytes(&t))
+                .sum::<u64>();
+            !list.is_empty()
+        });
+        self.bytes -= freed;
     }
 
     /// Keep `t` for reuse, freeing the oldest kept buffers to make room when the store is full;
@@ -283,5 +307,23 @@ mod tests {
         let runs: Vec<_> = (0..5).map(|_| chain_run(&mut tight, base, base)).collect();
         assert!(runs[4].0 > 0 && runs[4].1 > 1, "{runs:?}");
         assert_eq!(tight.cap, base);
+    }
+
+    #[test]
+    fn buffers_no_run_takes_are_freed_and_do_not_raise_the_cap() {
+        // Besides the chain, every run puts a 30-element buffer that no request fits (as a
+        // caller's inputs, handed over each run).
+        let (base, most) = (6_400, 3 * 6_400);
+        let mut store = HostBuffers::default();
+        let mut caps = Vec::new();
+        for _ in 0..30 {
+            chain_run(&mut store, base, most);
+            store.put(Tensor::zeros(DType::F32, &[30]));
+            caps.push(store.cap);
+        }
+        let untaken = store.free.get(&(DType::F32, 30)).map_or(0, Vec::len);
+        assert!(untaken <= 2, "{untaken} untaken buffers kept");
+        assert_eq!(caps[10], caps[29], "the cap kept growing: {caps:?}");
+        assert_eq!(chain_run(&mut store, base, most), (0, 1));
     }
 }
