@@ -161,6 +161,69 @@ fn later_runs_reusing_host_buffers_give_their_own_results() {
     }
 }
 
+/// A view (Reshape) hands its source's data on without a copy when it reads it for the last
+/// time (exec.rs `Run::view`): a source that a later node still reads, or a model input, must
+/// stay readable. y = (r + Reshape(Reshape(r))) @ W with r = Relu(x), then two more Reshapes
+/// of the sum (each the last reader of its source), on every placement and over several runs.
+#[test]
+fn views_move_only_sources_nobody_reads_later() {
+    let (_, w) = mlp();
+    let shape = |name: &str, dims: &[i64]| TensorProto {
+        dims: vec![dims.len() as i64],
+        data_type: data_type::INT64,
+        name: name.into(),
+        int64_data: dims.to_vec(),
+        ..Default::default()
+    };
+    let weight = TensorProto {
+        dims: vec![8, 4],
+        data_type: data_type::FLOAT,
+        name: "W".into(),
+        raw_data: Some(w.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        ..Default::default()
+    };
+    let bytes = model(
+        vec![
+            node("Reshape", "x_square", &["x", "s44"], &["xs"]),
+            node("Relu", "relu", &["xs"], &["rs"]),
+            node("Reshape", "r_rows", &["rs", "s28"], &["r"]),
+            node("Reshape", "r_square", &["r", "s44"], &["v"]),
+            node("Reshape", "r_again", &["v", "s28"], &["v2"]),
+            node("Add", "add", &["v2", "r"], &["a"]),
+            node("Reshape", "flat", &["a", "s16"], &["f"]),
+            node("Reshape", "rows", &["f", "s28"], &["b"]),
+            node("MatMul", "mm", &["b", "W"], &["y"]),
+        ],
+        vec![
+            weight,
+            shape("s44", &[4, 4]),
+            shape("s28", &[2, 8]),
+            shape("s16", &[16]),
+        ],
+    );
+    for placement in [Placement::Cpu, Placement::Gpu, Placement::Auto] {
+        let opts = SessionOptions::default().placement(placement).gpu(gpu());
+        let s = Session::new(bytes.as_slice(), opts).unwrap();
+        for k in [1.0f32, -2.0, 0.5] {
+            let x = Tensor::f32(
+                &[2, 8],
+                x().as_f32().unwrap().iter().map(|v| v * k).collect(),
+            );
+            let xv = x.as_f32().unwrap();
+            let mut want = vec![0.0f32; 8];
+            for r in 0..2 {
+                for c in 0..4 {
+                    want[r * 4 + c] = (0..8)
+                        .map(|i| 2.0 * xv[r * 8 + i].max(0.0) * w[i * 4 + c])
+                        .sum();
+                }
+            }
+            let outs = s.run(&[("x", x.clone())]).unwrap();
+            assert_close(&outs[0].1, &Tensor::f32(&[2, 4], want), 1e-5, 1e-6);
+        }
+    }
+}
+
 #[test]
 fn overrides_by_node_name_and_op_type_win_over_the_placement() {
     let (bytes, w) = mlp();
