@@ -272,9 +272,11 @@ pub(super) fn im2col_column(
     row[b - p0..].fill(0.0);
     if a < b {
         let first = ((a * g.sh) as i64 + shift) as usize * g.w + off as usize;
-        let src = xplane[first..].iter().step_by(g.sh * g.w);
-        for (v, xv) in row[a - p0..b - p0].iter_mut().zip(src) {
-            *v = *xv;
+        let dst = &mut row[a - p0..b - p0];
+        match g.sh * g.w {
+            // A column of a one-wide input read at stride 1 is a slice (magika's conv).
+            1 => dst.copy_from_slice(&xplane[first..first + dst.len()]),
+            s => strided_copy(dst, &xplane[first..], s),
         }
     }
 }
