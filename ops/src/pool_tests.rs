@@ -306,7 +306,7 @@ fn plane_paths_match_naive_on_vision_shapes_at_every_simd_level() {
         (usize, usize),
         (usize, usize),
     );
-    let cases: [(Case, [usize; 4], bool); 15] = [
+    let cases: [(Case, [usize; 4], bool); 17] = [
         ((5, (14, 14), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
         ((3, (7, 7), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
         ((3, (28, 29), (3, 3), (2, 2), (1, 1)), [0, 0, 0, 0], true),
@@ -320,9 +320,13 @@ fn plane_paths_match_naive_on_vision_shapes_at_every_simd_level() {
         ((2, (20, 20), (2, 2), (2, 2), (1, 1)), [0, 0, 0, 0], false),
         ((2, (12, 12), (3, 3), (3, 3), (1, 1)), [0, 0, 0, 0], false),
         ((2, (16, 16), (3, 3), (2, 2), (2, 2)), [2, 2, 2, 2], false),
-        // The window is the whole plane (resnet50's last pool), and nearly (one pad).
+        // The window is the whole plane (resnet50's last pool), and the plane with pads around it
+        // (inception_v1's).
         ((6, (7, 7), (7, 7), (1, 1), (1, 1)), [0, 0, 0, 0], false),
         ((3, (6, 6), (7, 7), (1, 1), (1, 1)), [0, 0, 1, 1], false),
+        ((2, (5, 6), (7, 7), (1, 1), (1, 1)), [1, 0, 1, 1], false),
+        // One window that does not hold the whole plane.
+        ((2, (6, 6), (4, 4), (3, 3), (1, 1)), [0, 0, 0, 0], false),
         // Wide rows: bands of 27 output rows, cut mid-plane.
         ((1, (40, 600), (3, 3), (1, 1), (1, 1)), [1, 1, 1, 1], false),
     ];
