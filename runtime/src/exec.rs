@@ -295,12 +295,9 @@ impl<'a> Run<'a> {
         self.report.nodes.push(entry);
         for v in node.inputs.iter().flatten() {
             if cx.plan.last_use[*v] == Some(s) && !cx.graph.outputs.contains(v) {
-                // Host copies may outlive their last use while GPU work is unfinished.
-                // With no GPU work pending and `v` not a model input, `release` empties the
-                // slot (exec/fault.rs): its host tensor, when nothing else holds it (a
-                // constant), is reused by a later CPU step.
-                let gpu_idle = self.batch.is_none() && self.inflight.is_empty();
-                let host = match gpu_idle && !cx.graph.inputs.contains(v) {
+                // Its host tensor, when the step may let go of it and nothing else holds it
+                // (a constant), is reused by a later CPU step.
+                let host = match self.host_free_after(*v, s) {
                     true => self.slots[*v].host.take(),
                     false => None,
                 };
@@ -319,16 +316,10 @@ impl<'a> Run<'a> {
         let out = node.outputs[0];
         let shape = self.meta(out).shape.clone();
         let slot = self.slot(src);
-        // Read here for the last time, whole on the host, and no GPU work pending (which a
-        // fault would make the CPU redo): the slot lets go of it, so that the data is moved,
-        // not copied (shufflenet's channel shuffles: 6 % of its samples in that copy).
-        let graph = &self.cx.graph;
-        let last = self.cx.plan.last_use[src] == Some(s)
-            && !graph.outputs.contains(&src)
-            && !graph.inputs.contains(&src)
-            && self.batch.is_none()
-            && self.inflight.is_empty();
-        if last && slot.gpu.is_none() && slot.split.is_none() {
+        // Its host tensor free after this step and whole on the host: the slot lets go of it,
+        // so that the data is moved, not copied (shufflenet's channel shuffles: 6 % of its
+        // samples in that copy).
+        if self.host_free_after(src, s) && slot.gpu.is_none() && slot.split.is_none() {
             self.slots[src].host = None;
         }
         self.slots[out] = Slot {
@@ -343,6 +334,19 @@ impl<'a> Run<'a> {
         if self.slots[out].gpu.is_some() && self.slots[out].split.is_none() {
             self.slots[out].host = None;
         }
+    }
+
+    /// Whether step `s` may let go of value `v`'s host tensor: its last reader, `v` neither a
+    /// model output nor a model input (kept to the end of the run), and no GPU work pending
+    /// (host copies outlive their last use until then: a fault would make the CPU redo that
+    /// work, exec/fault.rs).
+    fn host_free_after(&self, v: usize, s: usize) -> bool {
+        let graph = &self.cx.graph;
+        self.cx.plan.last_use[v] == Some(s)
+            && !graph.outputs.contains(&v)
+            && !graph.inputs.contains(&v)
+            && self.batch.is_none()
+            && self.inflight.is_empty()
     }
 
     /// The storage of value `v`: computed, an input, or a constant.

@@ -60,16 +60,21 @@ fn model(nodes: Vec<NodeProto>, weights: Vec<TensorProto>) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// y = Sigmoid(Relu(x @ W) + 1): four nodes on a [2, 8] input.
-fn mlp() -> (Vec<u8>, Vec<f32>) {
-    let w: Vec<f32> = (0..32).map(|i| (i as f32 * 0.37).sin()).collect();
-    let weight = TensorProto {
+/// The [8, 4] weight `W` holding `w`.
+fn weight(w: &[f32]) -> TensorProto {
+    TensorProto {
         dims: vec![8, 4],
         data_type: data_type::FLOAT,
         name: "W".into(),
         raw_data: Some(w.iter().flat_map(|v| v.to_le_bytes()).collect()),
         ..Default::default()
-    };
+    }
+}
+
+/// y = Sigmoid(Relu(x @ W) + 1): four nodes on a [2, 8] input.
+fn mlp() -> (Vec<u8>, Vec<f32>) {
+    let w: Vec<f32> = (0..32).map(|i| (i as f32 * 0.37).sin()).collect();
+    let weight = weight(&w);
     let one = TensorProto {
         dims: vec![],
         data_type: data_type::FLOAT,
@@ -91,6 +96,14 @@ fn mlp() -> (Vec<u8>, Vec<f32>) {
 
 fn x() -> Tensor {
     Tensor::f32(&[2, 8], (0..16).map(|i| i as f32 / 8.0 - 1.0).collect())
+}
+
+/// [`x`] times `k`: another input of the same shape.
+fn x_times(k: f32) -> Tensor {
+    Tensor::f32(
+        &[2, 8],
+        x().as_f32().unwrap().iter().map(|v| v * k).collect(),
+    )
 }
 
 /// The same computation written out by hand.
@@ -142,15 +155,7 @@ fn every_placement_gives_the_reference_result() {
 #[test]
 fn later_runs_reusing_host_buffers_give_their_own_results() {
     let (bytes, w) = mlp();
-    let inputs: Vec<Tensor> = [1.0f32, -2.0, 0.5, 1.0]
-        .iter()
-        .map(|k| {
-            Tensor::f32(
-                &[2, 8],
-                x().as_f32().unwrap().iter().map(|v| v * k).collect(),
-            )
-        })
-        .collect();
+    let inputs: Vec<Tensor> = [1.0f32, -2.0, 0.5, 1.0].map(x_times).to_vec();
     for placement in [Placement::Cpu, Placement::Gpu, Placement::Auto] {
         let opts = SessionOptions::default().placement(placement).gpu(gpu());
         let s = Session::new(bytes.as_slice(), opts).unwrap();
@@ -175,13 +180,6 @@ fn views_move_only_sources_nobody_reads_later() {
         int64_data: dims.to_vec(),
         ..Default::default()
     };
-    let weight = TensorProto {
-        dims: vec![8, 4],
-        data_type: data_type::FLOAT,
-        name: "W".into(),
-        raw_data: Some(w.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        ..Default::default()
-    };
     let bytes = model(
         vec![
             node("Reshape", "x_square", &["x", "s44"], &["xs"]),
@@ -195,7 +193,7 @@ fn views_move_only_sources_nobody_reads_later() {
             node("MatMul", "mm", &["b", "W"], &["y"]),
         ],
         vec![
-            weight,
+            weight(&w),
             shape("s44", &[4, 4]),
             shape("s28", &[2, 8]),
             shape("s16", &[16]),
@@ -205,10 +203,7 @@ fn views_move_only_sources_nobody_reads_later() {
         let opts = SessionOptions::default().placement(placement).gpu(gpu());
         let s = Session::new(bytes.as_slice(), opts).unwrap();
         for k in [1.0f32, -2.0, 0.5] {
-            let x = Tensor::f32(
-                &[2, 8],
-                x().as_f32().unwrap().iter().map(|v| v * k).collect(),
-            );
+            let x = x_times(k);
             let xv = x.as_f32().unwrap();
             let mut want = vec![0.0f32; 8];
             for r in 0..2 {
