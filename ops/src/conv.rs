@@ -303,23 +303,66 @@ fn unit_clamp(v: f32) -> f32 {
 
 /// What a fused Conv applies to each output element after the bias: its activation, then, when
 /// `post` is `Some((scale, shift))`, `y * scale + shift` (scalar Mul and Add nodes after the
-/// activation that the fusion pass absorbed, such as PP-OCRv3's learnable affine blocks).
+/// activation that the fusion pass absorbed, such as PP-OCRv3's learnable affine blocks); and,
+/// where [`Residual`] says, the element of the Conv's fourth input Z of the same index.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Epilogue {
     pub act: Activation,
     pub post: Option<(f32, f32)>,
+    pub residual: Residual,
+}
+
+/// Where a fused residual (the other operand of an Add or two-input Sum that read the Conv's
+/// output: ResNet's shortcut, YOLOv8's bottleneck) enters the epilogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Residual {
+    /// No residual: the Conv has 2 or 3 inputs.
+    #[default]
+    None,
+    /// `ep(conv + bias + z)`: the Add came before the activation (`Relu(Add(Conv, z))`).
+    BeforeAct,
+    /// `ep(conv + bias) + z`: the Add came after the activation and affine.
+    AfterAct,
 }
 
 impl From<Activation> for Epilogue {
     fn from(act: Activation) -> Epilogue {
-        Epilogue { act, post: None }
+        Epilogue {
+            act,
+            ..Epilogue::default()
+        }
     }
 }
 
 impl Epilogue {
     /// Flops per output element, for [`Op::work`].
     pub fn flops(self) -> u64 {
-        self.act.flops() + if self.post.is_some() { 2 } else { 0 }
+        self.act.flops()
+            + if self.post.is_some() { 2 } else { 0 }
+            + u64::from(self.residual != Residual::None)
+    }
+
+    /// The part applied to each output block as it is computed when the residual is added in a
+    /// pass of its own after it ([`Residual::BeforeAct`]: nothing; else all of it but Z).
+    pub fn before_residual(self) -> Epilogue {
+        match self.residual {
+            Residual::BeforeAct => Epilogue::default(),
+            _ => Epilogue {
+                residual: Residual::None,
+                ..self
+            },
+        }
+    }
+
+    /// The rest, applied by that pass: Z and what follows it.
+    pub fn from_residual(self) -> Epilogue {
+        match self.residual {
+            Residual::BeforeAct => self,
+            residual => Epilogue {
+                residual,
+                ..Epilogue::default()
+            },
+        }
     }
 }
 
@@ -334,13 +377,16 @@ pub struct Absorbed {
 
 /// Conv with its attributes, and what the runtime's fusion pass folded into it: a following
 /// BatchNormalization (already folded into W and B, only recorded here), an activation and a
-/// scalar affine after it, applied to each output block ([`Conv::epilogue`]).
+/// scalar affine after it, applied to each output block ([`Conv::epilogue`]), and an Add of a
+/// residual: then the Conv has four inputs X, W, B, Z, Z of the output's shape.
 #[derive(Debug, Clone)]
 pub struct Conv {
     pub attrs: ConvAttrs,
     pub activation: Activation,
     /// `(scale, shift)` applied after the activation ([`Epilogue::post`]).
     pub post: Option<(f32, f32)>,
+    /// Where the fourth input Z is added ([`Residual::None`]: there is none).
+    pub residual: Residual,
     /// Nodes folded into this one, in graph order (empty for a plain Conv).
     pub absorbed: Vec<Absorbed>,
     /// `Some` when W is a constant of the model ([`Conv::with_constant_weight`], set at load
@@ -391,6 +437,7 @@ pub fn conv(attrs: &Attrs) -> Result<Box<dyn Op>> {
         attrs: ConvAttrs::parse("Conv", attrs)?,
         activation: Activation::None,
         post: None,
+        residual: Residual::None,
         absorbed: Vec::new(),
         constant_weight: None,
     }))
@@ -419,14 +466,22 @@ impl Conv {
         Epilogue {
             act: self.activation,
             post: self.post,
+            residual: self.residual,
         }
     }
 
-    /// Geometry and output shape from X, W (and B) shapes.
+    /// Geometry and output shape from X, W (and B, and Z) shapes.
     pub fn geom(&self, ins: &[&[usize]]) -> Result<(Geom2, Vec<usize>)> {
-        if ins.len() < 2 || ins.len() > 3 {
+        let want = if self.residual == Residual::None {
+            2..=3
+        } else {
+            4..=4
+        };
+        if !want.contains(&ins.len()) {
             return Err(OpError::Invalid(format!(
-                "Conv takes 2 or 3 inputs, got {}",
+                "Conv takes {} to {} inputs, got {}",
+                want.start(),
+                want.end(),
                 ins.len()
             )));
         }
@@ -466,6 +521,14 @@ impl Conv {
         }
         let mut shape = vec![n, m];
         shape.extend(outs.iter().map(|o| o.0));
+        if let Some(z) = ins.get(3) {
+            if *z != shape.as_slice() {
+                return Err(OpError::Invalid(format!(
+                    "Conv: the residual it adds has shape {z:?}, the Conv's output {shape:?} \
+                     (the fused Add does not broadcast)"
+                )));
+            }
+        }
         let one = (1, 1, 1, 0, 0);
         let (ax_w, (ow, pl), wdim) = if r == 2 {
             (axes[1], outs[1], x[3])
@@ -551,7 +614,8 @@ struct ConvParams {
     post: u32,
     post_scale: f32,
     post_shift: f32,
-    _pad: u32,
+    /// [`Residual`] as 0 none, 1 before the activation, 2 after the affine.
+    residual: u32,
 }
 
 fn u32_of(v: usize) -> Result<u32> {
@@ -611,12 +675,13 @@ impl Op for Conv {
         let x = f32_in("Conv", ins[0])?;
         let w = f32_in("Conv", ins[1])?;
         let b = ins.get(2).map(|t| f32_in("Conv", t)).transpose()?;
+        let z = ins.get(3).map(|t| f32_in("Conv", t)).transpose()?;
         let out = f32_out("Conv", &mut outs[0])?;
         let kept = match &self.constant_weight {
             Some(u) if self.cpu_takes_winograd(&g) => Some(u.get(&g, w)),
             _ => None,
         };
-        conv_cpu(&g, x, (w, kept), b, self.epilogue(), out, rows);
+        conv_cpu(&g, x, (w, kept), (b, z), self.epilogue(), out, rows);
         Ok(())
     }
 
@@ -678,13 +743,15 @@ impl Op for Conv {
             post: self.post.is_some() as u32,
             post_scale: self.post.map_or(1.0, |p| p.0),
             post_shift: self.post.map_or(0.0, |p| p.1),
-            _pad: 0,
+            residual: self.residual as u32,
         };
-        let inputs = if ins.len() > 2 {
-            vec![0, 1, 2]
-        } else {
-            vec![0, 1, 1]
-        };
+        // Unused bindings get W again.
+        let inputs = vec![
+            0,
+            1,
+            if ins.len() > 2 { 2 } else { 1 },
+            if ins.len() > 3 { 3 } else { 1 },
+        ];
         Ok(vec![GpuKernel::new(
             tandem_shaders::CONV,
             inputs,

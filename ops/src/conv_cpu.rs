@@ -1,9 +1,9 @@
 //! Conv's CPU paths: the direct loop over output lines for `cg == 1` (depthwise and
 //! single-input-channel convs) and the GEMM per (image, group) over pixel chunks, with im2col
 //! into per-thread scratch, the shared-im2col channel split of deep layers, and the rectangles
-//! a row range becomes. A fused epilogue ([`Epilogue`]: activation, affine) is applied to each
-//! output block (a direct line, a GEMM block) right after it is written, while it is still in
-//! cache.
+//! a row range becomes. A fused epilogue ([`Epilogue`]: activation, affine, residual) is applied
+//! to each output block (a direct line, a GEMM block) right after it is written, while it is
+//! still in cache; the direct and Winograd paths add a residual in a pass after their blocks.
 //!
 //! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
 //! 3x3 stride-1 convs with enough channels take Winograd F(2x2, 3x3) instead
@@ -76,7 +76,7 @@ pub(super) fn direct_path(
         .enumerate()
         .for_each(|(ci, chunk)| {
             direct_lines(g, (x, w, b), &taps, rows.start + ci * per, chunk);
-            epilogue(chunk, None, ep);
+            epilogue(chunk, None, None, ep);
         });
 }
 
@@ -359,6 +359,7 @@ pub(super) fn gemm_path(
     g: &Geom2,
     x: &[f32],
     (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
+    z: Option<&[f32]>,
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -387,7 +388,7 @@ pub(super) fn gemm_path(
                 ..rs.iter().map(|r| r.pix.end).max().unwrap();
             let chans = rs.iter().map(|r| r.oc.len()).max().unwrap();
             if chans >= union.len() {
-                channel_split(g, (x, w, b, ep), optr, (n, grp), &rs, union, direct_b);
+                channel_split(g, (x, w, b, ep), z, optr, (n, grp), &rs, union, direct_b);
                 continue;
             }
             let target = if direct_b {
@@ -426,7 +427,7 @@ pub(super) fn gemm_path(
                 };
                 // SAFETY: tasks cover disjoint (channel, pixel) blocks of the output:
                 // rectangles partition the row range, chunks partition each group's pixels.
-                unsafe { gemm_block(g, (w, b, ep), optr, *n, r.oc.clone(), pix, bm, th) };
+                unsafe { gemm_block(g, (w, b, ep), z, optr, *n, r.oc.clone(), pix, bm, th) };
             }
         };
         if direct_b {
@@ -448,9 +449,11 @@ pub(super) fn gemm_path(
 /// The GEMM path for one (image, group) whose rectangles `rs` have at least as many output
 /// channels as pixels: im2col of the pixel `union` once (in parallel over input channels), then
 /// each rectangle's channels cut in one part per thread.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn channel_split(
     g: &Geom2,
     (x, w, b, ep): (&[f32], &[f32], Option<&[f32]>, Epilogue),
+    z: Option<&[f32]>,
     optr: OutPtr,
     (n, grp): (usize, usize),
     rs: &[Rect],
@@ -482,7 +485,7 @@ pub(super) fn channel_split(
                 cs: 1,
             };
             // SAFETY: the parts cut the rectangles (disjoint output blocks) by channel.
-            unsafe { gemm_block(g, (w, b, ep), optr, n, oc.clone(), pix.clone(), bm, th) };
+            unsafe { gemm_block(g, (w, b, ep), z, optr, n, oc.clone(), pix.clone(), bm, th) };
         };
         if parts.len() >= threads && threads > 1 {
             parts.par_iter().for_each(|p| one(p, Threads::Single));
@@ -501,8 +504,8 @@ pub(super) fn channel_split(
 }
 
 /// Output channels `oc` x pixels `pix` of image `n`: the GEMM of those weight rows with `bm`
-/// (`ckk` rows of B starting at the block's first pixel), then the bias and the activation
-/// while the block is still in cache.
+/// (`ckk` rows of B starting at the block's first pixel), then the bias, the activation and
+/// the residual `z` (where `ep.residual` places it) while the block is still in cache.
 ///
 /// # Safety
 /// No other thread may access that output block during the call.
@@ -510,6 +513,7 @@ pub(super) fn channel_split(
 unsafe fn gemm_block(
     g: &Geom2,
     (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
+    z: Option<&[f32]>,
     optr: OutPtr,
     n: usize,
     oc: Range<usize>,
@@ -544,25 +548,49 @@ unsafe fn gemm_block(
         assert!(at + pix.len() <= optr.1, "Conv bias block out of bounds");
         // SAFETY: in bounds (checked) and held exclusively by this call (caller contract).
         let line = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), pix.len()) };
-        epilogue(line, b.map(|b| b[c]), ep);
+        epilogue(line, b.map(|b| b[c]), z.map(|z| &z[at..at + pix.len()]), ep);
     }
 }
 
 crate::simd::kernel! {
     /// `line[i] = ep(line[i] + bias)`: the bias, the fused activation and the affine after it
-    /// of one output line, in one pass, on the widest vectors the CPU has (`simd.rs`).
-    pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, ep: Epilogue) {
-        epilogue_plain(line, bias, ep)
+    /// of one output line, in one pass, on the widest vectors the CPU has (`simd.rs`); with
+    /// `z` (the residual's elements at the line's indices) added where `ep.residual` says:
+    /// `ep(line[i] + bias + z[i])` or `ep(line[i] + bias) + z[i]`. `z` is ignored when
+    /// `ep.residual` is `None`.
+    pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: Epilogue) {
+        epilogue_plain(line, bias, (z, ep.residual), ep)
     }
 }
 
 #[inline(always)]
-fn epilogue_plain(line: &mut [f32], bias: Option<f32>, ep: Epilogue) {
+fn epilogue_plain(
+    line: &mut [f32],
+    bias: Option<f32>,
+    z: (Option<&[f32]>, Residual),
+    ep: Epilogue,
+) {
     #[inline(always)]
-    fn each(line: &mut [f32], bias: Option<f32>, f: impl Fn(f32) -> f32) {
-        match bias {
-            Some(b) => line.iter_mut().for_each(|v| *v = f(*v + b)),
-            None => line.iter_mut().for_each(|v| *v = f(*v)),
+    fn each(
+        line: &mut [f32],
+        bias: Option<f32>,
+        (z, residual): (Option<&[f32]>, Residual),
+        f: impl Fn(f32) -> f32,
+    ) {
+        let b = bias.unwrap_or(0.0);
+        match (z, residual) {
+            (_, Residual::None) | (None, _) => match bias {
+                Some(b) => line.iter_mut().for_each(|v| *v = f(*v + b)),
+                None => line.iter_mut().for_each(|v| *v = f(*v)),
+            },
+            (Some(z), Residual::BeforeAct) => {
+                let z = &z[..line.len()];
+                line.iter_mut().zip(z).for_each(|(v, z)| *v = f(*v + b + z))
+            }
+            (Some(z), Residual::AfterAct) => {
+                let z = &z[..line.len()];
+                line.iter_mut().zip(z).for_each(|(v, z)| *v = f(*v + b) + z)
+            }
         }
     }
     // One loop per (activation, post) pair, each with its function inlined: every closure
@@ -571,16 +599,16 @@ fn epilogue_plain(line: &mut [f32], bias: Option<f32>, ep: Epilogue) {
     #[inline(always)]
     fn then_post(
         line: &mut [f32],
-        bias: Option<f32>,
+        (bias, z): (Option<f32>, (Option<&[f32]>, Residual)),
         post: Option<(f32, f32)>,
         f: impl Fn(f32) -> f32,
     ) {
         match post {
-            Some((s, t)) => each(line, bias, |v| f(v) * s + t),
-            None => each(line, bias, f),
+            Some((s, t)) => each(line, bias, z, |v| f(v) * s + t),
+            None => each(line, bias, z, f),
         }
     }
-    let post = ep.post;
+    let (post, bias) = (ep.post, (bias, z));
     match ep.act {
         Activation::None => then_post(line, bias, post, |v| v),
         Activation::Relu => then_post(line, bias, post, |v| Activation::Relu.apply(v)),
@@ -604,12 +632,14 @@ fn epilogue_plain(line: &mut [f32], bias: Option<f32>, ep: Epilogue) {
 /// Compute output lines `rows` of a convolution on the CPU (f32), `ep` applied to each
 /// output block right after it is computed. `kept` is W's Winograd transform where the op
 /// keeps one ([`Conv::with_constant_weight`]); without it the Winograd path transforms W on
-/// every call.
+/// every call. `z` is the residual `ep.residual` places (of the output's shape): added in a
+/// pass over the rows after the direct and Winograd paths, with the rest of the epilogue where
+/// it comes after the residual.
 pub fn conv_cpu(
     g: &Geom2,
     x: &[f32],
     (w, kept): (&[f32], Option<&[f32]>),
-    b: Option<&[f32]>,
+    (b, z): (Option<&[f32]>, Option<&[f32]>),
     ep: Epilogue,
     out: &mut [f32],
     rows: Range<usize>,
@@ -618,11 +648,24 @@ pub fn conv_cpu(
     if rows.is_empty() || g.ow == 0 {
         return;
     }
+    let z = z.filter(|_| ep.residual != Residual::None);
+    let first = if z.is_some() {
+        ep.before_residual()
+    } else {
+        ep
+    };
     if g.cg == 1 {
-        return direct_path(g, x, (w, b, ep), out, rows);
+        direct_path(g, x, (w, b, first), out, rows.clone());
+    } else if winograd::applies(g, kept.is_some()) {
+        winograd::winograd_path(g, x, (w, b, first), kept, out, rows.clone());
+    } else {
+        return gemm_path(g, x, (w, b, ep), z, out, rows);
     }
-    if winograd::applies(g, kept.is_some()) {
-        return winograd::winograd_path(g, x, (w, b, ep), kept, out, rows);
+    if let Some(z) = z {
+        let span = rows.start * g.ow..rows.end * g.ow;
+        out[span.clone()]
+            .par_chunks_mut(16_384)
+            .zip(z[span].par_chunks(16_384))
+            .for_each(|(o, z)| epilogue(o, None, Some(z), ep.from_residual()));
     }
-    gemm_path(g, x, (w, b, ep), out, rows);
 }

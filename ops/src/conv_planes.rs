@@ -57,6 +57,6 @@ pub(super) fn plane_path(
             {
                 line.copy_from_slice(&a[..ow]);
             }
-            epilogue(dst, None, ep);
+            epilogue(dst, None, None, ep);
         });
 }

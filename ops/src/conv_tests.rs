@@ -372,6 +372,7 @@ fn winograd_case(xs: [usize; 4], m: usize, pads: [i64; 4], bias: bool, act: Acti
         attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
         activation: act,
         post: None,
+        residual: Residual::None,
         absorbed: Vec::new(),
         constant_weight: None,
     };
@@ -472,6 +473,7 @@ fn conv_cpu_takes_winograd_where_it_applies() {
         attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
         activation: Activation::Relu,
         post: None,
+        residual: Residual::None,
         absorbed: Vec::new(),
         constant_weight: None,
     };
@@ -544,6 +546,7 @@ fn winograd_speed() {
             attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
             activation: Activation::Relu,
             post: None,
+            residual: Residual::None,
             absorbed: Vec::new(),
             constant_weight: None,
         };
@@ -559,7 +562,7 @@ fn winograd_speed() {
             for (k, t) in best.iter_mut().enumerate() {
                 let start = std::time::Instant::now();
                 match k {
-                    0 => cpu::gemm_path(&g, &x, ab, &mut out, 0..rows),
+                    0 => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
                     1 => cpu::winograd::winograd_path(&g, &x, ab, None, &mut out, 0..rows),
                     _ => cpu::winograd::winograd_path(&g, &x, ab, Some(&u), &mut out, 0..rows),
                 }

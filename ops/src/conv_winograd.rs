@@ -192,7 +192,7 @@ pub(in crate::conv) fn winograd_path(
                 let op = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), len) };
                 output_channel(&t, mk, tys.clone(), wr.clone(), op, tmp);
                 for line in op.chunks_exact_mut(g.ow) {
-                    epilogue(line, b.map(|b| b[k]), ep);
+                    epilogue(line, b.map(|b| b[k]), None, ep);
                 }
             }
         };

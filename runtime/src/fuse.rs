@@ -2,7 +2,10 @@
 //! and bias, and a following activation (Relu, LeakyRelu, Clip, Sigmoid, HardSigmoid, HardSwish,
 //! and the multi-node SiLU and HardSwish patterns) with scalar Mul and Add nodes after it into
 //! the Conv as an epilogue ([`Epilogue`]; the patterns are in `fuse/epilogue.rs`), so each runs
-//! in the Conv's pass over its output instead of a pass of its own. A BatchNormalization that
+//! in the Conv's pass over its output instead of a pass of its own; so does an Add (or
+//! two-input Sum) of a residual after the Conv or after its activation, which becomes the
+//! Conv's fourth input Z ([`fuse_residual`]; only where the declared shapes show Z has the
+//! output's shape, `crate::layout::declared_metas`), and an activation after that Add. A BatchNormalization that
 //! follows no Conv takes in the per-channel Mul and Add nodes after it instead (its scale and B
 //! change; densenet121 runs BN, Mul, Add on every Concat), where the rank of its input is known
 //! before any shape is ([`rank_of`]). A Transpose that only feeds a MatMul folds into it: the
@@ -28,13 +31,14 @@
 //!
 //! For A/B timing in one build: `TANDEM_FUSE_HARDSWISH=0` leaves HardSigmoid, HardSwish and
 //! the scalar affine after an activation unfused (the pass as it was before them);
-//! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused; `TANDEM_FUSE_TRANSPOSE=0`
+//! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused; `TANDEM_FUSE_RESIDUAL=0`
+//! leaves residual Adds; `TANDEM_FUSE_TRANSPOSE=0`
 //! leaves Transposes before MatMuls unfused; `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
 use std::sync::Arc;
-use tandem_ops::conv::{Absorbed, Conv, Epilogue};
+use tandem_ops::conv::{Absorbed, Activation, Conv, Epilogue, Residual};
 use tandem_ops::matmul::MatMul;
 use tandem_ops::norm_channel::BatchNorm;
 use tandem_ops::{DType, Op, Tensor, TensorMeta};
@@ -127,6 +131,9 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
     let hard = on("TANDEM_FUSE_HARDSWISH");
     let (transposes, rms_norms) = (on("TANDEM_FUSE_TRANSPOSE"), on("TANDEM_FUSE_RMS_NORM"));
+    let residuals = on("TANDEM_FUSE_RESIDUAL");
+    // Declared shapes, for the residual rule; computed on the graph as loaded, on first need.
+    let mut metas: Option<Vec<Option<TensorMeta>>> = None;
     let patterns = Patterns {
         hard,
         post: hard && on("TANDEM_FUSE_POST_AFFINE"),
@@ -173,6 +180,18 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
                 &uses,
                 (&mut fused, i),
                 &parts,
+                (&mut removed, &mut dropped),
+            );
+        }
+        if residuals {
+            let metas = metas.get_or_insert_with(|| crate::layout::declared_metas(graph));
+            fuse_residual(
+                graph,
+                &uses,
+                (&mut fused, i),
+                metas,
+                patterns,
+                &mut names,
                 (&mut removed, &mut dropped),
             );
         }
@@ -232,6 +251,55 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let mut keep = removed.iter().map(|r| !r);
     graph.nodes.retain(|_| keep.next().unwrap_or(true));
     summary
+}
+
+/// The Add (or two-input Sum) of a residual after Conv `i` and what it absorbed so far
+/// ([`epilogue::residual`]), absorbed as the Conv's fourth input Z: after the activation when
+/// the Conv has one, else before it, and then the activation after the Add is absorbed too
+/// (ResNet's `Relu(Add(Conv, z))`). A Conv without B gets a zero B (Z is input 3), which needs a
+/// constant W to size it.
+fn fuse_residual(
+    graph: &mut Graph,
+    uses: &Uses,
+    (fused, i): (&mut Conv, usize),
+    metas: &[Option<TensorMeta>],
+    patterns: Patterns,
+    names: &mut HashSet<String>,
+    (removed, dropped): (&mut [bool], &mut Vec<ValueId>),
+) {
+    let Some((add, z)) = epilogue::residual(graph, uses, i, metas) else {
+        return;
+    };
+    if graph.nodes[i].inputs.get(2).copied().flatten().is_none() {
+        let w = graph.nodes[i].inputs[1].and_then(|w| const_of(graph, uses, w, 4));
+        let Some(m) = w.and_then(|w| w.shape.first().copied()) else {
+            return;
+        };
+        let base = graph.nodes[i].name.clone();
+        let b = add_constant(graph, names, &base, "B", Tensor::f32(&[m], vec![0.0; m]));
+        graph.nodes[i].inputs.resize(3, None);
+        graph.nodes[i].inputs[2] = Some(b);
+    }
+    let before_act = fused.activation == Activation::None && fused.post.is_none();
+    fused.residual = if before_act {
+        Residual::BeforeAct
+    } else {
+        Residual::AfterAct
+    };
+    absorb(
+        graph,
+        uses,
+        (fused, i),
+        &[Part::one(add)],
+        (removed, dropped),
+    );
+    graph.nodes[i].inputs.push(Some(z));
+    if before_act {
+        if let Some((ep, parts)) = epilogue::after(graph, uses, i, patterns) {
+            (fused.activation, fused.post) = (ep.act, ep.post);
+            absorb(graph, uses, (fused, i), &parts, (removed, dropped));
+        }
+    }
 }
 
 /// Values the folds stopped reading (`dropped`): once no remaining node reads one and it is no

@@ -96,7 +96,7 @@ pub fn pad_gemm_weights(graph: &mut Graph) -> Vec<String> {
 /// inputs whose every dimension is fixed, and the outputs of nodes whose inputs are known (by
 /// the ops' own shape inference). `None` where a symbolic dimension, an unknown input or an
 /// inference error leaves it open (the planner reports errors with the real inputs).
-fn declared_metas(graph: &Graph) -> Vec<Option<TensorMeta>> {
+pub(crate) fn declared_metas(graph: &Graph) -> Vec<Option<TensorMeta>> {
     let mut metas = crate::plan::constant_metas(graph);
     for &v in &graph.inputs {
         let value = &graph.values[v];

@@ -1,4 +1,5 @@
-//! Conv fusion (`tandem::fuse`): BatchNormalization folding and activation epilogues.
+//! Conv fusion (`tandem::fuse`): BatchNormalization folding, activation epilogues and residual
+//! Adds.
 //!
 //! Sits between the fusion pass / the fused Conv kernels and their definitions. Two levels:
 //! the fused Conv op alone (every activation, with and without the scalar affine after it, on
@@ -12,7 +13,7 @@ use prost::Message;
 use tandem::import::proto::*;
 use tandem::testing::{assert_close, check_all_placements, gpu};
 use tandem::{Placement, Session, SessionOptions, Tensor};
-use tandem_ops::conv::{Activation, Conv, Epilogue};
+use tandem_ops::conv::{Activation, Conv, Epilogue, Residual};
 use tandem_ops::{AttrValue, Attrs, Op};
 
 #[path = "fusion/rms_norm.rs"]
@@ -171,6 +172,33 @@ fn geometries() -> Vec<Geo> {
     ]
 }
 
+/// [`geometries`] and one the CPU computes by Winograd (3x3, stride 1, 64 channels).
+fn geometries_and_winograd() -> Vec<Geo> {
+    let mut geos = geometries();
+    geos.push(Geo {
+        x: [1, 64, 20, 21],
+        w: [64, 64, 3, 3],
+        group: 1,
+        stride: 1,
+        pad: 1,
+        one_d: false,
+    });
+    geos
+}
+
+/// X, W and B of geometry `g` (W of rank 3 for a 1-D one), as data and as the op's inputs.
+fn op_inputs(g: &Geo) -> ([Vec<f32>; 3], Vec<Tensor>) {
+    let (xn, wn): (usize, usize) = (g.x.iter().product(), g.w.iter().product());
+    let (x, w, b) = (fill(xn, 1), fill(wn, 2), fill(g.w[0], 3));
+    let wdims = if g.one_d { &g.w[..3] } else { &g.w[..] };
+    let ins = vec![
+        Tensor::f32(&g.dims(g.x), x.clone()),
+        Tensor::f32(wdims, w.clone()),
+        Tensor::f32(&[g.w[0]], b.clone()),
+    ];
+    ([x, w, b], ins)
+}
+
 fn conv_op(g: &Geo, ep: Epilogue) -> Conv {
     let r = if g.one_d { 1 } else { 2 };
     let attrs = Attrs::new(17)
@@ -179,45 +207,84 @@ fn conv_op(g: &Geo, ep: Epilogue) -> Conv {
         .with("pads", AttrValue::Ints(vec![g.pad as i64; 2 * r]));
     let op = tandem_ops::conv::conv(&attrs).unwrap();
     let mut c = op.as_any().unwrap().downcast_ref::<Conv>().unwrap().clone();
-    (c.activation, c.post) = (ep.act, ep.post);
+    (c.activation, c.post, c.residual) = (ep.act, ep.post, ep.residual);
     c
+}
+
+/// A residual fused into the Conv (its fourth input Z), before the activation and after the
+/// activation and affine, with the activations ResNet and YOLO put around it, over every CPU
+/// path (and the Winograd one, which adds Z in a pass after its blocks), on the CPU, the GPU
+/// and split: against the unfused formulas, `ep(conv + b + z)` and `ep(conv + b) + z`.
+#[test]
+fn conv_with_a_residual_matches_the_definition_on_cpu_gpu_and_split() {
+    let geos = geometries_and_winograd();
+    for (gi, g) in geos.iter().enumerate() {
+        let ([x, w, b], mut ins) = op_inputs(g);
+        let z = fill(g.out().iter().product(), 4);
+        ins.push(Tensor::f32(&g.dims(g.out()), z.clone()));
+        let raw = naive(g, &x, &w, Some(&b), None, Epilogue::default());
+        for (act, post) in [
+            (Activation::Relu, None),
+            (Activation::Silu, None),
+            (Activation::None, Some(POST)),
+        ] {
+            for residual in [Residual::BeforeAct, Residual::AfterAct] {
+                let ep = Epilogue {
+                    act,
+                    post,
+                    residual,
+                };
+                let plain = Epilogue {
+                    residual: Residual::None,
+                    ..ep
+                };
+                let want: Vec<f32> = (raw.iter().zip(&z))
+                    .map(|(&v, &z)| match residual {
+                        Residual::BeforeAct => epilogue_f64(plain, v as f64 + z as f64),
+                        _ => epilogue_f64(plain, v as f64) + z as f64,
+                    } as f32)
+                    .collect();
+                eprintln!("geometry {gi}, {ep:?}");
+                let want = Tensor::f32(&g.dims(g.out()), want);
+                check_all_placements(&conv_op(g, ep), &ins, &[want], 1e-4);
+            }
+        }
+        // A residual of another shape is refused with the shapes named, not broadcast.
+        let op = conv_op(
+            g,
+            Epilogue {
+                residual: Residual::BeforeAct,
+                ..Epilogue::default()
+            },
+        );
+        let metas: Vec<_> = (ins.iter().map(|t| t.meta())).collect();
+        let mut short = metas.clone();
+        short[3] = tandem::TensorMeta::new(tandem::DType::F32, vec![1, g.w[0], 1, 1]);
+        let err = op.infer(&short.iter().collect::<Vec<_>>()).unwrap_err();
+        assert!(err.to_string().contains("residual"), "{err}");
+        assert!(op.infer(&metas.iter().collect::<Vec<_>>()).is_ok());
+    }
 }
 
 /// The fused Conv op with each activation, alone and with a scalar affine after it, on the
 /// CPU, the GPU and split at three rows; the Winograd geometry with HardSwish only.
 #[test]
 fn fused_conv_op_matches_the_definition_on_cpu_gpu_and_split() {
-    let winograd = Geo {
-        x: [1, 64, 20, 21],
-        w: [64, 64, 3, 3],
-        group: 1,
-        stride: 1,
-        pad: 1,
-        one_d: false,
-    };
-    let mut geos = geometries();
-    geos.push(winograd);
+    let geos = geometries_and_winograd();
     for (gi, g) in geos.iter().enumerate() {
-        let xn: usize = g.x.iter().product();
-        let wn: usize = g.w.iter().product();
-        let (x, w, b) = (fill(xn, 1), fill(wn, 2), fill(g.w[0], 3));
-        let wdims = if g.one_d {
-            g.w[..3].to_vec()
-        } else {
-            g.w.to_vec()
-        };
-        let ins = [
-            Tensor::f32(&g.dims(g.x), x.clone()),
-            Tensor::f32(&wdims, w.clone()),
-            Tensor::f32(&[g.w[0]], b.clone()),
-        ];
+        let ([x, w, b], ins) = op_inputs(g);
         let acts: &[Activation] = if gi < geometries().len() {
             &ACTIVATIONS
         } else {
             &[Activation::HardSwish(1.0 / 6.0, 0.5)]
         };
-        let eps =
-            (acts.iter()).flat_map(|&act| [None, Some(POST)].map(|post| Epilogue { act, post }));
+        let eps = (acts.iter()).flat_map(|&act| {
+            [None, Some(POST)].map(|post| Epilogue {
+                act,
+                post,
+                ..Epilogue::default()
+            })
+        });
         for ep in eps {
             let want = Tensor::f32(&g.dims(g.out()), naive(g, &x, &w, Some(&b), None, ep));
             let op = conv_op(g, ep);
@@ -250,6 +317,7 @@ fn fused_work_counts_the_activation() {
     let hard_swish_affine = Epilogue {
         act: Activation::HardSwish(1.0 / 6.0, 0.5),
         post: Some(POST),
+        ..Epilogue::default()
     };
     let flops = conv_op(&g, hard_swish_affine).work(&refs, &outs).flops;
     assert_eq!(flops, base + (4 + 2) * outputs as u64);
@@ -1099,4 +1167,133 @@ fn mul_by_hard_sigmoid_fuses_as_hard_swish() {
         .collect();
     let want = Tensor::f32(&g.dims(g.out()), y);
     check_fused(&bytes, &x, &want, "Conv+HardSigmoid+Mul+Add", 2);
+}
+
+/// A graph input with a declared shape (the residual rule needs the shapes before any input).
+fn shaped(name: &str, dims: &[usize]) -> ValueInfoProto {
+    let mut v = vi(name);
+    let t = v
+        .r#type
+        .as_mut()
+        .and_then(|t| t.tensor_type.as_mut())
+        .unwrap();
+    t.shape = Some(TensorShapeProto {
+        dim: (dims.iter())
+            .map(|&d| Dimension {
+                dim_value: Some(d as i64),
+                dim_param: None,
+            })
+            .collect(),
+    });
+    v
+}
+
+/// ResNet's `Relu(Add(Conv, s))` and YOLO's `Add(s, Relu(Conv))` (the residual first) fuse into
+/// the Conv when the declared shapes say the Add does not broadcast, and run as the unfused
+/// graph does on the CPU and the GPU; a residual of unknown shape, one made after the Conv,
+/// and one that broadcasts are left to the Add.
+#[test]
+fn residual_adds_fuse_where_the_shapes_are_known_equal() {
+    let g = geometries()[0];
+    let out = g.dims(g.out());
+    let (xv, wv, bv) = (
+        fill(g.x.iter().product(), 1),
+        fill(g.w.iter().product(), 2),
+        fill(g.w[0], 3),
+    );
+    let sv = fill(out.iter().product(), 4);
+    let conv = naive(&g, &xv, &wv, Some(&bv), None, Epilogue::default());
+    let relu = |v: f32| v.max(0.0);
+    let before: Vec<f32> = conv.iter().zip(&sv).map(|(c, s)| relu(c + s)).collect();
+    let after: Vec<f32> = conv.iter().zip(&sv).map(|(c, s)| s + relu(*c)).collect();
+    let feeds = [
+        ("x", Tensor::f32(&g.dims(g.x), xv.clone())),
+        ("s", Tensor::f32(&out, sv.clone())),
+    ];
+    let build = |nodes: Vec<NodeProto>, s_shape: Option<&[usize]>| {
+        let mut m = ModelProto::decode(&model(nodes, vec![], &[], &["y"])[..]).unwrap();
+        let graph = m.graph.as_mut().unwrap();
+        graph.initializer = vec![weight("W", &g.w, &wv), weight("B", &[g.w[0]], &bv)];
+        graph.input = vec![shaped("x", &g.dims(g.x))];
+        graph
+            .input
+            .push(s_shape.map_or_else(|| vi("s"), |d| shaped("s", d)));
+        m.encode_to_vec()
+    };
+    let add_relu = || {
+        vec![
+            strided_conv(),
+            node("Add", "add", &["c", "s"], &["a"]),
+            node("Relu", "r", &["a"], &["y"]),
+        ]
+    };
+    let relu_add = || {
+        vec![
+            strided_conv(),
+            node("Relu", "r", &["c"], &["a"]),
+            node("Add", "add", &["s", "a"], &["y"]),
+        ]
+    };
+    // (case, model, expected output, fused label)
+    let cases = [
+        (
+            "before",
+            build(add_relu(), Some(&out)),
+            &before,
+            Some("Conv+Add+Relu"),
+        ),
+        (
+            "after",
+            build(relu_add(), Some(&out)),
+            &after,
+            Some("Conv+Relu+Add"),
+        ),
+        ("unknown shape", build(add_relu(), None), &before, None),
+        (
+            "later residual",
+            {
+                let mut nodes = add_relu();
+                nodes[1] = node("Add", "add", &["c", "s2"], &["a"]);
+                nodes.insert(1, node("Identity", "late", &["s"], &["s2"]));
+                build(nodes, Some(&out))
+            },
+            &before,
+            None,
+        ),
+    ];
+    for (name, bytes, want, label) in cases {
+        for placement in [Placement::Cpu, Placement::Gpu] {
+            eprintln!("{name}: {placement:?}");
+            let s = session(&bytes, placement, true);
+            let (outs, report) = s.run_with_report(&feeds).unwrap();
+            assert_close(&outs[0].1, &Tensor::f32(&out, want.to_vec()), 1e-4, 1e-4);
+            assert_eq!(
+                report.fused.get("conv").map(String::as_str),
+                label,
+                "{name}"
+            );
+            let nodes = s.graph().nodes.len();
+            assert_eq!(
+                nodes,
+                if label.is_some() {
+                    1
+                } else {
+                    3 + (name == "later residual") as usize
+                },
+                "{name}"
+            );
+        }
+    }
+    // A residual that broadcasts ([1, M, 1, 1]) stays an Add.
+    let bytes = build(add_relu(), Some(&[1, g.w[0], 1, 1]));
+    let s = session(&bytes, Placement::Cpu, true);
+    assert_eq!(s.graph().nodes.len(), 3);
+    let z = Tensor::f32(&[1, g.w[0], 1, 1], fill(g.w[0], 5));
+    let outs = s.run(&[feeds[0].clone(), ("s", z.clone())]).unwrap();
+    let plane: usize = out[2..].iter().product();
+    let zb = z.as_f32().unwrap();
+    let want: Vec<f32> = (conv.iter().enumerate())
+        .map(|(i, c)| relu(c + zb[(i / plane) % g.w[0]]))
+        .collect();
+    assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
 }

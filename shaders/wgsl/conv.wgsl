@@ -10,9 +10,11 @@
 // 1 Relu, 2 LeakyRelu (alpha act_a), 3 Clip [act_a, act_b], 4 Sigmoid, 5 SiLU x * sigmoid(x),
 // 6 HardSigmoid clamp(act_a * x + act_b, 0, 1), 7 HardSwish x * clamp(act_a * x + act_b, 0, 1);
 // the same formulas as unary.wgsl, NaN staying NaN for 1-3, 6, 7. Then, when params.post = 1,
-// v * post_scale + post_shift (scalar Mul and Add nodes after the activation).
-// Bindings: 0 x, 1 w, 2 bias (read; w bound again when has_bias = 0), 3 out (read_write),
-// 4 params. Overrides: WG (workgroup size).
+// v * post_scale + post_shift (scalar Mul and Add nodes after the activation). A fused residual
+// z (an Add after the Conv; z has the output's shape) is added at the same index: params.residual
+// 1 before the activation, 2 after the affine, 0 none.
+// Bindings: 0 x, 1 w, 2 bias, 3 z (read; w bound again when has_bias = 0 or residual = 0),
+// 4 out (read_write), 5 params. Overrides: WG (workgroup size).
 
 override WG: u32 = 64u;
 
@@ -48,14 +50,26 @@ struct Params {
     post: u32,
     post_scale: f32,
     post_shift: f32,
-    _pad: u32,
+    residual: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(3) var<storage, read> z: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<uniform> params: Params;
+
+// z at e0 .. e0 + 4, 0 past the plane's last `left` pixels (no read there).
+fn residual4(e0: u32, left: u32) -> vec4<f32> {
+    var r = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        if (j < left) {
+            r[j] = z[e0 + j];
+        }
+    }
+    return r;
+}
 
 // x at (ih, iw) of the plane at `base` for 4 pixels, 0 outside (branchless: clamped index).
 fn load_x(base: u32, ih: vec4<i32>, iw: vec4<i32>) -> vec4<f32> {
@@ -149,11 +163,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         if (params.has_bias != 0u) {
             v = v + vec4<f32>(bias[oc]);
         }
+        let e0 = (n * params.m + oc) * npix + p0;
+        if (params.residual == 1u) {
+            v = v + residual4(e0, npix - p0);
+        }
         v = activate(v);
         if (params.post != 0u) {
             v = v * params.post_scale + params.post_shift;
         }
-        let e0 = (n * params.m + oc) * npix + p0;
+        if (params.residual == 2u) {
+            v = v + residual4(e0, npix - p0);
+        }
         for (var j = 0u; j < 4u; j = j + 1u) {
             let e = e0 + j;
             if (p0 + j < npix && e >= params.e_start && e < params.e_end) {

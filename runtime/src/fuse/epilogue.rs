@@ -1,7 +1,7 @@
 //! The epilogue half of Conv fusion: which nodes reading a Conv's output (its BatchNormalization
 //! and affine chain already folded into W and B) compute an activation the Conv can apply to
 //! each output element ([`Activation`]), and which scalar Mul and Add nodes after that
-//! activation it can apply too ([`Epilogue::post`]).
+//! activation it can apply too ([`Epilogue::post`]), and which Add of a residual ([`residual`]).
 //!
 //! Sits between the pass (`fuse.rs`: which Convs, the graph edit, the report) and the Conv's
 //! epilogue (`tandem_ops::conv::Epilogue`). Patterns, each only when every value inside it has
@@ -25,7 +25,7 @@ use super::{const_of, default_domain, eval, Uses};
 use crate::graph::{Graph, ValueId};
 use tandem_ops::conv::{Activation, Epilogue};
 use tandem_ops::unary::{Unary, UnaryKind};
-use tandem_ops::{Op, Tensor};
+use tandem_ops::{Op, Tensor, TensorMeta};
 
 /// Absorbed nodes reported as one entry: `name` is the function a chain of nodes computes
 /// (`HardSwish`); `None` for one node, reported by its op type.
@@ -73,6 +73,33 @@ pub(super) fn after(
         }
     }
     Some((ep, parts))
+}
+
+/// The Add, or Sum of two inputs, that is the sole reader of Conv `i`'s output (after what the
+/// Conv absorbed so far), and the other operand `z` it adds: when `z` is no constant (those go
+/// into B or the affine), is made before node `i` (so the Conv can read it; a graph input is
+/// made before every node) and has the same shape as the Conv's output by the declared shapes
+/// (`metas`, see `crate::layout::declared_metas`), so that the Add does not broadcast. Models
+/// whose shapes are only known once inputs are given keep the Add.
+pub(super) fn residual(
+    graph: &Graph,
+    uses: &Uses,
+    i: usize,
+    metas: &[Option<TensorMeta>],
+) -> Option<(usize, ValueId)> {
+    let out = graph.nodes[i].outputs[0];
+    let a = uses.sole_reader(out)?;
+    if !(is(graph, a, "Add") || is(graph, a, "Sum")) {
+        return None;
+    }
+    let z = match graph.nodes[a].inputs[..] {
+        [Some(x), Some(z)] | [Some(z), Some(x)] if x == out && z != out => z,
+        _ => return None,
+    };
+    let known = |v: ValueId| metas.get(v).cloned().flatten().map(|m| m.shape);
+    let same = known(out).is_some_and(|s| Some(s) == known(z));
+    let made_before = uses.producer[z].is_none_or(|p| p < i);
+    (same && made_before && const_of(graph, uses, z, 4).is_none()).then_some((a, z))
 }
 
 /// Rank of Conv `i`'s output: W's when W is constant, else 3 (the least a Conv has), so that a
