@@ -5,8 +5,8 @@
 //! in the Conv's pass over its output instead of a pass of its own; so does an Add (or
 //! two-input Sum) of a residual after the Conv or after its activation, which becomes the
 //! Conv's fourth input Z ([`fuse_residual`]; only where the declared shapes show Z has the
-//! output's shape, `crate::layout::declared_metas`), and an activation after that Add. A BatchNormalization that
-//! follows no Conv takes in the per-channel Mul and Add nodes after it instead (its scale and B
+//! output's shape, `crate::layout::declared_metas`), and an activation after that Add.
+//! A BatchNormalization that follows no Conv takes in the per-channel Mul and Add nodes after it instead (its scale and B
 //! change; densenet121 runs BN, Mul, Add on every Concat), where the rank of its input is known
 //! before any shape is ([`rank_of`]). A Transpose that only feeds a MatMul folds into it: the
 //! MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`). The six-node
@@ -32,8 +32,8 @@
 //! For A/B timing in one build: `TANDEM_FUSE_HARDSWISH=0` leaves HardSigmoid, HardSwish and
 //! the scalar affine after an activation unfused (the pass as it was before them);
 //! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused; `TANDEM_FUSE_RESIDUAL=0`
-//! leaves residual Adds; `TANDEM_FUSE_TRANSPOSE=0`
-//! leaves Transposes before MatMuls unfused; `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains.
+//! leaves residual Adds; `TANDEM_FUSE_TRANSPOSE=0` leaves Transposes before MatMuls unfused;
+//! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;

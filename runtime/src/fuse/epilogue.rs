@@ -96,7 +96,7 @@ pub(super) fn residual(
         [Some(x), Some(z)] | [Some(z), Some(x)] if x == out && z != out => z,
         _ => return None,
     };
-    let known = |v: ValueId| metas.get(v).cloned().flatten().map(|m| m.shape);
+    let known = |v: ValueId| metas.get(v).and_then(Option::as_ref).map(|m| &m.shape);
     let same = known(out).is_some_and(|s| Some(s) == known(z));
     let made_before = uses.producer[z].is_none_or(|p| p < i);
     (same && made_before && const_of(graph, uses, z, 4).is_none()).then_some((a, z))
