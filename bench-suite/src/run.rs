@@ -34,7 +34,8 @@ pub struct Args {
         default_value = "cpu,gpu,auto,auto-nosplit"
     )]
     pub placements: Vec<String>,
-    /// Peers: onnxruntime, tract, burn (burn needs scripts/build_burn.sh; docs/bench.md).
+    /// Peers: onnxruntime, tract, burn (burn needs scripts/build_burn.sh; docs/bench.md), or
+    /// `none` for tandem's rows alone.
     #[arg(long, value_delimiter = ',', default_value = "onnxruntime,tract,burn")]
     pub peers: Vec<String>,
     /// CPU rows: at least this many timed runs...
@@ -352,11 +353,7 @@ pub fn main(mut args: Args) -> Result<()> {
                 .with_context(|| format!("unknown placement `{p}` (cpu, gpu, auto, auto-nosplit)"))
         })
         .collect::<Result<_>>()?;
-    for p in &args.peers {
-        if !["onnxruntime", "tract", "burn"].contains(&p.as_str()) {
-            bail!("unknown peer `{p}` (onnxruntime, tract, burn)");
-        }
-    }
+    args.peers = peers_named(&args.peers)?;
     if args.peers.iter().any(|p| p == "burn") && !peers::burn::included(args.quick) {
         eprintln!("note: quick mode leaves burn out (build with `--features burn` to require it)");
         args.peers.retain(|p| p != "burn");
@@ -473,8 +470,34 @@ pub fn main(mut args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The peers `--peers` names: each of onnxruntime, tract and burn, or `none` alone (no peer).
+fn peers_named(names: &[String]) -> Result<Vec<String>> {
+    if names == ["none"] {
+        return Ok(Vec::new());
+    }
+    for p in names {
+        if !["onnxruntime", "tract", "burn"].contains(&p.as_str()) {
+            bail!("unknown peer `{p}` (onnxruntime, tract, burn, or none alone)");
+        }
+    }
+    Ok(names.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn peers_are_known_names_or_none_alone() {
+        let named = |v: &[&str]| peers_named(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(named(&["none"]).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            named(&["tract", "onnxruntime"]).unwrap(),
+            ["tract", "onnxruntime"]
+        );
+        let err = named(&["onnxruntime", "none"]).unwrap_err().to_string();
+        assert!(err.contains("`none`"), "{err}");
+        assert!(named(&["ort"]).unwrap_err().to_string().contains("`ort`"));
+    }
+
     use super::*;
 
     fn adapter(backend: &str, explicit: bool, suffix: &str) -> Adapter {

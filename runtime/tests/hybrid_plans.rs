@@ -18,13 +18,13 @@ use tandem::schedule::Policy;
 use tandem::Session;
 use tandem_ops::TensorMeta;
 
-/// Models and how many random plans each gets (about 30 s in all on lavapipe); set
+/// Models and how many random plans each gets (about 75 s in all on lavapipe, 2 cores); set
 /// `TANDEM_HYBRID_MODELS=name:seeds,...` for a longer soak (e.g. `ppocr_det:50,yolov8n:50`).
 const MODELS: &[(&str, u64)] = &[
-    ("magika", 120),
+    ("magika", 60),
     ("tiny_llama_prefill", 200),
     ("tiny_llama_decode", 200),
-    ("minilm", 40),
+    ("minilm", 20),
 ];
 
 fn models() -> Vec<(String, u64)> {
