@@ -485,19 +485,6 @@ fn peers_named(names: &[String]) -> Result<Vec<String>> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn peers_are_known_names_or_none_alone() {
-        let named = |v: &[&str]| peers_named(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(named(&["none"]).unwrap(), Vec::<String>::new());
-        assert_eq!(
-            named(&["tract", "onnxruntime"]).unwrap(),
-            ["tract", "onnxruntime"]
-        );
-        let err = named(&["onnxruntime", "none"]).unwrap_err().to_string();
-        assert!(err.contains("`none`"), "{err}");
-        assert!(named(&["ort"]).unwrap_err().to_string().contains("`ort`"));
-    }
-
     use super::*;
 
     fn adapter(backend: &str, explicit: bool, suffix: &str) -> Adapter {
@@ -532,5 +519,18 @@ mod tests {
         let none = targets(&variants, &[]);
         assert_eq!(none.len(), 3);
         assert!(none.iter().all(|t| t.suffix.is_empty()));
+    }
+
+    #[test]
+    fn peers_are_known_names_or_none_alone() {
+        let named = |v: &[&str]| peers_named(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(named(&["none"]).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            named(&["tract", "onnxruntime"]).unwrap(),
+            ["tract", "onnxruntime"]
+        );
+        let err = named(&["onnxruntime", "none"]).unwrap_err().to_string();
+        assert!(err.contains("`none`"), "{err}");
+        assert!(named(&["ort"]).unwrap_err().to_string().contains("`ort`"));
     }
 }

@@ -18,7 +18,7 @@ use tandem::schedule::Policy;
 use tandem::Session;
 use tandem_ops::TensorMeta;
 
-/// Models and how many random plans each gets (about 75 s in all on lavapipe, 2 cores); set
+/// Models and how many random plans each gets (about 100 s in all on lavapipe, 2 cores); set
 /// `TANDEM_HYBRID_MODELS=name:seeds,...` for a longer soak (e.g. `ppocr_det:50,yolov8n:50`).
 const MODELS: &[(&str, u64)] = &[
     ("magika", 60),
