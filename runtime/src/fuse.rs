@@ -6,9 +6,9 @@
 //! two-input Sum) of a residual after the Conv or after its activation, which becomes the
 //! Conv's fourth input Z ([`fuse_residual`]; only where the declared shapes show Z has the
 //! output's shape, `crate::layout::declared_metas`), and an activation after that Add.
-//! A BatchNormalization that follows no Conv takes in the per-channel Mul and Add nodes after it instead (its scale and B
-//! change; densenet121 runs BN, Mul, Add on every Concat), where the rank of its input is known
-//! before any shape is ([`rank_of`]). A Transpose that only feeds a MatMul folds into it: the
+//! A BatchNormalization that follows no Conv takes in the per-channel Mul and Add nodes after
+//! it instead (its scale and B change; densenet121 runs BN, Mul, Add on every Concat), where
+//! the rank of its input is known before any shape is ([`rank_of`]). A Transpose that only feeds a MatMul folds into it: the
 //! MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`). The six-node
 //! RMSNorm of exported Llama-style models becomes one RMSNormalization (`fuse/rms_norm.rs`).
 //!
