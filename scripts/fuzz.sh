@@ -27,7 +27,7 @@ if ! rustup toolchain list | grep -q '^nightly'; then
   rustup toolchain install nightly --profile minimal
 fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-  cargo install cargo-fuzz --locked
+  cargo install cargo-fuzz --locked --debug  # 21 s instead of 34 s; it only drives cargo
 fi
 bash runtime/fuzz/seed.sh
 cd runtime

@@ -25,7 +25,9 @@ build() {
   ver=$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')
   if ! wasm-bindgen --version 2>/dev/null | grep -q " $ver\$"; then
     echo "web: installing wasm-bindgen-cli $ver (the version in Cargo.lock)"
-    cargo install wasm-bindgen-cli --version "$ver" --locked || cargo install wasm-bindgen-cli --version "$ver"
+    # --debug: a 69 s build instead of 155 s here, and 3.6 s instead of 0.9 s per bindgen run.
+    cargo install wasm-bindgen-cli --version "$ver" --locked --debug ||
+      cargo install wasm-bindgen-cli --version "$ver" --debug
   fi
   [ -f models/magika/model.onnx ] || bash scripts/setup.sh
   # SIMD128: every browser with WebGPU has it (see README "Browser demo" for what it buys).
