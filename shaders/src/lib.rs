@@ -47,10 +47,10 @@ shader!(LRN, "lrn", "float_bits", "pow_c99");
 shader!(INDEX_MAP, "index_map");
 shader!(GATHER, "gather");
 shader!(PAD, "pad");
-shader!(RESIZE, "resize");
+shader!(RESIZE, "resize", "float_bits");
 shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul");
-shader!(CONV, "conv");
+shader!(CONV, "conv", "float_bits");
 shader!(CONV_TRANSPOSE, "conv_transpose");
 
 /// Every shader of the crate, for validation and contract tests.

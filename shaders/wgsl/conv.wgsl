@@ -83,16 +83,16 @@ fn load_x(base: u32, ih: vec4<i32>, iw: vec4<i32>) -> vec4<f32> {
 // clamp(v, 0, 1) with NaN kept.
 fn unit_clamp(v: vec4<f32>) -> vec4<f32> {
     let y = select(v, vec4<f32>(0.0), v < vec4<f32>(0.0));
-    return select(y, vec4<f32>(1.0), y > vec4<f32>(1.0));
+    return nan_through4(select(y, vec4<f32>(1.0), y > vec4<f32>(1.0)), v);
 }
 
 fn activate(v: vec4<f32>) -> vec4<f32> {
     switch params.act {
-        case 1u: { return select(v, vec4<f32>(0.0), v < vec4<f32>(0.0)); }
+        case 1u: { return nan_through4(select(v, vec4<f32>(0.0), v < vec4<f32>(0.0)), v); }
         case 2u: { return select(v, params.act_a * v, v < vec4<f32>(0.0)); }
         case 3u: {
             let y = select(v, vec4<f32>(params.act_a), v < vec4<f32>(params.act_a));
-            return select(y, vec4<f32>(params.act_b), y > vec4<f32>(params.act_b));
+            return nan_through4(select(y, vec4<f32>(params.act_b), y > vec4<f32>(params.act_b)), v);
         }
         case 4u: { return 1.0 / (1.0 + exp(-v)); }
         case 5u: { return v * (1.0 / (1.0 + exp(-v))); }

@@ -6,6 +6,7 @@
 // 4 ceil when downsampling else floor) copies the raw word (any dtype); mode 1 linear and mode 2
 // cubic (coefficient cubic_a, exclude_outside renormalises) sum f32 products over the separable
 // taps. tf_crop_and_resize writes `extrapolation` when x falls outside [0, in - 1].
+// Divisions go through float_bits.wgsl's div_rn, so a tap never moves with the adapter's `/`.
 // Bindings: 0 src (read), 1 out (read_write), 2 params. Overrides: WG (workgroup size).
 
 override WG: u32 = 64u;
@@ -42,19 +43,19 @@ fn original_coord(d: u32, c: u32) -> f32 {
     let out_len = scale * in_len;
     switch params.coord_mode {
         case 1u: {
-            return x / scale;
+            return div_rn(x, scale);
         }
         case 2u: {
             if (out_len == 1.0) {
                 return 0.0;
             }
-            return x * (in_len - 1.0) / (out_len - 1.0);
+            return div_rn(x * (in_len - 1.0), out_len - 1.0);
         }
         case 3u: {
             if (out_len == 1.0) {
                 return -0.5;
             }
-            return (x + 0.5) / scale - 0.5;
+            return div_rn(x + 0.5, scale) - 0.5;
         }
         case 4u: {
             let r0 = params.roi_start[d / 4u][d % 4u];
@@ -62,18 +63,18 @@ fn original_coord(d: u32, c: u32) -> f32 {
             if (out_len == 1.0) {
                 return (r1 - r0) * (in_len - 1.0) / 2.0 + r0 * (in_len - 1.0);
             }
-            return x * (r1 - r0) * (in_len - 1.0) / (out_len - 1.0) + r0 * (in_len - 1.0);
+            return div_rn(x * (r1 - r0) * (in_len - 1.0), out_len - 1.0) + r0 * (in_len - 1.0);
         }
         case 5u: {
-            return (x + 0.5) / scale;
+            return div_rn(x + 0.5, scale);
         }
         case 6u: {
-            let adjustment = f32(params.out_dims[d / 4u][d % 4u]) / out_len;
+            let adjustment = div_rn(f32(params.out_dims[d / 4u][d % 4u]), out_len);
             let offset = in_len / 2.0 * (1.0 - adjustment);
-            return offset + (x + 0.5) / scale - 0.5;
+            return offset + div_rn(x + 0.5, scale) - 0.5;
         }
         default: {
-            return (x + 0.5) / scale - 0.5;
+            return div_rn(x + 0.5, scale) - 0.5;
         }
     }
 }

@@ -63,7 +63,7 @@ fn float_op(v: f32) -> f32 {
     let a = params.alpha;
     let b = params.beta;
     switch params.op {
-        case 0u: { return select(v, 0.0, v < 0.0); }                      // Relu
+        case 0u: { return nan_through(select(v, 0.0, v < 0.0), v); }      // Relu
         case 1u: { return select(v, a * v, v < 0.0); }                    // LeakyRelu
         case 2u: { return 1.0 / (1.0 + exp(-v)); }                        // Sigmoid
         case 3u: { return tanh_safe(v); }                                 // Tanh
@@ -76,17 +76,17 @@ fn float_op(v: f32) -> f32 {
         case 8u: { return v * clamp_nan(v / 6.0 + 0.5, 0.0, 1.0); }       // HardSwish
         case 9u: {                                                        // Clip (NaN stays)
             let y = select(v, a, v < a);
-            return select(y, b, y > b);
+            return nan_through(select(y, b, y > b), v);
         }
         case 10u: { return sqrt(v); }
         case 11u: { return exp(v); }
         case 12u: { return log(v); }
-        case 13u: { return -v; }
+        case 13u: { return neg_bits(v); }
         case 14u: { return 1.0 / v; }
         case 15u: { return floor(v); }
         case 16u: { return ceil(v); }
         case 17u: { return round(v); }                                    // ties to even
-        case 18u: { return abs(v); }
+        case 18u: { return abs_bits(v); }
         case 19u: { return select(sign(v), v, is_nan(v)); }
         case 20u: { return sin(v); }
         case 21u: { return cos(v); }
