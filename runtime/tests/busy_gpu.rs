@@ -92,11 +92,13 @@ fn gpu_favoured(gpu: &Gpu) -> CostModel {
     model
 }
 
-/// The other user's work: a 1024^3 MatMul submitted to `gpu` (seconds on lavapipe).
+/// The other user's work: a 1024^3 MatMul submitted to `gpu` `repeats` times in one batch
+/// (one is seconds on lavapipe, about a millisecond on an H100).
 struct Heavy {
     kernels: Vec<tandem_ops::GpuKernel>,
     inputs: Vec<GpuTensor>,
     output: GpuTensor,
+    repeats: usize,
 }
 
 impl Heavy {
@@ -114,14 +116,27 @@ impl Heavy {
             kernels: op.gpu(&refs, &outs, 0..n).unwrap(),
             inputs: ins.iter().map(|t| gpu.upload(t).unwrap()).collect(),
             output: gpu.alloc(DType::F32, n * n).unwrap(),
+            repeats: 1,
         }
+    }
+
+    /// Repeat the MatMul so that a batch keeps this adapter busy for at least `secs`, from the
+    /// time of one batch of one.
+    fn lasting(mut self, gpu: &Gpu, secs: f64) -> Heavy {
+        let start = std::time::Instant::now();
+        self.submit(gpu).wait().unwrap();
+        let one = start.elapsed().as_secs_f64();
+        self.repeats = ((secs / one).ceil() as usize).clamp(1, 1000);
+        self
     }
 
     fn submit<'g>(&self, gpu: &'g Gpu) -> tandem::gpu::Submitted<'g> {
         let mut batch = gpu.batch();
-        for k in &self.kernels {
-            let ins: Vec<&GpuTensor> = k.inputs.iter().map(|&i| &self.inputs[i]).collect();
-            batch.dispatch(k, &ins, &[&self.output], 0).unwrap();
+        for _ in 0..self.repeats {
+            for k in &self.kernels {
+                let ins: Vec<&GpuTensor> = k.inputs.iter().map(|&i| &self.inputs[i]).collect();
+                batch.dispatch(k, &ins, &[&self.output], 0).unwrap();
+            }
         }
         batch.submit().unwrap()
     }
@@ -151,7 +166,7 @@ fn a_session_plans_around_another_users_batches_on_the_shared_gpu() {
     assert!(idle.notes.is_empty(), "{idle}");
     // The other user: one long batch run to completion (the GPU learns how long its batches
     // take), then another left in flight.
-    let heavy = Heavy::new(&gpu);
+    let heavy = Heavy::new(&gpu).lasting(&gpu, 0.5);
     heavy.submit(&gpu).wait().unwrap();
     let in_flight = heavy.submit(&gpu);
     assert!(gpu.expected_wait().as_secs_f64() > 0.0);
