@@ -434,4 +434,34 @@ mod tests {
         let s = (-2f32).exp() + (-1f32).exp() + 1.0;
         close(y, &[(-2f32).exp() / s, (-1f32).exp() / s, 1.0 / s]);
     }
+
+    /// A masked attention row (scores -1e9 where masked, the tiny Llama's fill) gives exact
+    /// zeros there, never subnormals: the P @ V product after it reads them, and subnormal
+    /// operands run at microcode-assist speed on Intel cores. Rows along the last axis and
+    /// along axis 0 (the strided-lanes kernel).
+    #[test]
+    fn masked_entries_are_exact_zeros_not_subnormals() {
+        let unmasked = [40, 3];
+        let rows: Vec<Vec<f32>> = unmasked
+            .iter()
+            .map(|&u| {
+                (0..64)
+                    .map(|i| if i < u { (i % 7) as f32 * 0.3 } else { -1e9 })
+                    .collect()
+            })
+            .collect();
+        let by_rows = Tensor::f32(&[2, 64], rows.concat());
+        let by_columns = Tensor::f32(&[64, 2], (0..128).map(|i| rows[i % 2][i / 2]).collect());
+        for (x, axis) in [(by_rows, 1), (by_columns, 0)] {
+            let op = softmax(&Attrs::new(13).with("axis", AttrValue::Int(axis))).unwrap();
+            let y = run(&*op, &x, None);
+            let y = y.as_f32().unwrap();
+            assert!(
+                y.iter().all(|v| *v == 0.0 || v.is_normal()),
+                "axis {axis}: subnormal in {y:?}"
+            );
+            let zeros = y.iter().filter(|v| **v == 0.0).count();
+            assert_eq!(zeros, 128 - 43, "axis {axis}");
+        }
+    }
 }
