@@ -23,22 +23,24 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// The clock of the core this thread runs on, GHz: a chain of dependent integer adds retires
-/// one add per cycle on every x86-64 core of the last decade.
+/// The clock of the core this thread runs on, GHz: a chain of dependent register-register adds
+/// (`x += x`) retires one add per cycle on every x86-64 core of the last decade. Not `x += 1`:
+/// Intel cores from Golden Cove on fold chains of immediate adds at rename (an H100 host's Xeon
+/// measured "10.4 GHz" that way).
 #[cfg(target_arch = "x86_64")]
 pub fn measure_clock_ghz() -> Option<f64> {
     // short runs, many times: on a shared machine some run gets a whole time slice
     const ITERS: u64 = 1_000_000;
     let run = || {
         let t = Instant::now();
-        let mut x: u64 = 0;
+        let mut x: u64 = 1;
         let mut n = ITERS;
         // SAFETY: register-only arithmetic, no memory access.
         unsafe {
             std::arch::asm!(
                 "2:",
-                "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
-                "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+                "add {x}, {x}", "add {x}, {x}", "add {x}, {x}", "add {x}, {x}",
+                "add {x}, {x}", "add {x}, {x}", "add {x}, {x}", "add {x}, {x}",
                 "dec {n}",
                 "jnz 2b",
                 x = inout(reg) x,
