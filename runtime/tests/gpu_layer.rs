@@ -114,6 +114,33 @@ fn batches_time_each_dispatch_and_buffers_are_reused() {
     );
 }
 
+/// More dispatches in one batch than one timestamp query set holds (2048 dispatches x 2):
+/// every dispatch runs, in order, and gets its time.
+#[test]
+fn a_batch_of_more_than_2048_dispatches_runs_and_times_each() {
+    let g = gpu();
+    let t = Tensor::f32(&[64], (0..64).map(|i| i as f32).collect());
+    let (a, b) = (g.upload(&t).unwrap(), g.alloc(DType::F32, 64).unwrap());
+    let k = CopyOp.gpu(&[], &[], 0..64).unwrap().remove(0);
+    let n = 2101; // odd: the result is in b
+    let mut batch = g.batch();
+    for i in 0..n {
+        let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        batch.dispatch(&k, &[from], &[to], i).unwrap();
+    }
+    let timing = batch.submit().unwrap().wait().unwrap();
+    if g.has_timestamps() {
+        let labels: Vec<usize> = timing.per_label.iter().map(|(l, _)| *l).collect();
+        assert_eq!(labels, (0..n).collect::<Vec<_>>());
+        assert!(
+            timing.starts.windows(2).all(|w| w[0] <= w[1]),
+            "{:?}",
+            &timing.starts
+        );
+    }
+    assert_eq!(g.download(&[(&b, &[64])]).unwrap()[0], t);
+}
+
 #[test]
 fn gpu_bytes_convert_both_ways() {
     let t = Tensor::new(vec![2], tandem_ops::Data::U8(vec![0, 255]));

@@ -11,6 +11,10 @@ use std::time::Duration;
 use tandem_ops::GpuKernel;
 use web_time::Instant;
 
+/// Timestamps per query set: wgpu's most (4096, an even number: both of a dispatch's stamps
+/// fall in one set; 4096 x 8 bytes keeps each set's resolve offset 256-aligned).
+const QUERIES_PER_SET: u32 = wgpu::QUERY_SET_MAX_QUERIES;
+
 pub(super) struct Pending {
     /// `None` for a clear of `buffers[0]`.
     pipeline: Option<wgpu::ComputePipeline>,
@@ -113,14 +117,21 @@ impl<'g> Batch<'g> {
             .pool
             .take(&gpu.device, arena.len() as u64, UNIFORM_USAGE)?;
         gpu.queue.write_buffer(&uniforms.buffer, 0, &arena);
+        // Two timestamps per entry, in query sets of at most QUERY_SET_MAX_QUERIES (a batch of
+        // more than 2048 dispatches in one set failed validation and lost the whole run).
         let n = self.pending.len() as u32;
         let queries = gpu.timestamps.then(|| {
-            let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
-                label: None,
-                ty: wgpu::QueryType::Timestamp,
-                count: 2 * n,
-            });
-            (set, 2 * n as u64 * 8)
+            let sets: Vec<wgpu::QuerySet> = (0..2 * n)
+                .step_by(QUERIES_PER_SET as usize)
+                .map(|first| {
+                    gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                        label: None,
+                        ty: wgpu::QueryType::Timestamp,
+                        count: (2 * n - first).min(QUERIES_PER_SET),
+                    })
+                })
+                .collect();
+            (sets, 2 * n as u64 * 8)
         });
         let scope = wait::push_scope(&gpu.device, wgpu::ErrorFilter::Validation);
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
@@ -158,13 +169,14 @@ impl<'g> Batch<'g> {
                 layout: &layout,
                 entries: &entries,
             });
+            let q = 2 * i as u32;
             let timestamp_writes =
                 queries
                     .as_ref()
-                    .map(|(set, _)| wgpu::ComputePassTimestampWrites {
-                        query_set: set,
-                        beginning_of_pass_write_index: Some(2 * i as u32),
-                        end_of_pass_write_index: Some(2 * i as u32 + 1),
+                    .map(|(sets, _)| wgpu::ComputePassTimestampWrites {
+                        query_set: &sets[(q / QUERIES_PER_SET) as usize],
+                        beginning_of_pass_write_index: Some(q % QUERIES_PER_SET),
+                        end_of_pass_write_index: Some(q % QUERIES_PER_SET + 1),
                     });
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: None,
@@ -176,14 +188,18 @@ impl<'g> Batch<'g> {
             pass.dispatch_workgroups(x, y, z);
         }
         let resolved = match &queries {
-            Some((set, bytes)) => {
+            Some((sets, bytes)) => {
                 let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
                     label: None,
                     size: *bytes,
                     usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
                     mapped_at_creation: false,
                 });
-                encoder.resolve_query_set(set, 0..2 * n, &resolve, 0);
+                for (s, set) in sets.iter().enumerate() {
+                    let first = s as u32 * QUERIES_PER_SET;
+                    let count = (2 * n - first).min(QUERIES_PER_SET);
+                    encoder.resolve_query_set(set, 0..count, &resolve, first as u64 * 8);
+                }
                 let read = gpu.pool.take(&gpu.device, *bytes, READ_USAGE)?;
                 encoder.copy_buffer_to_buffer(&resolve, 0, &read.buffer, 0, *bytes);
                 Some((read, *bytes))
