@@ -32,7 +32,7 @@ const SQRT_2_OVER_PI: f32 = 0.7978846;
 // clamp(v, lo, hi) that keeps NaN (WGSL leaves clamp/min/max of NaN to the implementation;
 // NaN tests use float_bits.wgsl's is_nan).
 fn clamp_nan(v: f32, lo: f32, hi: f32) -> f32 {
-    return select(clamp(v, lo, hi), v, is_nan(v));
+    return nan_through(clamp(v, lo, hi), v);
 }
 
 // Rational approximation of erf (same coefficients as erf_f32 in ops/src/unary.rs).
@@ -87,7 +87,7 @@ fn float_op(v: f32) -> f32 {
         case 16u: { return ceil(v); }
         case 17u: { return round(v); }                                    // ties to even
         case 18u: { return abs_bits(v); }
-        case 19u: { return select(sign(v), v, is_nan(v)); }
+        case 19u: { return nan_through(sign(v), v); }
         case 20u: { return sin(v); }
         case 21u: { return cos(v); }
         case 22u: { return max(v, 0.0) + log(1.0 + exp(-abs(v))); }      // Softplus
