@@ -121,14 +121,17 @@ impl<'g> Batch<'g> {
         // more than 2048 dispatches in one set failed validation and lost the whole run).
         let n = self.pending.len() as u32;
         let queries = gpu.timestamps.then(|| {
-            let sets: Vec<wgpu::QuerySet> = (0..2 * n)
+            // (set, its first query's index in the batch, its count)
+            let sets: Vec<(wgpu::QuerySet, u32, u32)> = (0..2 * n)
                 .step_by(QUERIES_PER_SET as usize)
                 .map(|first| {
-                    gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                    let count = (2 * n - first).min(QUERIES_PER_SET);
+                    let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
                         label: None,
                         ty: wgpu::QueryType::Timestamp,
-                        count: (2 * n - first).min(QUERIES_PER_SET),
-                    })
+                        count,
+                    });
+                    (set, first, count)
                 })
                 .collect();
             (sets, 2 * n as u64 * 8)
@@ -174,7 +177,7 @@ impl<'g> Batch<'g> {
                 queries
                     .as_ref()
                     .map(|(sets, _)| wgpu::ComputePassTimestampWrites {
-                        query_set: &sets[(q / QUERIES_PER_SET) as usize],
+                        query_set: &sets[(q / QUERIES_PER_SET) as usize].0,
                         beginning_of_pass_write_index: Some(q % QUERIES_PER_SET),
                         end_of_pass_write_index: Some(q % QUERIES_PER_SET + 1),
                     });
@@ -195,10 +198,8 @@ impl<'g> Batch<'g> {
                     usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
                     mapped_at_creation: false,
                 });
-                for (s, set) in sets.iter().enumerate() {
-                    let first = s as u32 * QUERIES_PER_SET;
-                    let count = (2 * n - first).min(QUERIES_PER_SET);
-                    encoder.resolve_query_set(set, 0..count, &resolve, first as u64 * 8);
+                for (set, first, count) in sets {
+                    encoder.resolve_query_set(set, 0..*count, &resolve, *first as u64 * 8);
                 }
                 let read = gpu.pool.take(&gpu.device, *bytes, READ_USAGE)?;
                 encoder.copy_buffer_to_buffer(&resolve, 0, &read.buffer, 0, *bytes);
