@@ -257,7 +257,7 @@ fn gemm_vs_peak(_: &mut Criterion) {
     let r = tandem_bench::gemm::measure(1024, THREADS, 1.0);
     let p = &r.peak;
     println!(
-        "\nCPU GEMM {} f32, {} threads; f32 peak {:.0} GFLOP/s = {} cores x {:.2} GHz (measured; /proc/cpuinfo {:?}) x {} lanes x {} FMA units (assumed) x 2",
+        "\nCPU GEMM {} f32, {} threads; f32 peak {:.0} GFLOP/s = {} cores x {:.2} GHz (measured; /proc/cpuinfo {:?}) x {} lanes x {} FMA pipes (measured) x 2",
         r.shape, r.threads, p.gflops, p.cores, p.clock_ghz, p.cpuinfo_ghz, p.lanes, p.fma_units
     );
     for (name, v) in &r.gflops {

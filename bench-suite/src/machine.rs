@@ -2,7 +2,8 @@
 //! and the keys (`CpuInfo`, `AdapterKey`) reports are pooled by.
 //!
 //! Sits between the OS (`/proc/self/status`, `/proc/self/clear_refs`), the CPU (a timed
-//! dependent add chain) and the report's `Machine` and `Peak`.
+//! dependent add chain for the clock, timed independent FMA chains for its vector FMA pipes)
+//! and the report's `Machine` and `Peak`.
 
 use crate::schema::{Machine, Peak};
 use std::time::Instant;
@@ -93,19 +94,105 @@ pub fn simd_lanes(simd: &str) -> usize {
     }
 }
 
-/// FMA pipes per core assumed for the peak: 2 (Zen 4/5, Intel server cores, Apple M-series
-/// NEON has 4 but 4-lane). Not detectable portably: documented in docs/bench.md.
-pub const FMA_UNITS: usize = 2;
+/// Independent FMA chains the throughput loop keeps in flight: at least latency (4 cycles)
+/// x pipes (2) on every x86 core of the last decade, and within AVX2's 16 registers.
+const FMA_CHAINS: usize = 12;
 
-/// The f32 peak of `cores` cores: `cores x clock x lanes x FMA_UNITS x 2` flops per second.
+/// Rounds of the throughput loop per timing (each `FMA_CHAINS` FMAs).
+const FMA_ROUNDS: usize = 100_000;
+
+/// Best of many short timings of `body` (seconds): on a shared machine some run gets a whole
+/// time slice.
+fn best_seconds(mut body: impl FnMut()) -> f64 {
+    (0..100)
+        .map(|_| {
+            let t = Instant::now();
+            body();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// `FMA_CHAINS` independent chains of `FMA_ROUNDS` vector FMAs on `V`, through `fma`.
+#[inline(always)]
+fn fma_chains<V: Copy>(start: V, m: V, fma: impl Fn(V, V) -> V) -> [V; FMA_CHAINS] {
+    let mut acc = [start; FMA_CHAINS];
+    for _ in 0..FMA_ROUNDS {
+        for a in &mut acc {
+            *a = fma(*a, m);
+        }
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fma_loop_avx512() {
+    use std::arch::x86_64::*;
+    let m = std::hint::black_box(_mm512_set1_ps(0.999_999));
+    let acc = fma_chains(_mm512_set1_ps(1.0), m, |a, m| _mm512_fmadd_ps(a, m, m));
+    std::hint::black_box(acc);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fma_loop_avx2() {
+    use std::arch::x86_64::*;
+    let m = std::hint::black_box(_mm256_set1_ps(0.999_999));
+    let acc = fma_chains(_mm256_set1_ps(1.0), m, |a, m| _mm256_fmadd_ps(a, m, m));
+    std::hint::black_box(acc);
+}
+
+#[cfg(target_arch = "aarch64")]
+fn fma_loop_neon() {
+    use std::arch::aarch64::*;
+    // SAFETY: NEON is part of the aarch64 baseline.
+    unsafe {
+        let m = std::hint::black_box(vdupq_n_f32(0.999_999));
+        let acc = fma_chains(vdupq_n_f32(1.0), m, |a, m| vfmaq_f32(m, a, m));
+        std::hint::black_box(acc);
+    }
+}
+
+/// Vector FMAs one core retires per second on the widest vectors the kernels use (`simd`, from
+/// `CpuInfo::simd`), best of many timings; `None` without FMA.
+pub fn measure_fma_rate(simd: &str) -> Option<f64> {
+    let fmas = (FMA_CHAINS * FMA_ROUNDS) as f64;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd.starts_with("avx512") && is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F is present (checked above).
+            return Some(fmas / best_seconds(|| unsafe { fma_loop_avx512() }));
+        }
+        if simd.contains("fma")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX2 and FMA are present (checked above).
+            return Some(fmas / best_seconds(|| unsafe { fma_loop_avx2() }));
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if simd == "neon" {
+        return Some(fmas / best_seconds(fma_loop_neon));
+    }
+    let _ = (simd, fmas);
+    None
+}
+
+/// Vector FMAs per cycle from a measured rate and clock, to the nearest whole pipe (at least 1).
+/// Zen 4 runs a 512-bit FMA as two 256-bit halves: 1 per cycle where Zen 5 and Intel server
+/// cores retire 2, so the pipe count cannot be assumed from the SIMD level.
+pub fn fma_units(fma_per_s: f64, clock_ghz: f64) -> usize {
+    ((fma_per_s / (clock_ghz * 1e9)).round() as usize).max(1)
+}
+
+/// The f32 peak of `cores` cores: `cores x clock x lanes x fma_units x 2` flops per second, with
+/// the clock and the FMA pipes both measured on this core.
 pub fn f32_peak(info: &CpuInfo, cores: usize) -> Option<Peak> {
     let clock_ghz = measure_clock_ghz()?;
     let lanes = simd_lanes(&info.simd);
-    let fma = if info.simd.contains("fma") || info.simd == "neon" {
-        FMA_UNITS
-    } else {
-        1
-    };
+    let fma = measure_fma_rate(&info.simd).map_or(1, |r| fma_units(r, clock_ghz));
     Some(Peak {
         lanes,
         fma_units: fma,
@@ -153,6 +240,25 @@ mod tests {
         assert_eq!(simd_lanes("avx2+fma"), 8);
         assert_eq!(simd_lanes("neon"), 4);
         assert_eq!(simd_lanes("scalar"), 1);
+    }
+
+    #[test]
+    fn fma_pipes_are_whole_numbers_of_the_measured_rate() {
+        assert_eq!(fma_units(7.4e9, 3.69), 2);
+        assert_eq!(fma_units(3.6e9, 3.69), 1);
+        assert_eq!(fma_units(0.2e9, 3.69), 1);
+    }
+
+    #[test]
+    fn fma_rate_is_measured_wherever_the_kernels_have_fma() {
+        let info = CpuInfo::detect();
+        let rate = measure_fma_rate(&info.simd);
+        if info.simd.contains("fma") || info.simd == "neon" {
+            let r = rate.unwrap_or_else(|| panic!("{} has FMA but no measured rate", info.simd));
+            assert!(r.is_finite() && r > 0.0, "rate {r}");
+        } else {
+            assert_eq!(rate, None, "{}", info.simd);
+        }
     }
 
     #[test]

@@ -202,7 +202,9 @@ pub struct GemmResult {
 pub struct Peak {
     /// f32 lanes per SIMD register (16 with AVX-512).
     pub lanes: usize,
-    /// FMA issue ports per core: assumed, not detected (2 on Zen 4/5 and Skylake-SP).
+    /// Vector FMAs one core retires per cycle on `lanes`-wide vectors, measured (timed
+    /// independent FMA chains over the measured clock, rounded): 1 for AVX-512 on Zen 4, 2 on
+    /// Zen 5 and Intel server cores.
     pub fma_units: usize,
     pub cores: usize,
     /// Measured with a dependent add chain (1 cycle per add), GHz.

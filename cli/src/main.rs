@@ -10,6 +10,7 @@ mod simulate;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use tandem::{Device, Placement, Selector, Session, SessionOptions};
 
@@ -65,7 +66,7 @@ struct RunArgs {
     /// CPU threads for kernels (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Print per node where it ran and its time.
+    /// Print per node where it ran and its time (with --runs: its median over the runs).
     #[arg(long)]
     report: bool,
     /// Print per node the predicted time on CPU, on GPU and split, the choice and why.
@@ -192,13 +193,24 @@ fn run(a: &RunArgs) -> Result<()> {
         explain(&session, &named)?;
     }
     let mut times = Vec::new();
+    let mut node_times: HashMap<std::sync::Arc<str>, Vec<std::time::Duration>> = HashMap::new();
     let mut last = None;
     for _ in 0..a.runs.max(1) {
         let (outs, report) = session.run_with_report(&named)?;
         times.push(report.total);
+        for n in &report.nodes {
+            node_times.entry(n.name.clone()).or_default().push(n.time);
+        }
         last = Some((outs, report));
     }
-    let (outs, report) = last.expect("at least one run");
+    let (outs, mut report) = last.expect("at least one run");
+    // Each node's median over the runs it ran in (one run's per-node times are mostly noise).
+    for n in &mut report.nodes {
+        if let Some(t) = node_times.get_mut(&n.name) {
+            t.sort();
+            n.time = t[t.len() / 2];
+        }
+    }
     for (name, t) in &outs {
         println!("{name}: {} {:?} {}", t.dtype(), t.shape, inputs::summary(t));
     }

@@ -279,7 +279,7 @@ pub fn gemm(g: &GemmResult) -> Table {
         .collect();
     Table {
         title: format!(
-            "CPU GEMM {} f32, {} threads; peak {:.0} GFLOP/s = {} cores x {:.2} GHz (measured; /proc/cpuinfo says {}) x {} lanes x {} FMA units (assumed) x 2",
+            "CPU GEMM {} f32, {} threads; peak {:.0} GFLOP/s = {} cores x {:.2} GHz (measured; /proc/cpuinfo says {}) x {} lanes x {} FMA pipes (measured) x 2",
             g.shape, g.threads, p.gflops, p.cores, p.clock_ghz,
             p.cpuinfo_ghz.map_or("?".into(), |c| format!("{c:.2}")), p.lanes, p.fma_units
         ),
