@@ -5,7 +5,8 @@
 //! parallelised over the current rayon pool). Every call here checks that its strided views lie
 //! inside the slices it was given, so the unsafe call into `gemm` cannot read or write out of
 //! bounds. Products with few rows and a transposed B (Gemm transB=1, linear layers) go to the
-//! dot-product tiles of `cpu_gemm_dot.rs` instead, where those measured faster.
+//! dot-product tiles of `cpu_gemm_dot.rs` instead, where those measured faster. MatMuls whose B
+//! is a model constant run on `cpu_gemm_packed.rs` where the CPU has AVX-512 (B packed once).
 //!
 //! # Why the `gemm` crate and not our own micro-kernel (measured)
 //! `cargo bench -p tandem-bench --bench cpu_gemm` on the team machine (AMD EPYC, 2 cores, AVX-512,
@@ -62,7 +63,7 @@ impl<'a> MatRef<'a> {
         }
     }
 
-    fn fits(&self, rows: usize, cols: usize) -> bool {
+    pub(crate) fn fits(&self, rows: usize, cols: usize) -> bool {
         rows == 0
             || cols == 0
             || self.offset + (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()

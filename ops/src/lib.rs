@@ -13,6 +13,7 @@ pub mod concat_split;
 pub mod conv;
 pub mod conv_transpose;
 pub mod cpu_gemm;
+pub mod cpu_gemm_packed;
 mod elementwise_common;
 pub mod expand_tile;
 pub mod gather;

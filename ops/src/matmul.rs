@@ -7,6 +7,7 @@
 //! one row. Internally every range is turned into "logical rows" `b * M + m` of N elements.
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
+use crate::cpu_gemm_packed::{self as packed, KeptPacking};
 use crate::shape::{broadcast_shapes, distinct_axes, row_len, rows_by_block, strides};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
@@ -23,6 +24,9 @@ pub struct MatMul {
     /// that only feeds a MatMul in this way (attention's `Q`, `K^T` and `V` head splits), and
     /// both kernels read the operand through strides instead of a transposed copy.
     pub perms: [Option<Vec<usize>>; 2],
+    /// `Some` when B is a constant of the model ([`MatMul::with_constant_b`], set at load
+    /// time): where the CPU has AVX-512, B is packed once for `cpu_gemm_packed` and kept.
+    pub constant_b: Option<KeptPacking>,
 }
 
 /// Registry constructor (MatMul has no attributes).
@@ -31,6 +35,15 @@ pub fn matmul(_attrs: &Attrs) -> Result<Box<dyn Op>> {
 }
 
 impl MatMul {
+    /// This MatMul, told that its B is a constant of the model (the runtime's load-time
+    /// `layout` pass): the CPU then packs B once and keeps it, where it has the kernel for it.
+    pub fn with_constant_b(&self) -> MatMul {
+        MatMul {
+            constant_b: Some(KeptPacking::default()),
+            ..self.clone()
+        }
+    }
+
     /// The product's geometry for operand shapes `a` and `b` as stored.
     pub(crate) fn geom(&self, a: &[usize], b: &[usize]) -> Result<MmGeom> {
         MmGeom::strided(
@@ -365,24 +378,44 @@ impl Op for MatMul {
         }
         // One piece per batch touched: (batch, m range, its block of the output).
         let pieces = rows_by_block(&mut out[lr.start * g.n..lr.end * g.n], lr.clone(), g.m, g.n);
+        let macs = lr.len() * g.n * g.k;
+        let b_whole = MatRef {
+            data: b,
+            offset: 0,
+            rs: g.b_mat.0,
+            cs: g.b_mat.1,
+        };
+        // A constant B, the same for every batch: packed once (see `cpu_gemm_packed`). Not for
+        // products of fewer rows than the micro-kernel's (a decode step's): `sgemm` has
+        // single-row kernels that read B in place.
+        let kept = (self.constant_b.as_ref())
+            .filter(|_| {
+                macs >= SMALL_MACS
+                    && g.m >= packed::MR
+                    && g.b_bs.iter().all(|&s| s == 0)
+                    && packed::available()
+            })
+            .map(|kept| kept.get(b_whole, g.k, g.n));
         let run = |(bi, ms, dst): (usize, Range<usize>, &mut [f32]), threads: Threads| {
             let (ao, bo) = g.batch_offsets(bi);
+            let a_rows = MatRef {
+                data: a,
+                offset: ao + ms.start * g.a_mat.0,
+                rs: g.a_mat.0,
+                cs: g.a_mat.1,
+            };
+            if let Some(pb) = kept {
+                return packed::sgemm_packed(ms.len(), a_rows, pb, dst, g.n, threads);
+            }
             sgemm(
                 ms.len(),
                 g.n,
                 g.k,
                 1.0,
+                a_rows,
                 MatRef {
-                    data: a,
-                    offset: ao + ms.start * g.a_mat.0,
-                    rs: g.a_mat.0,
-                    cs: g.a_mat.1,
-                },
-                MatRef {
-                    data: b,
                     offset: bo,
-                    rs: g.b_mat.0,
-                    cs: g.b_mat.1,
+                    ..b_whole
                 },
                 0.0,
                 MatMut::row_major(dst, 0, g.n),
@@ -390,7 +423,6 @@ impl Op for MatMul {
             );
         };
         let threads = rayon::current_num_threads();
-        let macs = lr.len() * g.n * g.k;
         if macs < SMALL_MACS {
             // Waking a worker costs more than the product (a decode step's attention heads).
             pieces.into_iter().for_each(|p| run(p, Threads::Single));
@@ -514,8 +546,20 @@ mod tests {
             let mut perm: Vec<usize> = (0..sb.len()).collect();
             perm.swap(sb.len() - 2, sb.len() - 1);
             let perms = [None, Some(perm)];
-            cases.push((MatMul { perms }, swap_last_two(&b)));
+            cases.push((
+                MatMul {
+                    perms,
+                    ..MatMul::default()
+                },
+                swap_last_two(&b),
+            ));
         }
+        // Each also told that B is a constant (packed once where the CPU has the kernel).
+        let kept: Vec<_> = cases
+            .iter()
+            .map(|(op, b)| (op.with_constant_b(), b.clone()))
+            .collect();
+        cases.extend(kept);
         for (op, b) in cases {
             assert_eq!(op.infer(&[&a.meta(), &b.meta()]).unwrap(), out_meta);
             for ranges in [vec![0..rows], vec![0..cut, cut..rows]] {
@@ -560,6 +604,9 @@ mod tests {
         check(&[4], &[2, 4, 6], &[2, 6]);
         check(&[67, 130], &[130, 71], &[67, 71]);
         check(&[0, 4], &[4, 5], &[0, 5]);
+        // Large enough for the packed kernel: batched A over one B, row and column tails.
+        check(&[3, 21, 64], &[64, 100], &[3, 21, 100]);
+        check(&[2, 1, 9, 40], &[40, 49], &[2, 1, 9, 49]);
     }
 
     #[test]

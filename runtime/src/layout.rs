@@ -6,6 +6,8 @@
 //! - Each Conv whose W is a constant is told so (`Conv::with_constant_weight`): where the CPU
 //!   computes it by Winograd, it transforms W on the first call and keeps the result, instead
 //!   of transforming it on every call.
+//! - Each MatMul whose B is a constant is told so (`MatMul::with_constant_b`): where the CPU has
+//!   the packed kernel (AVX-512), B is packed on the first call and kept.
 //!
 //! Sits between the importer and fusion (which build the [`Graph`]) and the planner: a
 //! [`crate::Session`] runs [`store_weights`] once at load time. The calibration suite stores
@@ -14,7 +16,7 @@
 //!
 //! Rules: only a weight that is a constant, not a graph input (which a caller may feed), is
 //! padded or marked. A padded Gemm weight is also not a graph output (its value changes) and is
-//! read by this one node only; a marked Conv weight keeps its value, so neither applies. The
+//! read by this one node only; a marked Conv or MatMul weight keeps its value, so neither applies. The
 //! product's row count is what the declared input shapes give, where they fix it (a batch-1
 //! classifier head stays as it is: its one row streams the weight, and copying it at load
 //! would cost cold start for nothing).
@@ -23,30 +25,58 @@ use crate::graph::{Dim, Graph};
 use std::sync::Arc;
 use tandem_ops::conv::Conv;
 use tandem_ops::gemm_op::Gemm;
+use tandem_ops::matmul::MatMul;
 use tandem_ops::TensorMeta;
 
-/// Both rewrites ([`pad_gemm_weights`], [`keep_conv_transforms`]).
+/// The rewrites ([`pad_gemm_weights`], [`keep_conv_transforms`], [`keep_matmul_packings`]).
 pub fn store_weights(graph: &mut Graph) {
     pad_gemm_weights(graph);
     keep_conv_transforms(graph);
+    keep_matmul_packings(graph);
+}
+
+/// Whether input `slot` of `node` is a model constant (not a graph input a caller may feed).
+fn constant_input(graph: &Graph, node: &crate::graph::Node, slot: usize) -> bool {
+    let Some(Some(v)) = node.inputs.get(slot) else {
+        return false;
+    };
+    graph.values[*v].constant.is_some() && !graph.inputs.contains(v)
+}
+
+/// Marks each MatMul whose B is a model constant: the op then packs B once for its CPU kernel
+/// and keeps the packing. Returns the names of the marked nodes.
+pub fn keep_matmul_packings(graph: &mut Graph) -> Vec<String> {
+    let mut marked = Vec::new();
+    for i in 0..graph.nodes.len() {
+        let node = &graph.nodes[i];
+        let Some(mm) = node.op.as_any().and_then(|a| a.downcast_ref::<MatMul>()) else {
+            continue;
+        };
+        if !constant_input(graph, node, 1) {
+            continue;
+        }
+        let op = Box::new(mm.with_constant_b());
+        graph.nodes[i].op = op;
+        marked.push(graph.nodes[i].name.clone());
+    }
+    marked
 }
 
 /// Marks each Conv whose W is a model constant (not a graph input): the op then keeps the
 /// transforms its CPU kernel makes of W. Returns the names of the marked nodes.
 pub fn keep_conv_transforms(graph: &mut Graph) -> Vec<String> {
     let mut marked = Vec::new();
-    for node in &mut graph.nodes {
+    for i in 0..graph.nodes.len() {
+        let node = &graph.nodes[i];
         let Some(conv) = node.op.as_any().and_then(|a| a.downcast_ref::<Conv>()) else {
             continue;
         };
-        let Some(Some(w)) = node.inputs.get(1) else {
-            continue;
-        };
-        if graph.values[*w].constant.is_none() || graph.inputs.contains(w) {
+        if !constant_input(graph, node, 1) {
             continue;
         }
-        node.op = Box::new(conv.with_constant_weight());
-        marked.push(node.name.clone());
+        let op = Box::new(conv.with_constant_weight());
+        graph.nodes[i].op = op;
+        marked.push(graph.nodes[i].name.clone());
     }
     marked
 }
@@ -240,6 +270,20 @@ mod tests {
             let op = g.nodes[0].op.as_any().unwrap().downcast_ref::<Conv>();
             let keeps = op.unwrap().constant_weight.is_some();
             assert_eq!(names == ["conv"], !feedable, "feedable {feedable}");
+            assert_eq!(keeps, !feedable, "feedable {feedable}");
+        }
+    }
+
+    #[test]
+    fn matmuls_keep_packings_of_constant_b_only() {
+        for feedable in [false, true] {
+            let w = Tensor::f32(&[64, 96], vec![0.25; 64 * 96]);
+            let x = vec![Dim::Fixed(32), Dim::Fixed(64)];
+            let mut g = one_node("mm", "MatMul", Attrs::new(13), x, w, feedable);
+            let names = keep_matmul_packings(&mut g);
+            let op = g.nodes[0].op.as_any().unwrap().downcast_ref::<MatMul>();
+            let keeps = op.unwrap().constant_b.is_some();
+            assert_eq!(names == ["mm"], !feedable, "feedable {feedable}");
             assert_eq!(keeps, !feedable, "feedable {feedable}");
         }
     }

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tandem_ops::conv::Conv;
 use tandem_ops::gemm_op::Gemm;
+use tandem_ops::matmul::MatMul;
 use tandem_ops::shape::row_count;
 use tandem_ops::{registry, DType, Op, Tensor, TensorMeta};
 
@@ -210,6 +211,10 @@ fn prepare(b: &Bench, inputs: &[Input], rng: &mut Lcg) -> Result<Prepared, Strin
     // So is a constant Conv weight: Winograd keeps its transform.
     if let Some(conv) = op.as_any().and_then(|a| a.downcast_ref::<Conv>()) {
         op = Box::new(conv.with_constant_weight());
+    }
+    // And a MatMul's B: models' large MatMuls with one B are weight products, kept packed.
+    if let Some(mm) = op.as_any().and_then(|a| a.downcast_ref::<MatMul>()) {
+        op = Box::new(mm.with_constant_b());
     }
     let metas: Vec<TensorMeta> = ins
         .iter()
