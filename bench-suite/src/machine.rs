@@ -30,10 +30,8 @@ pub fn peak_rss_mib() -> Option<f64> {
 /// measured "10.4 GHz" that way).
 #[cfg(target_arch = "x86_64")]
 pub fn measure_clock_ghz() -> Option<f64> {
-    // short runs, many times: on a shared machine some run gets a whole time slice
     const ITERS: u64 = 1_000_000;
-    let run = || {
-        let t = Instant::now();
+    let best = best_seconds(200, || {
         let mut x: u64 = 1;
         let mut n = ITERS;
         // SAFETY: register-only arithmetic, no memory access.
@@ -50,9 +48,7 @@ pub fn measure_clock_ghz() -> Option<f64> {
             );
         }
         std::hint::black_box((x, n));
-        t.elapsed().as_secs_f64()
-    };
-    let best = (0..200).map(|_| run()).fold(f64::INFINITY, f64::min);
+    });
     Some(8.0 * ITERS as f64 / best / 1e9)
 }
 
@@ -101,10 +97,14 @@ const FMA_CHAINS: usize = 12;
 /// Rounds of the throughput loop per timing (each `FMA_CHAINS` FMAs).
 const FMA_ROUNDS: usize = 100_000;
 
-/// Best of many short timings of `body` (seconds): on a shared machine some run gets a whole
+/// Best of `times` short timings of `body` (seconds): on a shared machine some run gets a whole
 /// time slice.
-fn best_seconds(mut body: impl FnMut()) -> f64 {
-    (0..100)
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+fn best_seconds(times: usize, mut body: impl FnMut()) -> f64 {
+    (0..times)
         .map(|_| {
             let t = Instant::now();
             body();
@@ -162,19 +162,19 @@ pub fn measure_fma_rate(simd: &str) -> Option<f64> {
     {
         if simd.starts_with("avx512") && is_x86_feature_detected!("avx512f") {
             // SAFETY: AVX-512F is present (checked above).
-            return Some(fmas / best_seconds(|| unsafe { fma_loop_avx512() }));
+            return Some(fmas / best_seconds(100, || unsafe { fma_loop_avx512() }));
         }
         if simd.contains("fma")
             && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
         {
             // SAFETY: AVX2 and FMA are present (checked above).
-            return Some(fmas / best_seconds(|| unsafe { fma_loop_avx2() }));
+            return Some(fmas / best_seconds(100, || unsafe { fma_loop_avx2() }));
         }
     }
     #[cfg(target_arch = "aarch64")]
     if simd == "neon" {
-        return Some(fmas / best_seconds(fma_loop_neon));
+        return Some(fmas / best_seconds(100, fma_loop_neon));
     }
     let _ = (simd, fmas);
     None
