@@ -577,19 +577,34 @@ fn epilogue_plain(
         (z, residual): (Option<&[f32]>, Residual),
         f: impl Fn(f32) -> f32,
     ) {
+        // `for` loops, not `for_each`: `for_each` is not always inlined, and a loop left out
+        // of line is compiled without the caller's target features (SSE2 instead of AVX-512:
+        // yolov8n's SiLU epilogues took 21 % of its time that way).
         let b = bias.unwrap_or(0.0);
         match (z, residual) {
             (_, Residual::None) | (None, _) => match bias {
-                Some(b) => line.iter_mut().for_each(|v| *v = f(*v + b)),
-                None => line.iter_mut().for_each(|v| *v = f(*v)),
+                Some(b) => {
+                    for v in line.iter_mut() {
+                        *v = f(*v + b);
+                    }
+                }
+                None => {
+                    for v in line.iter_mut() {
+                        *v = f(*v);
+                    }
+                }
             },
             (Some(z), Residual::BeforeAct) => {
                 let z = &z[..line.len()];
-                line.iter_mut().zip(z).for_each(|(v, z)| *v = f(*v + b + z))
+                for (v, z) in line.iter_mut().zip(z) {
+                    *v = f(*v + b + z);
+                }
             }
             (Some(z), Residual::AfterAct) => {
                 let z = &z[..line.len()];
-                line.iter_mut().zip(z).for_each(|(v, z)| *v = f(*v + b) + z)
+                for (v, z) in line.iter_mut().zip(z) {
+                    *v = f(*v + b) + z;
+                }
             }
         }
     }

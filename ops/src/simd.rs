@@ -7,7 +7,9 @@
 //! for the baseline — and each call runs the widest copy the CPU supports, detected once
 //! ([`level`]). The compiler autovectorises the same Rust source for each level; kernel bodies
 //! are written for that (slices cut to length before the loop, `chunks_exact`, fixed-width
-//! partial sums for reductions, no early exits, `#[inline(always)]` helpers, no `mul_add`).
+//! partial sums for reductions, no early exits, `#[inline(always)]` helpers, no `mul_add`, and
+//! `for` loops rather than `Iterator::for_each` around a large closure: a `for_each` the
+//! compiler leaves out of line is compiled for the baseline, whatever the caller's level).
 //! Rust never contracts `a * b + c` into an FMA and never reorders float reductions, so every
 //! level computes bit-identical results; only the speed differs. Other targets always run the
 //! baseline copy.
