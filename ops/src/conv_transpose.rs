@@ -174,8 +174,26 @@ fn col2im(g: &Geom2, col: &[f32], planes: &mut [f32]) {
         .par_chunks_mut(opl.max(1))
         .enumerate()
         .for_each(|(ci, plane)| {
+            // Kernel as wide as the stride, no column padding or dilation, every input column
+            // landing inside (the 2x2/2 upsampling of FPN and U-Net decoders): an output row
+            // takes its kernel row's kw columns interleaved, all in one sequential pass.
+            let tiled = g.kw == 2 && g.sw == 2 && g.dw == 1 && g.pl == 0 && g.ow >= g.w * 2;
             for ki in 0..g.kh {
                 let hr = valid_range(g.h, g.sh, (ki * g.dh) as i64 - g.pt, g.oh);
+                if tiled {
+                    let row = |kj: usize| &col[(ci * kk + ki * g.kw + kj) * hw..][..hw];
+                    let (s0, s1) = (row(0), row(1));
+                    for ih in hr.clone() {
+                        let oh = ((ih * g.sh + ki * g.dh) as i64 - g.pt) as usize;
+                        let orow = &mut plane[oh * g.ow..][..2 * g.w];
+                        let (a, b) = (&s0[ih * g.w..][..g.w], &s1[ih * g.w..][..g.w]);
+                        for ((o, a), b) in orow.chunks_exact_mut(2).zip(a).zip(b) {
+                            o[0] += a;
+                            o[1] += b;
+                        }
+                    }
+                    continue;
+                }
                 for kj in 0..g.kw {
                     let wr = valid_range(g.w, g.sw, (kj * g.dw) as i64 - g.pl, g.ow);
                     if wr.is_empty() {
@@ -487,6 +505,7 @@ mod tests {
         for (xs, mg, k, group, s, d, pads) in [
             ([1, 4, 5, 6], 3, [3, 3], 2, [2, 2], [1, 1], [1, 1, 0, 1]),
             ([2, 3, 4, 4], 2, [2, 2], 1, [2, 2], [1, 1], [0, 0, 0, 0]),
+            ([1, 2, 3, 5], 3, [3, 2], 1, [2, 2], [1, 1], [1, 0, 0, 0]),
             ([1, 2, 3, 5], 4, [3, 2], 1, [1, 3], [2, 1], [0, 2, 1, 0]),
         ] {
             let ws = [xs[1], mg, k[0], k[1]];

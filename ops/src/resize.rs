@@ -486,28 +486,79 @@ impl SameTypeKernel for Interp<'_> {
         }
         let n = self.out_dims[r - 1];
         let chunk = (n * (4096 / n.max(1)).max(1)).max(1);
-        let last = &self.tables[r - 1];
+        // The last axis's source offsets, `None` outside the roi: compact, read once per line.
+        let cols: Vec<Option<usize>> = self.tables[r - 1]
+            .iter()
+            .map(|t| t.as_ref().map(|(lt, _)| lt[0].0))
+            .collect();
+        let repeat = repeat_factor(&cols);
         out[self.start..self.end]
             .par_chunks_mut(chunk)
             .enumerate()
             .for_each(|(ci, block)| {
                 let mut combos = Vec::new();
                 let (mut j, mut k) = (self.start + ci * chunk, 0);
+                // The source line of the last whole line written in this block: upsampling
+                // along an outer axis repeats it, and a repeat is a copy.
+                let mut prev: Option<Option<usize>> = None;
                 while k < block.len() {
                     let c0 = j % n;
                     let len = (n - c0).min(block.len() - k);
                     let base = self.outer(j, &mut combos).then(|| combos[0].0);
-                    for (o, tap) in block[k..k + len].iter_mut().zip(&last[c0..c0 + len]) {
-                        *o = match (base, tap) {
-                            (Some(b), Some((lt, _))) => src[b + lt[0].0],
-                            _ => fill,
-                        };
+                    if len == n && prev == Some(base) {
+                        block.copy_within(k - n..k, k);
+                    } else {
+                        let line = &mut block[k..k + len];
+                        match (base, repeat) {
+                            // Whole lines of an integer upsampling: each source value f times.
+                            (Some(b), Some((first, f))) if len == n => {
+                                repeat_each(line, &src[b + first..][..n.div_ceil(f)], f)
+                            }
+                            (Some(b), _) => {
+                                for (o, c) in line.iter_mut().zip(&cols[c0..c0 + len]) {
+                                    *o = c.map_or(fill, |c| src[b + c]);
+                                }
+                            }
+                            (None, _) => line.fill(fill),
+                        }
                     }
+                    prev = (len == n).then_some(base);
                     k += len;
                     j += len;
                 }
             });
         Ok(())
+    }
+}
+
+/// `Some((first, f))` when source offsets `cols` are `first` repeated f times, then `first + 1`
+/// f times, and so on (nearest upsampling by an integer factor f >= 2 along the last axis).
+fn repeat_factor(cols: &[Option<usize>]) -> Option<(usize, usize)> {
+    let first = (*cols.first()?)?;
+    let f = cols.iter().take_while(|&&c| c == Some(first)).count();
+    let all = cols
+        .iter()
+        .enumerate()
+        .all(|(t, &c)| c == Some(first + t / f));
+    (f >= 2 && all).then_some((first, f))
+}
+
+/// `line[t] = srow[t / f]`: each source value written f times (`line` may end mid-group).
+fn repeat_each<T: Copy>(line: &mut [T], srow: &[T], f: usize) {
+    if f == 2 {
+        // Pairs as fixed-size stores, which the compiler turns into vector interleaves.
+        let mut pairs = line.chunks_exact_mut(2);
+        for (o, &v) in (&mut pairs).zip(srow) {
+            o[0] = v;
+            o[1] = v;
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = srow[srow.len() - 1];
+        }
+        return;
+    }
+    for (o, &v) in line.chunks_mut(f).zip(srow) {
+        o.fill(v);
     }
 }
 
@@ -697,6 +748,61 @@ mod tests {
 
     fn x22() -> Tensor {
         Tensor::f32(&[1, 1, 2, 2], vec![1.0, 2.0, 3.0, 4.0])
+    }
+
+    #[test]
+    fn nearest_integer_upsampling_matches_the_floor_formula() {
+        // asymmetric + floor (ppocr's FPN): out[.., i, j] = x[.., i / sh, j / sw]. Factors
+        // along the last axis 1 to 4 (repeated source values, then whole repeated lines),
+        // along the rows 1 to 3, and a 1.5 along the last axis (no repeat pattern).
+        let attrs = Attrs::new(13)
+            .with(
+                "coordinate_transformation_mode",
+                AttrValue::String("asymmetric".into()),
+            )
+            .with("nearest_mode", AttrValue::String("floor".into()));
+        let near = resize(&attrs).unwrap();
+        let (h, w) = (5, 7);
+        let x: Vec<f32> = (0..2 * 3 * h * w).map(|i| i as f32 * 0.5 - 3.0).collect();
+        for (sh, sw) in [
+            (2.0f32, 2.0f32),
+            (1.0, 3.0),
+            (3.0, 4.0),
+            (2.0, 1.0),
+            (1.0, 1.5),
+        ] {
+            let xt = Tensor::f32(&[2, 3, h, w], x.clone());
+            let scales = Tensor::f32(&[4], vec![1.0, 1.0, sh, sw]);
+            let y = run(&*near, &[xt, empty(), scales]);
+            let (oh, ow) = ((h as f32 * sh) as usize, (w as f32 * sw) as usize);
+            assert_eq!(y.shape, vec![2, 3, oh, ow]);
+            let mut want = Vec::new();
+            for p in 0..6 {
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let (si, sj) = ((i as f32 / sh) as usize, (j as f32 / sw) as usize);
+                        want.push(x[(p * h + si) * w + sj]);
+                    }
+                }
+            }
+            assert_eq!(y.as_f32().unwrap(), &want[..], "scales {sh} x {sw}");
+        }
+    }
+
+    #[test]
+    fn repeats_are_found_only_where_every_offset_follows_them() {
+        let some = |v: &[usize]| v.iter().map(|&c| Some(c)).collect::<Vec<_>>();
+        assert_eq!(repeat_factor(&some(&[3, 3, 4, 4, 5])), Some((3, 2)));
+        assert_eq!(repeat_factor(&some(&[0, 0, 0, 1, 1, 1])), Some((0, 3)));
+        assert_eq!(repeat_factor(&some(&[0, 1, 2])), None);
+        assert_eq!(repeat_factor(&some(&[0, 0, 1, 2])), None);
+        assert_eq!(repeat_factor(&[Some(0), Some(0), None]), None);
+        let mut line = [0; 7];
+        repeat_each(&mut line, &[1, 2, 3, 4], 2);
+        assert_eq!(line, [1, 1, 2, 2, 3, 3, 4]);
+        let mut line = [0; 8];
+        repeat_each(&mut line, &[1, 2, 3], 3);
+        assert_eq!(line, [1, 1, 1, 2, 2, 2, 3, 3]);
     }
 
     #[test]
