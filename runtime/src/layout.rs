@@ -35,50 +35,41 @@ pub fn store_weights(graph: &mut Graph) {
     keep_matmul_packings(graph);
 }
 
-/// Whether input `slot` of `node` is a model constant (not a graph input a caller may feed).
-fn constant_input(graph: &Graph, node: &crate::graph::Node, slot: usize) -> bool {
-    let Some(Some(v)) = node.inputs.get(slot) else {
-        return false;
-    };
-    graph.values[*v].constant.is_some() && !graph.inputs.contains(v)
+/// Replaces each `T` node whose input 1 is a model constant (not a graph input a caller may
+/// feed) by `marked(op)`. Returns the names of the replaced nodes.
+fn mark_constant_weight<T: 'static>(
+    graph: &mut Graph,
+    marked: impl Fn(&T) -> Box<dyn tandem_ops::Op>,
+) -> Vec<String> {
+    let mut names = Vec::new();
+    for i in 0..graph.nodes.len() {
+        let node = &graph.nodes[i];
+        let Some(op) = node.op.as_any().and_then(|a| a.downcast_ref::<T>()) else {
+            continue;
+        };
+        let Some(Some(w)) = node.inputs.get(1) else {
+            continue;
+        };
+        if graph.values[*w].constant.is_none() || graph.inputs.contains(w) {
+            continue;
+        }
+        let op = marked(op);
+        graph.nodes[i].op = op;
+        names.push(graph.nodes[i].name.clone());
+    }
+    names
 }
 
 /// Marks each MatMul whose B is a model constant: the op then packs B once for its CPU kernel
 /// and keeps the packing. Returns the names of the marked nodes.
 pub fn keep_matmul_packings(graph: &mut Graph) -> Vec<String> {
-    let mut marked = Vec::new();
-    for i in 0..graph.nodes.len() {
-        let node = &graph.nodes[i];
-        let Some(mm) = node.op.as_any().and_then(|a| a.downcast_ref::<MatMul>()) else {
-            continue;
-        };
-        if !constant_input(graph, node, 1) {
-            continue;
-        }
-        let op = Box::new(mm.with_constant_b());
-        graph.nodes[i].op = op;
-        marked.push(graph.nodes[i].name.clone());
-    }
-    marked
+    mark_constant_weight(graph, |mm: &MatMul| Box::new(mm.with_constant_b()))
 }
 
 /// Marks each Conv whose W is a model constant (not a graph input): the op then keeps the
 /// transforms its CPU kernel makes of W. Returns the names of the marked nodes.
 pub fn keep_conv_transforms(graph: &mut Graph) -> Vec<String> {
-    let mut marked = Vec::new();
-    for i in 0..graph.nodes.len() {
-        let node = &graph.nodes[i];
-        let Some(conv) = node.op.as_any().and_then(|a| a.downcast_ref::<Conv>()) else {
-            continue;
-        };
-        if !constant_input(graph, node, 1) {
-            continue;
-        }
-        let op = Box::new(conv.with_constant_weight());
-        graph.nodes[i].op = op;
-        marked.push(graph.nodes[i].name.clone());
-    }
-    marked
+    mark_constant_weight(graph, |conv: &Conv| Box::new(conv.with_constant_weight()))
 }
 
 /// Pads the weights the rule selects; returns the names of the Gemm nodes that now read a
