@@ -397,31 +397,19 @@ pub struct Conv {
 /// W's Winograd transform (`[M][16][C]`), filled by the first CPU call that takes the
 /// Winograd path and reused by every later one (shared by clones of the op). Only for a W
 /// that cannot change between runs: a model constant, never a fed input.
-#[derive(Clone, Default)]
-pub struct WinogradWeights(std::sync::Arc<std::sync::OnceLock<Vec<f32>>>);
-
-impl std::fmt::Debug for WinogradWeights {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = if self.0.get().is_some() {
-            "kept"
-        } else {
-            "not yet computed"
-        };
-        write!(f, "WinogradWeights({state})")
-    }
-}
+#[derive(Clone, Default, Debug)]
+pub struct WinogradWeights(crate::kept::Kept<Vec<f32>>);
 
 impl WinogradWeights {
     /// The transform of `w` for geometry `g`: computed on the first call (with no lock held, so
     /// racing first calls each compute it and one result is kept), then the kept one.
     fn get(&self, g: &Geom2, w: &[f32]) -> &[f32] {
         let len = g.m * cpu::winograd::POINTS * g.c;
-        if self.0.get().is_none() {
+        let u = self.0.get_or_make(|| {
             let mut u = vec![0.0; len];
             cpu::winograd::transform_weights(w, g.c, 0..g.m, &mut u);
-            let _ = self.0.set(u);
-        }
-        let u = self.0.get().map_or(&[][..], Vec::as_slice);
+            u
+        });
         assert_eq!(
             u.len(),
             len,

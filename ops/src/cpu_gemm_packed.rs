@@ -12,8 +12,8 @@
 //! the runtime's load-time `layout` pass) and the CPU's vector units.
 
 use crate::cpu_gemm::{MatRef, Threads};
+use crate::kept::Kept;
 use rayon::prelude::*;
-use std::sync::{Arc, OnceLock};
 
 /// Columns of B per panel: three AVX-512 vectors.
 pub const NR: usize = 48;
@@ -53,25 +53,14 @@ impl PackedB {
 
 /// A packed B kept across calls (shared by clones of the op that holds it): packed by the
 /// first call, reused by every later one. Only for a B that cannot change between runs.
-#[derive(Clone, Default)]
-pub struct KeptPacking(Arc<OnceLock<PackedB>>);
-
-impl std::fmt::Debug for KeptPacking {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = if self.0.get().is_some() {
-            "packed"
-        } else {
-            "not yet packed"
-        };
-        write!(f, "KeptPacking({state})")
-    }
-}
+#[derive(Clone, Default, Debug)]
+pub struct KeptPacking(Kept<PackedB>);
 
 impl KeptPacking {
     /// The packing of `b` (`k x n`): made on the first call (racing first calls each pack,
     /// one result is kept), then the kept one.
     pub fn get(&self, b: MatRef, k: usize, n: usize) -> &PackedB {
-        let p = self.0.get_or_init(|| PackedB::pack(b, k, n));
+        let p = self.0.get_or_make(|| PackedB::pack(b, k, n));
         assert!(
             p.k == k && p.n == n,
             "KeptPacking: B was packed as {}x{}, now read as {k}x{n}",

@@ -20,6 +20,7 @@ pub mod gather;
 pub mod gemm_op;
 pub mod generate;
 mod gpu_kernel;
+mod kept;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
