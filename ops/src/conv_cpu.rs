@@ -1,6 +1,7 @@
 //! Conv's CPU paths: the direct loop over output lines for `cg == 1` (depthwise and
 //! single-input-channel convs) and the GEMM per (image, group) over pixel chunks, with im2col
-//! into per-thread scratch, the shared-im2col channel split of deep layers, and the rectangles
+//! into per-thread scratch, the shared-im2col tiles (deep layers, and
+//! convs whose pixel chunks would leave threads idle), and the rectangles
 //! a row range becomes. A fused epilogue ([`Epilogue`]: activation, affine, residual) is applied
 //! to each output block (a direct line, a GEMM block) right after it is written, while it is
 //! still in cache; the direct and Winograd paths add a residual in a pass after their blocks.
@@ -352,9 +353,10 @@ pub(super) fn rects(g: &Geom2, oc0: usize, q: Range<usize>) -> Vec<Rect> {
 type Task = (usize, usize, std::sync::Arc<Vec<Rect>>, Range<usize>);
 
 /// GEMM path: per (image, group), rectangles of the row range; then either pixel chunks in
-/// parallel (each with its own im2col block), or, when the rectangles have at least as many
-/// output channels as pixels (deep layers, 1-D convolutions), one im2col block shared by
-/// tasks that split the output channels: pixel chunks would each repack all the weights.
+/// parallel (each with its own im2col block), or one im2col block shared by tiles of channels
+/// x pixels ([`tile_split`]) where pixel chunks would not keep every thread busy or the
+/// rectangles have at least as many output channels as pixels (deep layers, 1-D
+/// convolutions: pixel chunks would each repack all the weights).
 pub(super) fn gemm_path(
     g: &Geom2,
     x: &[f32],
@@ -374,8 +376,9 @@ pub(super) fn gemm_path(
         && g.ow == g.w;
     let threads = rayon::current_num_threads().max(1);
     let optr = OutPtr(out.as_mut_ptr(), out.len());
-    let mut tasks: Vec<Task> = Vec::new();
     let img_rows = g.m * g.oh;
+    // (image, group, its rectangles, the union of their pixels)
+    let mut units = Vec::new();
     for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
         for grp in 0..g.group {
             let lo = n * img_rows + grp * g.mg * g.oh;
@@ -386,29 +389,40 @@ pub(super) fn gemm_path(
             let rs = rects(g, grp * g.mg, q.start - lo..q.end - lo);
             let union = rs.iter().map(|r| r.pix.start).min().unwrap()
                 ..rs.iter().map(|r| r.pix.end).max().unwrap();
-            let chans = rs.iter().map(|r| r.oc.len()).max().unwrap();
-            if chans >= union.len() {
-                channel_split(g, (x, w, b, ep), z, optr, (n, grp), &rs, union, direct_b);
-                continue;
-            }
-            let target = if direct_b {
-                union.len()
-            } else {
-                (262_144 / ckk).max(64)
-            };
-            // A multiple of the thread count, so no thread idles through a last round.
-            let mut count = union.len().div_ceil(target);
-            if union.len() >= 64 * threads {
-                count = count.next_multiple_of(threads);
-            }
-            let chunk = union.len().div_ceil(count);
-            let rs = std::sync::Arc::new(rs);
-            let mut p = union.start;
-            while p < union.end {
-                let e = (p + chunk).min(union.end);
-                tasks.push((n, grp, rs.clone(), p..e));
-                p = e;
-            }
+            units.push((n, grp, rs, union));
+        }
+    }
+    // Pixel chunks of a union: of about 256K im2col elements (a 1x1 conv reads X in place:
+    // one chunk), a multiple of the thread count where there are pixels enough, so no thread
+    // idles through a last round.
+    let count = |pixels: usize| {
+        let target = if direct_b {
+            pixels
+        } else {
+            (262_144 / ckk).max(64)
+        };
+        let count = pixels.div_ceil(target);
+        if pixels >= 64 * threads {
+            count.next_multiple_of(threads)
+        } else {
+            count
+        }
+    };
+    let chunks: usize = units.iter().map(|u| count(u.3.len())).sum();
+    let mut tasks: Vec<Task> = Vec::new();
+    for (n, grp, rs, union) in units {
+        let chans = rs.iter().map(|r| r.oc.len()).max().unwrap();
+        if chans >= union.len() || chunks < threads {
+            tile_split(g, (x, w, b, ep), z, optr, (n, grp), &rs, union, direct_b);
+            continue;
+        }
+        let chunk = union.len().div_ceil(count(union.len()));
+        let rs = std::sync::Arc::new(rs);
+        let mut p = union.start;
+        while p < union.end {
+            let e = (p + chunk).min(union.end);
+            tasks.push((n, grp, rs.clone(), p..e));
+            p = e;
         }
     }
     let run = |(n, grp, rs, chunk): &Task, th: Threads| {
@@ -446,11 +460,11 @@ pub(super) fn gemm_path(
     }
 }
 
-/// The GEMM path for one (image, group) whose rectangles `rs` have at least as many output
-/// channels as pixels: im2col of the pixel `union` once (in parallel over input channels), then
-/// each rectangle's channels cut in one part per thread.
+/// The GEMM path for one (image, group) as tiles: im2col of the pixel `union` once (in
+/// parallel over input channels), then each rectangle cut into tiles of channels x pixels
+/// ([`tile_grid`]), about one per thread, multiplied in parallel.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn channel_split(
+pub(super) fn tile_split(
     g: &Geom2,
     (x, w, b, ep): (&[f32], &[f32], Option<&[f32]>, Epilogue),
     z: Option<&[f32]>,
@@ -463,16 +477,12 @@ pub(super) fn channel_split(
     let threads = rayon::current_num_threads().max(1);
     let mut parts: Vec<(Range<usize>, Range<usize>)> = Vec::new();
     for r in rs {
-        let k = if r.oc.len() >= 8 * threads {
-            threads
-        } else {
-            1
-        };
-        let step = r.oc.len().div_ceil(k);
-        let mut c = r.oc.start;
-        while c < r.oc.end {
-            parts.push((c..(c + step).min(r.oc.end), r.pix.clone()));
-            c += step;
+        let (kc, kp) = tile_grid(r.oc.len(), r.pix.len(), threads);
+        let (cstep, pstep) = (r.oc.len().div_ceil(kc), r.pix.len().div_ceil(kp));
+        for c in r.oc.clone().step_by(cstep) {
+            for p in r.pix.clone().step_by(pstep) {
+                parts.push((c..(c + cstep).min(r.oc.end), p..(p + pstep).min(r.pix.end)));
+            }
         }
     }
     let xg_off = (n * g.c + grp * g.cg) * g.h * g.w;
@@ -484,7 +494,7 @@ pub(super) fn channel_split(
                 rs: brs,
                 cs: 1,
             };
-            // SAFETY: the parts cut the rectangles (disjoint output blocks) by channel.
+            // SAFETY: the tiles cut the rectangles (disjoint output blocks) into disjoint blocks.
             unsafe { gemm_block(g, (w, b, ep), z, optr, n, oc.clone(), pix.clone(), bm, th) };
         };
         if parts.len() >= threads && threads > 1 {
@@ -501,6 +511,20 @@ pub(super) fn channel_split(
             go(col, 0, union.len(), union.start);
         });
     }
+}
+
+/// How to cut `oc` channels x `pix` pixels into tiles for `threads` threads: `(kc, kp)` parts
+/// of the channels and of the pixels. A tile keeps at least 8 channels and 16 pixels; among
+/// the grids of exactly `threads` tiles that allow, the one whose tiles read the least (a
+/// tile's weight rows plus its im2col columns, both `ckk` long), else as many tiles as the
+/// minimum sizes allow.
+pub(super) fn tile_grid(oc: usize, pix: usize, threads: usize) -> (usize, usize) {
+    let (max_kc, max_kp) = ((oc / 8).clamp(1, threads), (pix / 16).clamp(1, threads));
+    (1..=max_kc)
+        .filter(|&kc| threads.is_multiple_of(kc) && threads / kc <= max_kp)
+        .map(|kc| (kc, threads / kc))
+        .min_by_key(|&(kc, kp)| oc.div_ceil(kc) + pix.div_ceil(kp))
+        .unwrap_or((max_kc, threads.div_ceil(max_kc).min(max_kp)))
 }
 
 /// Output channels `oc` x pixels `pix` of image `n`: the GEMM of those weight rows with `bm`

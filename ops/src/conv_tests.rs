@@ -1,4 +1,4 @@
-//! Conv's CPU tests: every fast path (1-D, shared im2col, 1x1 channel split, grouped,
+//! Conv's CPU tests: every fast path (1-D, shared im2col, channel x pixel tiles, grouped,
 //! depthwise with stride and dilation) against the convolution's definition as nested loops.
 
 use super::*;
@@ -207,9 +207,8 @@ fn conv_matches_definition() {
 }
 
 /// The paths added for speed, each against the 7-loop definition: 1-D convolutions (one
-/// pixel per output line: the strided im2col column), channel-split GEMMs (at least as many
-/// output channels as pixels: one shared im2col block, or X read directly for 1x1), grouped
-/// channel splits, depthwise lines batched per task with strides and dilations, and the
+/// pixel per output line: the strided im2col column), tiled GEMMs (at least as many output
+/// channels as pixels: one shared im2col block, or X read directly for 1x1), grouped tiles, depthwise lines batched per task with strides and dilations, and the
 /// shifted-copy im2col of stride-1 convs whose output rows are as long as their input rows.
 #[test]
 fn fast_paths_match_definition() {
@@ -266,6 +265,90 @@ fn fast_paths_match_definition() {
             case(xs, m, k, group, s, d, pads, bias);
         }
     }
+}
+
+/// The shared-im2col tiles of channels x pixels (`tile_split`) that keep every thread busy
+/// where pixel chunks would not, in pools whose sizes cut them differently (3 threads: pixel
+/// parts; 8: a 2 x 4 grid; 16: more tiles than threads, the minimum sizes allow no exact grid),
+/// with the row ranges of `case` that start inside a channel. Strided 3x3, strided 1x1 (im2col),
+/// 1x1 read in place over two images, grouped.
+#[test]
+fn tiles_for_many_threads_match_definition() {
+    for threads in [3, 8, 16] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            case(
+                [1, 16, 20, 20],
+                24,
+                [3, 3],
+                1,
+                [2, 2],
+                [1, 1],
+                [1, 1, 1, 1],
+                true,
+            );
+            case(
+                [1, 12, 28, 28],
+                40,
+                [1, 1],
+                1,
+                [2, 2],
+                [1, 1],
+                [0, 0, 0, 0],
+                true,
+            );
+            case(
+                [2, 8, 15, 15],
+                64,
+                [1, 1],
+                1,
+                [1, 1],
+                [1, 1],
+                [0, 0, 0, 0],
+                false,
+            );
+            case(
+                [1, 8, 18, 18],
+                32,
+                [3, 3],
+                2,
+                [1, 1],
+                [1, 1],
+                [1, 1, 1, 1],
+                true,
+            );
+        });
+    }
+}
+
+/// Tile grids: exactly one tile per thread where the minimum tile (8 channels, 16 pixels)
+/// allows, the grid with the least operand reads among those, and no tile below the minimum.
+#[test]
+fn tile_grid_keeps_threads_busy_with_the_smallest_reads() {
+    // 128 channels x 784 pixels on 16 threads: reads per tile 128 + 49 (1 x 16), 64 + 98
+    // (2 x 8), 32 + 196 (4 x 4), ...: 2 x 8.
+    assert_eq!(cpu::tile_grid(128, 784, 16), (2, 8));
+    // Deep layer, 7x7: channels only.
+    assert_eq!(cpu::tile_grid(512, 49, 16), (16, 1));
+    // One thread: one tile.
+    assert_eq!(cpu::tile_grid(512, 49, 1), (1, 1));
+    for (oc, pix, threads) in [(24, 100, 16), (8, 16, 4), (1, 3000, 16), (300, 7, 8)] {
+        let (kc, kp) = cpu::tile_grid(oc, pix, threads);
+        assert!(
+            kc == 1 || oc / kc >= 8,
+            "{oc}x{pix}/{threads}: {kc} channel parts"
+        );
+        assert!(
+            kp == 1 || pix / kp >= 16,
+            "{oc}x{pix}/{threads}: {kp} pixel parts"
+        );
+        assert!(kc * kp <= threads + kc, "{oc}x{pix}/{threads}: {kc}x{kp}");
+    }
+    assert_eq!(cpu::tile_grid(1, 3000, 16), (1, 16));
+    assert_eq!(cpu::tile_grid(24, 100, 16), (3, 6));
 }
 
 #[test]
