@@ -54,29 +54,40 @@ struct ConcatRows {
     end: usize,
 }
 
+/// Output elements per parallel piece of a Concat: a batch-1 Concat along channels is one
+/// outer row, so pieces, not rows, are what keep every thread copying.
+const CONCAT_PIECE: usize = 16_384;
+
 impl SameTypeKernel for ConcatRows {
     fn run<T: Elem>(&self, ins: &[&[T]], out: &mut [T]) -> Result<()> {
         let total: usize = self.chunks.iter().sum();
         if total == 0 {
             return Ok(());
         }
-        // Whole outer rows of the output are `total` long; the block may start or end inside
-        // one only when the outer extent is 1 (axis 0), handled by clipping each copy.
-        let first_row = self.start / total;
-        let out = &mut out[first_row * total..self.end.div_ceil(total) * total];
-        let (start, end) = (self.start - first_row * total, self.end - first_row * total);
-        for_each_chunk(out, total, |r, row| {
-            let o = first_row + r;
-            let mut off = 0;
-            for (k, &len) in self.chunks.iter().enumerate() {
-                let (lo, hi) = (r * total + off, r * total + off + len);
-                let (lo, hi) = (lo.max(start), hi.min(end));
-                if lo < hi {
-                    let src = o * len + (lo - r * total - off);
-                    row[lo - r * total..hi - r * total]
-                        .copy_from_slice(&ins[k][src..src + hi - lo]);
-                }
-                off += len;
+        // Where each input's part begins inside an outer row of the output (`total` long).
+        let begins: Vec<usize> = self
+            .chunks
+            .iter()
+            .scan(0, |at, &len| {
+                let begin = *at;
+                *at += len;
+                Some(begin)
+            })
+            .collect();
+        for_each_chunk(&mut out[self.start..self.end], CONCAT_PIECE, |i, piece| {
+            let mut at = self.start + i * CONCAT_PIECE;
+            let mut done = 0;
+            while done < piece.len() {
+                let (row, q) = (at / total, at % total);
+                // The last input whose part begins at or before q (never an empty one: the
+                // input after it begins at the same place).
+                let k = begins.partition_point(|&b| b <= q) - 1;
+                let inside = q - begins[k];
+                let n = (self.chunks[k] - inside).min(piece.len() - done);
+                let src = row * self.chunks[k] + inside;
+                piece[done..done + n].copy_from_slice(&ins[k][src..src + n]);
+                done += n;
+                at += n;
             }
         });
         Ok(())
@@ -381,6 +392,70 @@ mod tests {
         let mut out = vec![Tensor::zeros(crate::DType::I64, &[5])];
         op0.cpu(&[&x, &y], &mut out, 1..3).unwrap();
         assert_eq!(out[0].data, Data::I64(vec![0, 2, 3, 0, 0]));
+    }
+
+    /// Concats larger than one parallel piece: along channels (a batch-1 image is one row,
+    /// cut into pieces) and along the last axis of many short rows with an empty input, over
+    /// row ranges that start and end inside pieces, against the definition.
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)]
+    fn concat_in_pieces_matches_definition() {
+        let value = |k: usize, i: usize| (k * 1_000_000 + i) as f32;
+        type Case = (&'static [&'static [usize]], usize, &'static [Range<usize>]);
+        let cases: &[Case] = &[
+            (&[&[1, 3, 90, 90], &[1, 5, 90, 90]], 1, &[0..1]),
+            (&[&[2, 3, 90, 90], &[2, 5, 90, 90]], 1, &[0..2, 1..2]),
+            (
+                &[&[3, 7, 3000], &[3, 7, 0], &[3, 7, 2500]],
+                2,
+                &[0..21, 5..13],
+            ),
+        ];
+        for &(shapes, a, ranges) in cases {
+            let ins: Vec<Tensor> = shapes
+                .iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    let n = s.iter().product();
+                    Tensor::f32(s, (0..n).map(|i| value(k, i)).collect())
+                })
+                .collect();
+            let op = concat(&Attrs::new(13).with("axis", AttrValue::Int(a as i64))).unwrap();
+            let m = metas(&ins);
+            let refs: Vec<&TensorMeta> = m.iter().collect();
+            let o = op.infer(&refs).unwrap();
+            // Output (outer p, j along the axis, inner q) from the input whose part holds j.
+            let outer: usize = o[0].shape[..a].iter().product();
+            let inner: usize = o[0].shape[a + 1..].iter().product();
+            let mut want = Vec::new();
+            for p in 0..outer {
+                for (k, s) in shapes.iter().enumerate() {
+                    for j in 0..s[a] {
+                        for q in 0..inner {
+                            want.push(value(k, (p * s[a] + j) * inner + q));
+                        }
+                    }
+                }
+            }
+            // A row (the split axis is the one before the concat axis) is everything from
+            // the concat axis on.
+            let row: usize = o[0].shape[a..].iter().product();
+            let t: Vec<&Tensor> = ins.iter().collect();
+            for r in ranges {
+                let mut out = vec![Tensor::zeros(o[0].dtype, &o[0].shape)];
+                op.cpu(&t, &mut out, r.clone()).unwrap();
+                let got = out[0].as_f32().unwrap();
+                assert_eq!(got.len(), want.len());
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let inside = (r.start * row..r.end * row).contains(&i);
+                    assert_eq!(
+                        *g,
+                        if inside { *w } else { 0.0 },
+                        "{shapes:?} rows {r:?} [{i}]"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
