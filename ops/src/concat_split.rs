@@ -6,7 +6,7 @@
 
 use crate::movement::{
     absent, check_gpu_size, for_each_chunk, plan_value, with_same_type, Elem, IndexMap,
-    SameTypeKernel,
+    SameTypeKernel, PIECE,
 };
 use crate::shape::{normalize_axis, row_len, strides};
 use crate::{Attrs, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
@@ -54,10 +54,6 @@ struct ConcatRows {
     end: usize,
 }
 
-/// Output elements per parallel piece of a Concat: a batch-1 Concat along channels is one
-/// outer row, so pieces, not rows, are what keep every thread copying.
-const CONCAT_PIECE: usize = 16_384;
-
 impl SameTypeKernel for ConcatRows {
     fn run<T: Elem>(&self, ins: &[&[T]], out: &mut [T]) -> Result<()> {
         let total: usize = self.chunks.iter().sum();
@@ -74,8 +70,8 @@ impl SameTypeKernel for ConcatRows {
                 Some(begin)
             })
             .collect();
-        for_each_chunk(&mut out[self.start..self.end], CONCAT_PIECE, |i, piece| {
-            let mut at = self.start + i * CONCAT_PIECE;
+        for_each_chunk(&mut out[self.start..self.end], PIECE, |i, piece| {
+            let mut at = self.start + i * PIECE;
             let mut done = 0;
             while done < piece.len() {
                 let (row, q) = (at / total, at % total);
@@ -278,10 +274,18 @@ impl SameTypeKernel for SplitPart {
             return Ok(());
         }
         let n = (self.outer * self.len).min(out.len());
-        let out = &mut out[..n];
-        for_each_chunk(out, self.len, |o, dst| {
-            let s = o * self.in_len + self.off;
-            dst.copy_from_slice(&ins[0][s..s + self.len]);
+        for_each_chunk(&mut out[..n], PIECE, |i, piece| {
+            let mut at = i * PIECE;
+            let mut done = 0;
+            // Each outer row's part of the input, from where the piece begins in it.
+            while done < piece.len() {
+                let (row, inside) = (at / self.len, at % self.len);
+                let n = (self.len - inside).min(piece.len() - done);
+                let src = row * self.in_len + self.off + inside;
+                piece[done..done + n].copy_from_slice(&ins[0][src..src + n]);
+                done += n;
+                at += n;
+            }
         });
         Ok(())
     }
@@ -396,10 +400,11 @@ mod tests {
 
     /// Concats larger than one parallel piece: along channels (a batch-1 image is one row,
     /// cut into pieces) and along the last axis of many short rows with an empty input, over
-    /// row ranges that start and end inside pieces, against the definition.
+    /// row ranges that start and end inside pieces, against the definition; and Split of the
+    /// same output back into the inputs.
     #[test]
     #[allow(clippy::single_range_in_vec_init)]
-    fn concat_in_pieces_matches_definition() {
+    fn concat_and_split_in_pieces_match_definition() {
         let value = |k: usize, i: usize| (k * 1_000_000 + i) as f32;
         type Case = (&'static [&'static [usize]], usize, &'static [Range<usize>]);
         let cases: &[Case] = &[
@@ -454,6 +459,21 @@ mod tests {
                         "{shapes:?} rows {r:?} [{i}]"
                     );
                 }
+            }
+            let sizes: Vec<i64> = shapes.iter().map(|s| s[a] as i64).collect();
+            let split_ins = [
+                Tensor::f32(&o[0].shape, want.clone()),
+                Tensor::i64(&[sizes.len()], sizes),
+            ];
+            let op = split(&Attrs::new(13).with("axis", AttrValue::Int(a as i64))).unwrap();
+            let mut parts: Vec<Tensor> = shapes
+                .iter()
+                .map(|s| Tensor::zeros(crate::DType::F32, s))
+                .collect();
+            op.cpu(&[&split_ins[0], &split_ins[1]], &mut parts, 0..1)
+                .unwrap();
+            for (k, (got, x)) in parts.iter().zip(&ins).enumerate() {
+                assert_eq!(got.data, x.data, "split {shapes:?}: output {k}");
             }
         }
     }

@@ -13,6 +13,10 @@ use rayon::prelude::*;
 /// much (a decode step's KV-cache Concat and Transpose outputs are ~64 KiB).
 pub const INLINE_BYTES: usize = 96 << 10;
 
+/// Elements per parallel piece of a copy whose outer rows may be few: a batch-1 Concat or
+/// Split along channels is one row, so pieces, not rows, are what keep every thread copying.
+pub const PIECE: usize = 16_384;
+
 /// True when `n` elements of `T` are few enough for the calling thread ([`INLINE_BYTES`]).
 pub fn run_inline<T>(n: usize) -> bool {
     n.saturating_mul(std::mem::size_of::<T>()) < INLINE_BYTES
