@@ -5,7 +5,7 @@
 //! output of Split) is one `index_map.wgsl` dispatch with a strided output (input) side.
 
 use crate::movement::{
-    absent, check_gpu_size, for_each_chunk, plan_value, with_same_type, Elem, IndexMap,
+    absent, check_gpu_size, copy_runs, for_each_chunk, plan_value, with_same_type, Elem, IndexMap,
     SameTypeKernel, PIECE,
 };
 use crate::shape::{normalize_axis, row_len, strides};
@@ -71,20 +71,14 @@ impl SameTypeKernel for ConcatRows {
             })
             .collect();
         for_each_chunk(&mut out[self.start..self.end], PIECE, |i, piece| {
-            let mut at = self.start + i * PIECE;
-            let mut done = 0;
-            while done < piece.len() {
+            copy_runs(piece, self.start + i * PIECE, |at| {
                 let (row, q) = (at / total, at % total);
                 // The last input whose part begins at or before q (never an empty one: the
                 // input after it begins at the same place).
                 let k = begins.partition_point(|&b| b <= q) - 1;
-                let inside = q - begins[k];
-                let n = (self.chunks[k] - inside).min(piece.len() - done);
-                let src = row * self.chunks[k] + inside;
-                piece[done..done + n].copy_from_slice(&ins[k][src..src + n]);
-                done += n;
-                at += n;
-            }
+                let part = row * self.chunks[k];
+                &ins[k][part + q - begins[k]..part + self.chunks[k]]
+            })
         });
         Ok(())
     }
@@ -275,17 +269,11 @@ impl SameTypeKernel for SplitPart {
         }
         let n = (self.outer * self.len).min(out.len());
         for_each_chunk(&mut out[..n], PIECE, |i, piece| {
-            let mut at = i * PIECE;
-            let mut done = 0;
-            // Each outer row's part of the input, from where the piece begins in it.
-            while done < piece.len() {
-                let (row, inside) = (at / self.len, at % self.len);
-                let n = (self.len - inside).min(piece.len() - done);
-                let src = row * self.in_len + self.off + inside;
-                piece[done..done + n].copy_from_slice(&ins[0][src..src + n]);
-                done += n;
-                at += n;
-            }
+            // Each outer row's part of the input.
+            copy_runs(piece, i * PIECE, |at| {
+                let part = (at / self.len) * self.in_len + self.off;
+                &ins[0][part + at % self.len..part + self.len]
+            })
         });
         Ok(())
     }

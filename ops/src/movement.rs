@@ -17,6 +17,24 @@ pub const INLINE_BYTES: usize = 96 << 10;
 /// Split along channels is one row, so pieces, not rows, are what keep every thread copying.
 pub const PIECE: usize = 16_384;
 
+/// Fills `piece`, whose first element is output element `at`, from contiguous source runs:
+/// `source(i)` is the input slice that output element `i` starts, to the end of the run it
+/// belongs to. How Concat and Split copy a [`PIECE`] that spans several rows and inputs.
+pub fn copy_runs<'a, T: Copy + 'a>(
+    piece: &mut [T],
+    mut at: usize,
+    source: impl Fn(usize) -> &'a [T],
+) {
+    let mut done = 0;
+    while done < piece.len() {
+        let run = source(at);
+        let n = run.len().min(piece.len() - done);
+        piece[done..done + n].copy_from_slice(&run[..n]);
+        done += n;
+        at += n;
+    }
+}
+
 /// True when `n` elements of `T` are few enough for the calling thread ([`INLINE_BYTES`]).
 pub fn run_inline<T>(n: usize) -> bool {
     n.saturating_mul(std::mem::size_of::<T>()) < INLINE_BYTES
