@@ -4,6 +4,7 @@
 //! Sits between the operator contract (`op.rs`) and `batchnorm.wgsl` / `lrn.wgsl`. Rows are cut
 //! on the channel axis: a row is the spatial plane of one `(n, c)`.
 
+use crate::conv::Activation;
 use crate::shape::grid_1d;
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
@@ -16,6 +17,8 @@ pub struct BatchNorm {
     eps: f32,
     /// Op types of the nodes a graph pass folded into scale and B (for reports).
     pub absorbed: Vec<String>,
+    /// A Relu after it, taken in by a graph pass: `Y = max(Y, 0)`, NaN kept (as Relu does).
+    pub relu: bool,
 }
 
 impl BatchNorm {
@@ -51,6 +54,7 @@ pub fn batch_normalization(a: &Attrs) -> Result<Box<dyn Op>> {
     Ok(Box::new(BatchNorm {
         eps: a.float("epsilon", 1e-5)?,
         absorbed: Vec::new(),
+        relu: false,
     }))
 }
 
@@ -168,7 +172,11 @@ impl Op for BatchNorm {
                 for (k, (yr, xr)) in yt.chunks_mut(n).zip(xt.chunks(n)).enumerate() {
                     let ch = (rows.start + t * per + k) % c;
                     let (m, s) = (a[ch], shift[ch]);
-                    crate::simd::map(xr, yr, &|v: f32| v * m + s);
+                    if self.relu {
+                        crate::simd::map(xr, yr, &|v: f32| Activation::Relu.apply(v * m + s));
+                    } else {
+                        crate::simd::map(xr, yr, &|v: f32| v * m + s);
+                    }
                 }
             });
         Ok(())
@@ -196,6 +204,7 @@ impl Op for BatchNorm {
             channels: c as u32,
             plane: n as u32,
             eps: self.eps,
+            relu: self.relu as u32,
             ..bytemuck::Zeroable::zeroed()
         };
         let wg = grid_1d(range.len() as u64, 64);
@@ -226,7 +235,9 @@ struct ChannelParams {
     /// LRN window: channels `c - before ..= c + after`.
     before: u32,
     after: u32,
-    _pad: [u32; 2],
+    /// BatchNormalization: 1 applies the Relu it took in.
+    relu: u32,
+    _pad: u32,
 }
 
 impl Lrn {

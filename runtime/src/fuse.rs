@@ -8,7 +8,8 @@
 //! output's shape, `crate::layout::declared_metas`), and an activation after that Add.
 //! A BatchNormalization that follows no Conv takes in the per-channel Mul and Add nodes after
 //! it instead (its scale and B change; densenet121 runs BN, Mul, Add on every Concat), where
-//! the rank of its input is known before any shape is ([`rank_of`]). A Transpose that only feeds a MatMul folds into it: the
+//! the rank of its input is known before any shape is ([`rank_of`]), and a Relu after those
+//! (applied in the same pass, `BatchNorm::relu`). A Transpose that only feeds a MatMul folds into it: the
 //! MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`). The six-node
 //! RMSNorm of exported Llama-style models becomes one RMSNormalization (`fuse/rms_norm.rs`).
 //!
@@ -32,7 +33,8 @@
 //! For A/B timing in one build: `TANDEM_FUSE_HARDSWISH=0` leaves HardSigmoid, HardSwish and
 //! the scalar affine after an activation unfused (the pass as it was before them);
 //! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused; `TANDEM_FUSE_RESIDUAL=0`
-//! leaves residual Adds; `TANDEM_FUSE_TRANSPOSE=0` leaves Transposes before MatMuls unfused;
+//! leaves residual Adds; `TANDEM_FUSE_BN_RELU=0` leaves Relus after a lone BatchNormalization;
+//! `TANDEM_FUSE_TRANSPOSE=0` leaves Transposes before MatMuls unfused;
 //! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
@@ -132,6 +134,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let hard = on("TANDEM_FUSE_HARDSWISH");
     let (transposes, rms_norms) = (on("TANDEM_FUSE_TRANSPOSE"), on("TANDEM_FUSE_RMS_NORM"));
     let residuals = on("TANDEM_FUSE_RESIDUAL");
+    let bn_relu = on("TANDEM_FUSE_BN_RELU");
     // Declared shapes, for the residual rule; computed on the graph as loaded, on first need.
     let mut metas: Option<Vec<Option<TensorMeta>>> = None;
     let patterns = Patterns {
@@ -205,7 +208,8 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         if removed[i] {
             continue;
         }
-        let Some((bn, (scale, beta), chain)) = fold_into_batch_norm(graph, &uses, i) else {
+        let Some((bn, (scale, beta), chain)) = fold_into_batch_norm(graph, &uses, i, bn_relu)
+        else {
             continue;
         };
         let base = graph.nodes[i].name.clone();
@@ -419,13 +423,15 @@ fn fold_affine(graph: &Graph, uses: &Uses, i: usize) -> Option<(Tensor, Tensor, 
 /// The chain of Mul and Add nodes by per-channel or scalar constants that reads
 /// BatchNormalization `i`'s output one after the other (each the sole reader of the value
 /// before it; the BatchNormalizations after a Conv went into the Conv before this runs), folded
-/// into its scale and B (`scale' = scale * k`, `B' = B * k + shift`, in f64; mean and var stay):
-/// the op with the chain's op types recorded, the new scale and B, and the chain's nodes. `None`
-/// when the chain is empty, or the node or a parameter is not what this needs.
+/// into its scale and B (`scale' = scale * k`, `B' = B * k + shift`, in f64; mean and var stay),
+/// then a Relu after them (or after the BN) with `bn_relu`: the op with the chain's op types
+/// recorded, the new scale and B, and the chain's nodes. `None` when the chain is empty, or the
+/// node or a parameter is not what this needs.
 fn fold_into_batch_norm(
     graph: &Graph,
     uses: &Uses,
     i: usize,
+    bn_relu: bool,
 ) -> Option<(BatchNorm, (Tensor, Tensor), Vec<usize>)> {
     let node = &graph.nodes[i];
     if node.op_type != "BatchNormalization" || !default_domain(node) || node.outputs.len() != 1 {
@@ -440,7 +446,19 @@ fn fold_into_batch_norm(
     if m == 0 || beta.len() != m || scale_t.shape.len() != 1 || rank < 2 {
         return None;
     }
-    let ((k, shift), chain) = affine_chain(graph, uses, node.outputs[0], m, rank, false)?;
+    let ((k, shift), mut chain) = affine_chain(graph, uses, node.outputs[0], m, rank, false)
+        .unwrap_or(((vec![1.0; m], vec![0.0; m]), Vec::new()));
+    let last = chain
+        .last()
+        .map_or(node.outputs[0], |&r| graph.nodes[r].outputs[0]);
+    let relu = uses.sole_reader(last).filter(|&r| {
+        let n = &graph.nodes[r];
+        bn_relu && n.op_type == "Relu" && default_domain(n) && n.outputs.len() == 1
+    });
+    chain.extend(relu);
+    if chain.is_empty() {
+        return None;
+    }
     let scale2 = (0..m).map(|c| (scale[c] as f64 * k[c]) as f32).collect();
     let beta2 = (0..m)
         .map(|c| (beta[c] as f64 * k[c] + shift[c]) as f32)
@@ -449,6 +467,7 @@ fn fold_into_batch_norm(
     folded
         .absorbed
         .extend(chain.iter().map(|&r| graph.nodes[r].op_type.clone()));
+    folded.relu = relu.is_some();
     Some((
         folded,
         (Tensor::f32(&[m], scale2), Tensor::f32(&[m], beta2)),

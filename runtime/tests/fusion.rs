@@ -851,8 +851,9 @@ fn per_channel_mul_and_add_are_folded() {
 
 /// densenet121's pattern: a BatchNormalization that follows no Conv (here a fused Conv+Relu),
 /// then Mul and Add by per-channel constants, then Relu: the Mul and the Add fold into the
-/// BN's scale and B (the Relu stays a node), on the CPU and the GPU. A BN on a graph input of
-/// undeclared rank is left alone (a `[m, 1, 1]` constant is per-channel only at rank 4).
+/// BN's scale and B and the Relu runs in its pass, on the CPU and the GPU; without the Mul and
+/// the Add, the Relu alone. A BN on a graph input of undeclared rank is left alone (a
+/// `[m, 1, 1]` constant is per-channel only at rank 4).
 #[test]
 fn mul_and_add_after_a_lone_batch_norm_fold_into_it() {
     let AffineCase {
@@ -902,13 +903,48 @@ fn mul_and_add_after_a_lone_batch_norm_fold_into_it() {
     for placement in [Placement::Cpu, Placement::Gpu] {
         let s = session(&bytes, placement, true);
         let ops: Vec<&str> = s.graph().nodes.iter().map(|n| n.op_type.as_str()).collect();
-        assert_eq!(ops, ["Conv", "BatchNormalization", "Relu"]);
+        assert_eq!(ops, ["Conv", "BatchNormalization"]);
         let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
         assert_eq!(
             report.fused.get("bn").map(String::as_str),
-            Some("BatchNormalization+Mul+Add")
+            Some("BatchNormalization+Mul+Add+Relu")
         );
         assert_close(&outs[0].1, &Tensor::f32(&out, want.clone()), 1e-4, 1e-4);
+    }
+
+    // BN then Relu, nothing between: the Relu alone goes into the BN.
+    let nodes = vec![
+        strided_conv(),
+        node("Relu", "relu1", &["c"], &["r"]),
+        node(
+            "BatchNormalization",
+            "bn",
+            &["r", "s", "beta", "mean", "var"],
+            &["n"],
+        ),
+        node("Relu", "relu2", &["n"], &["y"]),
+    ];
+    let bytes = model(nodes, weights.clone(), &["x"], &["y"]);
+    let want_bn_relu: Vec<f32> = (relu_conv.iter().enumerate())
+        .map(|(i, &v)| {
+            let c = (i / (oh * ow)) % m;
+            ((v - mean[c]) / (var[c] + 1e-5).sqrt() * sc[c] + beta[c]).max(0.0)
+        })
+        .collect();
+    for placement in [Placement::Cpu, Placement::Gpu] {
+        let s = session(&bytes, placement, true);
+        assert_eq!(s.graph().nodes.len(), 2);
+        let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
+        assert_eq!(
+            report.fused.get("bn").map(String::as_str),
+            Some("BatchNormalization+Relu")
+        );
+        assert_close(
+            &outs[0].1,
+            &Tensor::f32(&out, want_bn_relu.clone()),
+            1e-4,
+            1e-4,
+        );
     }
 
     // The same tail on the graph input: its rank is not declared, nothing folds.

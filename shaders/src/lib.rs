@@ -42,7 +42,7 @@ shader!(REDUCE, "reduce", "float_bits");
 shader!(POOL, "pool", "float_bits");
 shader!(NORM, "norm");
 shader!(NORM_STATS, "norm_stats");
-shader!(BATCHNORM, "batchnorm");
+shader!(BATCHNORM, "batchnorm", "float_bits");
 shader!(LRN, "lrn", "float_bits", "pow_c99");
 shader!(INDEX_MAP, "index_map");
 shader!(GATHER, "gather");

@@ -1,6 +1,7 @@
 // batchnorm: BatchNormalization in inference mode over a [N, channels, plane] tensor. One
 // invocation per element e in [params.start, params.start + params.count), c = (e / plane) %
-// channels: y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c] + b[c].
+// channels: y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c] + b[c], then max(y, 0) with a
+// NaN kept where params.relu is 1 (a Relu the graph pass took in).
 // Bindings: 0 x, 1 scale, 2 b, 3 mean, 4 var, 5 y, 6 params. Overrides: WG.
 
 override WG: u32 = 64u;
@@ -16,7 +17,7 @@ struct Params {
     bias: f32,
     before: u32,
     after: u32,
-    _pad0: u32,
+    relu: u32,
     _pad1: u32,
 }
 
@@ -37,5 +38,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let e = params.start + i;
     let c = (e / params.plane) % params.channels;
     let a = scale[c] / sqrt(variance[c] + params.eps);
-    y[e] = (x[e] - mean[c]) * a + b[c];
+    let v = (x[e] - mean[c]) * a + b[c];
+    if (params.relu != 0u) {
+        y[e] = nan_through(select(v, 0.0, v < 0.0), v);
+    } else {
+        y[e] = v;
+    }
 }
