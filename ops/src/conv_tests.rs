@@ -274,52 +274,30 @@ fn fast_paths_match_definition() {
 /// 1x1 read in place over two images, grouped.
 #[test]
 fn tiles_for_many_threads_match_definition() {
+    type Case = (
+        [usize; 4],
+        usize,
+        [usize; 2],
+        usize,
+        [usize; 2],
+        [i64; 4],
+        bool,
+    );
+    let cases: &[Case] = &[
+        ([1, 16, 20, 20], 24, [3, 3], 1, [2, 2], [1, 1, 1, 1], true),
+        ([1, 12, 28, 28], 40, [1, 1], 1, [2, 2], [0, 0, 0, 0], true),
+        ([2, 8, 15, 15], 64, [1, 1], 1, [1, 1], [0, 0, 0, 0], false),
+        ([1, 8, 18, 18], 32, [3, 3], 2, [1, 1], [1, 1, 1, 1], true),
+    ];
     for threads in [3, 8, 16] {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .unwrap();
         pool.install(|| {
-            case(
-                [1, 16, 20, 20],
-                24,
-                [3, 3],
-                1,
-                [2, 2],
-                [1, 1],
-                [1, 1, 1, 1],
-                true,
-            );
-            case(
-                [1, 12, 28, 28],
-                40,
-                [1, 1],
-                1,
-                [2, 2],
-                [1, 1],
-                [0, 0, 0, 0],
-                true,
-            );
-            case(
-                [2, 8, 15, 15],
-                64,
-                [1, 1],
-                1,
-                [1, 1],
-                [1, 1],
-                [0, 0, 0, 0],
-                false,
-            );
-            case(
-                [1, 8, 18, 18],
-                32,
-                [3, 3],
-                2,
-                [1, 1],
-                [1, 1],
-                [1, 1, 1, 1],
-                true,
-            );
+            for &(xs, m, k, group, s, pads, bias) in cases {
+                case(xs, m, k, group, s, [1, 1], pads, bias);
+            }
         });
     }
 }

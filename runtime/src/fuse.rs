@@ -9,9 +9,10 @@
 //! A BatchNormalization that follows no Conv takes in the per-channel Mul and Add nodes after
 //! it instead (its scale and B change; densenet121 runs BN, Mul, Add on every Concat), where
 //! the rank of its input is known before any shape is ([`rank_of`]), and a Relu after those
-//! (applied in the same pass, `BatchNorm::relu`). A Transpose that only feeds a MatMul folds into it: the
-//! MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`). The six-node
-//! RMSNorm of exported Llama-style models becomes one RMSNormalization (`fuse/rms_norm.rs`).
+//! (applied in the same pass, `BatchNorm::relu`). A Transpose that only feeds a MatMul folds
+//! into it: the MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`).
+//! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
+//! (`fuse/rms_norm.rs`).
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
 //! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.

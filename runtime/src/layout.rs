@@ -16,8 +16,8 @@
 //!
 //! Rules: only a weight that is a constant, not a graph input (which a caller may feed), is
 //! padded or marked. A padded Gemm weight is also not a graph output (its value changes) and is
-//! read by this one node only; a marked Conv or MatMul weight keeps its value, so neither applies. The
-//! product's row count is what the declared input shapes give, where they fix it (a batch-1
+//! read by this one node only; a marked Conv or MatMul weight keeps its value, so neither
+//! applies. The product's row count is what the declared input shapes give, where they fix it (a batch-1
 //! classifier head stays as it is: its one row streams the weight, and copying it at load
 //! would cost cold start for nothing).
 

@@ -877,82 +877,65 @@ fn mul_and_add_after_a_lone_batch_norm_fold_into_it() {
         None,
         Activation::Relu.into(),
     );
-    let tail = |bn_in: &str| {
-        vec![
-            node(
-                "BatchNormalization",
-                "bn",
-                &[bn_in, "s", "beta", "mean", "var"],
-                &["n"],
-            ),
-            node("Mul", "mul", &["mulc", "n"], &["p"]),
-            node("Add", "add", &["p", "addc"], &["q"]),
-            node("Relu", "relu2", &["q"], &["y"]),
-        ]
-    };
-    let mut nodes = vec![strided_conv(), node("Relu", "relu1", &["c"], &["r"])];
-    nodes.extend(tail("r"));
-    let bytes = model(nodes, weights.clone(), &["x"], &["y"]);
-    let want: Vec<f32> = (relu_conv.iter().enumerate())
-        .map(|(i, &v)| {
-            let c = (i / (oh * ow)) % m;
-            let bn = (v - mean[c]) / (var[c] + 1e-5).sqrt() * sc[c] + beta[c];
-            (bn * mulc[c] + addc[c]).max(0.0)
-        })
-        .collect();
-    for placement in [Placement::Cpu, Placement::Gpu] {
-        let s = session(&bytes, placement, true);
-        let ops: Vec<&str> = s.graph().nodes.iter().map(|n| n.op_type.as_str()).collect();
-        assert_eq!(ops, ["Conv", "BatchNormalization"]);
-        let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
-        assert_eq!(
-            report.fused.get("bn").map(String::as_str),
-            Some("BatchNormalization+Mul+Add+Relu")
-        );
-        assert_close(&outs[0].1, &Tensor::f32(&out, want.clone()), 1e-4, 1e-4);
-    }
-
-    // BN then Relu, nothing between: the Relu alone goes into the BN.
-    let nodes = vec![
-        strided_conv(),
-        node("Relu", "relu1", &["c"], &["r"]),
-        node(
+    // BN, then (with `affine`) Mul and Add, then Relu.
+    let tail = |bn_in: &str, affine: bool| {
+        let mut nodes = vec![node(
             "BatchNormalization",
             "bn",
-            &["r", "s", "beta", "mean", "var"],
+            &[bn_in, "s", "beta", "mean", "var"],
             &["n"],
-        ),
-        node("Relu", "relu2", &["n"], &["y"]),
-    ];
-    let bytes = model(nodes, weights.clone(), &["x"], &["y"]);
-    let want_bn_relu: Vec<f32> = (relu_conv.iter().enumerate())
-        .map(|(i, &v)| {
-            let c = (i / (oh * ow)) % m;
-            ((v - mean[c]) / (var[c] + 1e-5).sqrt() * sc[c] + beta[c]).max(0.0)
-        })
-        .collect();
-    for placement in [Placement::Cpu, Placement::Gpu] {
-        let s = session(&bytes, placement, true);
-        assert_eq!(s.graph().nodes.len(), 2);
-        let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
-        assert_eq!(
-            report.fused.get("bn").map(String::as_str),
-            Some("BatchNormalization+Relu")
-        );
-        assert_close(
-            &outs[0].1,
-            &Tensor::f32(&out, want_bn_relu.clone()),
-            1e-4,
-            1e-4,
-        );
+        )];
+        if affine {
+            nodes.push(node("Mul", "mul", &["mulc", "n"], &["p"]));
+            nodes.push(node("Add", "add", &["p", "addc"], &["q"]));
+        }
+        nodes.push(node(
+            "Relu",
+            "relu2",
+            &[if affine { "q" } else { "n" }],
+            &["y"],
+        ));
+        nodes
+    };
+    let want = |affine: bool| -> Vec<f32> {
+        (relu_conv.iter().enumerate())
+            .map(|(i, &v)| {
+                let c = (i / (oh * ow)) % m;
+                let bn = (v - mean[c]) / (var[c] + 1e-5).sqrt() * sc[c] + beta[c];
+                let (k, t) = if affine {
+                    (mulc[c], addc[c])
+                } else {
+                    (1.0, 0.0)
+                };
+                (bn * k + t).max(0.0)
+            })
+            .collect()
+    };
+    for (affine, label) in [
+        (true, "BatchNormalization+Mul+Add+Relu"),
+        (false, "BatchNormalization+Relu"),
+    ] {
+        let mut nodes = vec![strided_conv(), node("Relu", "relu1", &["c"], &["r"])];
+        nodes.extend(tail("r", affine));
+        let bytes = model(nodes, weights.clone(), &["x"], &["y"]);
+        for placement in [Placement::Cpu, Placement::Gpu] {
+            let s = session(&bytes, placement, true);
+            let ops: Vec<&str> = s.graph().nodes.iter().map(|n| n.op_type.as_str()).collect();
+            assert_eq!(ops, ["Conv", "BatchNormalization"]);
+            let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
+            assert_eq!(report.fused.get("bn").map(String::as_str), Some(label));
+            assert_close(&outs[0].1, &Tensor::f32(&out, want(affine)), 1e-4, 1e-4);
+        }
     }
 
     // The same tail on the graph input: its rank is not declared, nothing folds.
-    let bytes = model(tail("x"), weights, &["x"], &["y"]);
+    let bytes = model(tail("x", true), weights, &["x"], &["y"]);
     let s = session(&bytes, Placement::Cpu, true);
     assert_eq!(s.graph().nodes.len(), 4);
-    let outs = s.run(&[("x", Tensor::f32(&out, relu_conv))]).unwrap();
-    assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
+    let outs = s
+        .run(&[("x", Tensor::f32(&out, relu_conv.clone()))])
+        .unwrap();
+    assert_close(&outs[0].1, &Tensor::f32(&out, want(true)), 1e-4, 1e-4);
 }
 
 // ---- HardSwish chains and the affine after them (PP-OCRv3 det, paddle2onnx at opset 12) ----
