@@ -99,6 +99,7 @@ fn synthetic(adapter_key: Option<AdapterKey>) -> (CostModel, Coeffs, Coeffs) {
             seconds_per_byte: 2e-10,
         },
         sync: 77e-6,
+        dispatch: 0.0,
     };
     (m, cpu, gpu)
 }
@@ -109,16 +110,30 @@ fn close(got: f64, want: f64, rel: f64) -> bool {
 
 #[test]
 fn fit_recovers_known_coefficients_and_fraction_scales_only_the_work() {
-    let (m, cpu, gpu) = synthetic(None);
+    let (mut m, cpu, gpu) = synthetic(None);
+    m.links.dispatch = 5e-6;
     // A shape never sampled: 512^3.
     let (flops, bytes) = (2 * 512u64.pow(3), 12 * 512 * 512);
     let q = query("MatMul", flops, bytes);
-    for (device, c) in [(Device::Cpu, cpu), (Device::Gpu, gpu)] {
-        let want = c.time(flops as f64, bytes as f64);
+    // The GPU's kernels are timed alone: each of its dispatches adds the links' 5 us, however
+    // few rows it runs.
+    for (device, c, host) in [(Device::Cpu, cpu, 0.0), (Device::Gpu, gpu, 5e-6)] {
+        let want = c.time(flops as f64, bytes as f64) + host;
         let got = m.node_time(&q, device, 1.0);
         assert!(close(got, want, 1e-6), "{device}: {got} vs {want}");
+        let three = NodeCostQuery {
+            dispatches: 3,
+            ..q.clone()
+        };
+        let want3 = want + 2.0 * host;
+        let got3 = m.node_time(&three, device, 1.0);
+        assert!(
+            close(got3, want3, 1e-6),
+            "{device}: 3 dispatches {got3} vs {want3}"
+        );
         let half = m.node_time(&q, device, 0.5);
-        let want_half = c.per_flop * flops as f64 / 2.0 + c.per_byte * bytes as f64 / 2.0 + c.fixed;
+        let want_half =
+            c.per_flop * flops as f64 / 2.0 + c.per_byte * bytes as f64 / 2.0 + c.fixed + host;
         assert!(
             close(half, want_half, 1e-6),
             "{device}: half {half} vs {want_half}"
@@ -385,6 +400,8 @@ fn short_real_calibration_sees_lavapipe_slower_than_the_cpu_for_matmul() {
     );
     assert!(gpu_t > 2.0 * cpu, "cpu {cpu}, gpu {gpu_t}");
     assert!(m.sync_time() > 0.0 && m.transfer_time(1 << 20, Device::Gpu) > 0.0);
+    // Recording a dispatch takes the host some time on any adapter.
+    assert!(m.links.dispatch > 0.0, "{:?}", m.links);
 }
 
 /// `observe_report` maps report entries to plan steps by node name, learns whole nodes and both

@@ -153,12 +153,14 @@ impl std::fmt::Display for CalibrationReport {
         if let Some(l) = &self.links {
             writeln!(
                 f,
-                "links: upload {:.1} us + {:.2} GB/s, download {:.1} us + {:.2} GB/s, sync {:.1} us",
+                "links: upload {:.1} us + {:.2} GB/s, download {:.1} us + {:.2} GB/s, sync {:.1} us, \
+                 {:.1} us per dispatch",
                 l.upload.latency * 1e6,
                 1e-9 / l.upload.seconds_per_byte.max(1e-30),
                 l.download.latency * 1e6,
                 1e-9 / l.download.seconds_per_byte.max(1e-30),
-                l.sync * 1e6
+                l.sync * 1e6,
+                l.dispatch * 1e6
             )?;
         }
         if let Some(e) = &self.gpu_error {
@@ -451,7 +453,57 @@ fn measure_links(gpu: &Gpu) -> Result<Links, String> {
         upload: line(&up),
         download: line(&down),
         sync,
+        dispatch: measure_dispatch(gpu, sync)?,
     })
+}
+
+/// Dispatches recorded per batch when measuring [`Links::dispatch`].
+const OVERHEAD_DISPATCHES: usize = 64;
+
+/// Seconds per GPU dispatch that kernel timings miss ([`Links::dispatch`]): batches of
+/// [`OVERHEAD_DISPATCHES`] tiny Relu steps recorded as the executor records a step (an output
+/// taken from the pool, cleared, the kernel dispatched), submitted and waited for. The host
+/// clock from the first record to the end of the wait, less what calibration's GPU samples
+/// do count (the dispatches' timestamps and one `sync`, or without timestamps the wall time
+/// from submit), shared out per dispatch. The least of 5 batches: other load only adds.
+fn measure_dispatch(gpu: &Gpu, sync: f64) -> Result<f64, String> {
+    let e = |e: crate::Error| e.to_string();
+    let op = registry::build("Relu", &tandem_ops::Attrs::new(13)).map_err(|e| e.to_string())?;
+    let x = TensorMeta::new(DType::F32, vec![256]);
+    let outs = op.infer(&[&x]).map_err(|e| e.to_string())?;
+    let kernels = op.gpu(&[&x], &outs, 0..1).map_err(|e| e.to_string())?;
+    let input = gpu
+        .upload(&Tensor::f32(&[256], vec![1.0; 256]))
+        .map_err(e)?;
+    let mut least = f64::INFINITY;
+    for _ in 0..5 {
+        let began = Instant::now();
+        let mut batch = gpu.batch();
+        let mut keep = Vec::with_capacity(OVERHEAD_DISPATCHES);
+        for label in 0..OVERHEAD_DISPATCHES {
+            let out = gpu.alloc(DType::F32, 256).map_err(e)?;
+            batch.clear(&out);
+            for k in &kernels {
+                batch.dispatch(k, &[&input], &[&out], label).map_err(e)?;
+            }
+            keep.push(out);
+        }
+        let timing = batch.submit().and_then(|s| s.wait()).map_err(e)?;
+        let host = began.elapsed().as_secs_f64();
+        let counted = match timing.per_label.is_empty() {
+            true => timing.wall.as_secs_f64(),
+            false => {
+                timing
+                    .per_label
+                    .iter()
+                    .map(|(_, d)| d.as_secs_f64())
+                    .sum::<f64>()
+                    + sync
+            }
+        };
+        least = least.min((host - counted).max(0.0) / OVERHEAD_DISPATCHES as f64);
+    }
+    Ok(least)
 }
 
 /// Roofline prior of a device from its samples: the best flop rate of compute-bound samples,

@@ -85,6 +85,12 @@ pub struct Links {
     pub upload: Line,
     pub download: Line,
     pub sync: f64,
+    /// Seconds each GPU dispatch costs beyond its kernel's timed run: the host recording it
+    /// (output buffer, clear, bind group, pass) and the GPU's gaps between passes. Fitted GPU
+    /// curves time kernels alone (timestamps), so GPU node times add this per dispatch; a
+    /// small model of many short kernels is host-bound on a fast GPU. 0 until measured (the
+    /// unmeasured prior's launch cost stands for it).
+    pub dispatch: f64,
 }
 
 impl Default for Links {
@@ -99,6 +105,7 @@ impl Default for Links {
                 seconds_per_byte: 1.0 / 5e9,
             },
             sync: 1e-4,
+            dispatch: 0.0,
         }
     }
 }
@@ -792,7 +799,11 @@ impl Costs for CostModel {
         let flops = q.flops_on(device, f);
         let bytes = (q.work.bytes_read + q.work.bytes_written) as f64 * f;
         let work = (flops, bytes, q.rows * f);
-        self.predict_rows(&q.cost_key_on(device), q.dtype, device, work, q.dispatches)
+        let host = match device {
+            Device::Gpu => self.links.dispatch * q.dispatches.max(1) as f64,
+            Device::Cpu => 0.0,
+        };
+        host + self.predict_rows(&q.cost_key_on(device), q.dtype, device, work, q.dispatches)
     }
 
     fn transfer_time(&self, bytes: u64, to: Device) -> f64 {

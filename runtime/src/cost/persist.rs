@@ -23,7 +23,8 @@ use tandem_ops::DType;
 /// 5: `Gemm/dot` CPU entries (transposed-B products of 2..64 rows, left in `Gemm`).
 /// 6: Gemm weights stored with padded rows (`tandem::layout`); `Gemm/dot` up to 31 rows then.
 /// 7: CPU samples time at least 200 us of calls (short ones read up to 2x slow after GPU work).
-pub const PROFILE_VERSION: u32 = 7;
+/// 8: links carry `dispatch`, the per-dispatch cost GPU timestamps miss.
+pub const PROFILE_VERSION: u32 = 8;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
 pub const PROFILE_ENV: &str = "TANDEM_PROFILE";
