@@ -182,13 +182,16 @@ fn upward_ranks(tasks: &[Task], costs: &dyn Costs) -> Vec<f64> {
     rank
 }
 
+/// The task that writes each value.
+fn producers(tasks: &[Task]) -> HashMap<ValueKey, usize> {
+    (tasks.iter().enumerate())
+        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
+        .collect()
+}
+
 /// A topological order of tasks by decreasing upward rank (tasks are given topologically).
 fn rank_order(tasks: &[Task], rank: &[f64]) -> Vec<usize> {
-    let producer: HashMap<ValueKey, usize> = tasks
-        .iter()
-        .enumerate()
-        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
-        .collect();
+    let producer = producers(tasks);
     let mut waiting: Vec<usize> = tasks
         .iter()
         .map(|t| {
@@ -278,14 +281,22 @@ pub fn schedule_from(
                 _ => Choice::On(Device::Cpu),
             })
             .collect(),
-        Policy::Heft | Policy::HeftSplit => heft(
-            tasks,
-            costs,
-            &order,
-            policy == Policy::HeftSplit,
-            &mut explain,
-            gpu_ready,
-        ),
+        Policy::Heft | Policy::HeftSplit => {
+            // Placed twice: with the host making copies, and with copies overlapping its
+            // kernels (GPU branches beside CPU ones); both replayed as the executor runs them.
+            let split = policy == Policy::HeftSplit;
+            let mut other = explain.clone();
+            let host = heft(tasks, costs, &order, split, &mut explain, gpu_ready, true);
+            let overlap = heft(tasks, costs, &order, split, &mut other, gpu_ready, false);
+            let host = finalize(tasks, costs, host, &order, gpu_ready);
+            let overlap = finalize(tasks, costs, overlap, &order, gpu_ready);
+            if overlap.3 < host.3 {
+                explain = other;
+                overlap.0
+            } else {
+                host.0
+            }
+        }
     };
     let mut best = finalize(tasks, costs, choices, &order, gpu_ready);
     if matches!(policy, Policy::Heft | Policy::HeftSplit) {
@@ -333,8 +344,9 @@ pub fn schedule_from(
 /// Choices, issue order, per-task (start, finish) and makespan.
 type Finalized = (Vec<Choice>, Vec<usize>, Vec<(f64, f64)>, f64);
 
-/// The issue order of `choices` (by simulated start time, kept topological) and the timeline
-/// replayed in exactly that order, which is the order the executor follows.
+/// The issue order of `choices` and the timeline replayed in exactly that order, which is the
+/// order the executor follows. Two orders are tried, the faster kept: by simulated start time
+/// (kept topological), and GPU work first ([`gpu_first`]).
 fn finalize(
     tasks: &[Task],
     costs: &dyn Costs,
@@ -347,16 +359,47 @@ fn finalize(
     by_start.sort_by(|&a, &b| times[a].0.total_cmp(&times[b].0).then(a.cmp(&b)));
     let issued = topological_by_start(tasks, &by_start);
     let (times, makespan) = simulate_from(tasks, costs, &choices, &issued, gpu_ready);
+    let early = gpu_first(tasks, &choices, &issued);
+    if early != issued {
+        let (t, m) = simulate_from(tasks, costs, &choices, &early, gpu_ready);
+        if m < makespan {
+            return (choices, early, t, m);
+        }
+    }
     (choices, issued, times, makespan)
+}
+
+/// `order` changed so that a whole-GPU task is issued as soon as its inputs are: recording it
+/// costs the host little, and the GPU then runs it beside the CPU kernels issued after it (the
+/// executor submits recorded GPU work before each CPU step). Otherwise `order`'s order.
+fn gpu_first(tasks: &[Task], choices: &[Choice], order: &[usize]) -> Vec<usize> {
+    let producer = producers(tasks);
+    let mut done = vec![false; tasks.len()];
+    let ready = |i: usize, done: &[bool]| {
+        (tasks[i].inputs.iter()).all(|(v, _)| producer.get(v).is_none_or(|&p| done[p]))
+    };
+    let mut gpu: Vec<usize> = (order.iter().copied())
+        .filter(|&i| choices[i] == Choice::On(Device::Gpu))
+        .collect();
+    let mut out = Vec::with_capacity(order.len());
+    for &i in order {
+        while let Some(at) = gpu.iter().position(|&g| ready(g, &done)) {
+            let g = gpu.remove(at);
+            done[g] = true;
+            out.push(g);
+        }
+        // `order` is topological, so `i`'s producers are done.
+        if !done[i] {
+            done[i] = true;
+            out.push(i);
+        }
+    }
+    out
 }
 
 /// `preferred` reordered minimally so that producers precede consumers.
 fn topological_by_start(tasks: &[Task], preferred: &[usize]) -> Vec<usize> {
-    let producer: HashMap<ValueKey, usize> = tasks
-        .iter()
-        .enumerate()
-        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
-        .collect();
+    let producer = producers(tasks);
     let mut done = vec![false; tasks.len()];
     let mut out = Vec::with_capacity(tasks.len());
     fn visit(
@@ -390,8 +433,12 @@ fn heft(
     split: bool,
     explain: &mut [Explain],
     gpu_ready: f64,
+    host_copies: bool,
 ) -> Vec<Choice> {
-    let mut sim = Sim::new(costs, gpu_ready);
+    let mut sim = match host_copies {
+        true => Sim::new(costs, gpu_ready),
+        false => Sim::overlapping_copies(costs, gpu_ready),
+    };
     let mut choices = vec![Choice::On(Device::Cpu); tasks.len()];
     for &i in order {
         let t = &tasks[i];
@@ -441,11 +488,7 @@ fn heft(
 /// Move a whole-device node whose neighbours all run on the other device there, when the
 /// transfers it causes cost more than the time it saves.
 fn smooth(tasks: &[Task], costs: &dyn Costs, choices: &mut [Choice], explain: &mut [Explain]) {
-    let producer: HashMap<ValueKey, usize> = tasks
-        .iter()
-        .enumerate()
-        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
-        .collect();
+    let producer = producers(tasks);
     let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
     for (i, t) in tasks.iter().enumerate() {
         for (v, _) in &t.inputs {

@@ -5,7 +5,7 @@
 //! common cut that balances the chain's summed CPU and GPU time, and keeps it only where the
 //! replayed schedule is predicted faster.
 
-use super::{simulate_from, Choice, Explain, Task, ValueKey};
+use super::{producers, simulate_from, Choice, Explain, Task, ValueKey};
 use crate::costs::Costs;
 use crate::plan::Device;
 use std::collections::HashMap;
@@ -16,8 +16,8 @@ const MAX_CHAIN_TRIES: usize = 16;
 
 /// Give each chain of split nodes (linked through row-local inputs, row counts on one grid) one
 /// common cut, so no join happens inside it: the fraction that equalises the chain's summed CPU
-/// time with its summed GPU time plus the final join. Kept only where the replayed schedule is
-/// predicted faster.
+/// time with its summed GPU time (the uploads before and the final join after are the host's,
+/// [`chain_cuts`]). Kept only where the replayed schedule is predicted faster.
 pub(super) fn rebalance(
     tasks: &[Task],
     costs: &dyn Costs,
@@ -26,11 +26,7 @@ pub(super) fn rebalance(
     choices: &mut [Choice],
     explain: &mut [Explain],
 ) {
-    let producer: HashMap<ValueKey, usize> = tasks
-        .iter()
-        .enumerate()
-        .flat_map(|(i, t)| t.outputs.iter().map(move |o| (o.0, i)))
-        .collect();
+    let producer = producers(tasks);
     let split = |c: &[Choice], i: usize| matches!(c[i], Choice::Split { .. });
     let mut parent: Vec<usize> = (0..tasks.len()).collect();
     fn root(parent: &mut [usize], mut i: usize) -> usize {
@@ -98,8 +94,9 @@ pub(super) fn rebalance(
 }
 
 /// The common cut of a chain `g` (task indices): per task, its cut at the fraction (on the
-/// coarsest row grid) minimising max(summed CPU time, uploads into the chain + summed GPU time
-/// + the last join).
+/// coarsest row grid) minimising uploads into the chain + max(summed CPU time, summed GPU
+/// time) + the last join. The host makes the copies: it uploads before its own rows start and
+/// joins after both parts are done.
 fn chain_cuts(tasks: &[Task], costs: &dyn Costs, g: &[usize]) -> Option<Vec<(usize, usize)>> {
     let grid = g.iter().map(|&i| tasks[i].rows).min()?;
     if grid < 2 || g.iter().any(|&i| !tasks[i].rows.is_multiple_of(grid)) {
@@ -132,7 +129,7 @@ fn chain_cuts(tasks: &[Task], costs: &dyn Costs, g: &[usize]) -> Option<Vec<(usi
             .sum();
         let join =
             costs.transfer_time((join_bytes as f64 * f) as u64, Device::Cpu) + costs.sync_time();
-        cpu.max(upload + gpu + join)
+        upload + cpu.max(gpu) + join
     };
     let step = (grid / 64).max(1);
     let mut k = (1..grid)

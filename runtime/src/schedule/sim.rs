@@ -1,6 +1,7 @@
 //! The scheduler's replay of a plan: two device timelines (busy intervals, insertion into idle
-//! gaps), where each value is and when, transfers and syncs on edges that cross devices, and the
-//! halves a split leaves (read in place by a chained split, joined otherwise).
+//! gaps), where each value is and when, transfers and syncs on edges that cross devices (made by
+//! the host, so on the CPU's timeline), and the halves a split leaves (read in place by a chained
+//! split, joined otherwise).
 //!
 //! Sits inside the scheduler (`schedule.rs`): HEFT asks it what a choice would cost
 //! ([`Sim::whole`], [`Sim::best_split`]) and commits the one it takes; [`simulate`] replays fixed
@@ -58,6 +59,9 @@ pub(super) struct Sim<'c> {
     avail: HashMap<ValueKey, [Option<f64>; 2]>,
     /// Per split value: its (cut, rows) and when its CPU and GPU halves are ready.
     halves: HashMap<ValueKey, Halves>,
+    /// Copies take the CPU's timeline (what the executor does); false lets them overlap the
+    /// CPU's kernels ([`Sim::overlapping_copies`]).
+    host_copies: bool,
 }
 
 /// A value left in two parts by a split: rows `..cut` of `rows` on the host, the rest on the GPU.
@@ -86,6 +90,18 @@ impl<'c> Sim<'c> {
             lines: [Timeline::default(), gpu],
             avail: HashMap::new(),
             halves: HashMap::new(),
+            host_copies: true,
+        }
+    }
+
+    /// [`Sim::new`] whose copies overlap the CPU's kernels, as if another thread made them.
+    /// HEFT placing with it finds GPU work beside CPU work that the host-copy replay misses
+    /// when it replays in rank order: issued first, that work's upload precedes the CPU's
+    /// kernel (see `schedule::finalize`).
+    pub(super) fn overlapping_copies(costs: &'c dyn Costs, gpu_ready: f64) -> Self {
+        Sim {
+            host_copies: false,
+            ..Sim::new(costs, gpu_ready)
         }
     }
 
@@ -98,14 +114,56 @@ impl<'c> Sim<'c> {
         self.costs.transfer_time(bytes, to) + sync
     }
 
-    /// When value `v` can be read on `d`, counting a transfer if it lives elsewhere. Values
-    /// never produced by a task (graph inputs) start on the CPU at time 0.
+    /// When value `v` can be read on `d`, counting a copy if it lives elsewhere. Values never
+    /// produced by a task (graph inputs) start on the CPU at time 0.
     fn ready_on(&self, v: ValueKey, bytes: u64, d: Device) -> f64 {
+        match self.copy(v, bytes, d) {
+            Ok(t) => t,
+            Err((start, len)) => start + len,
+        }
+    }
+
+    /// `Ok(when v is on d)`, or `Err((start, length))` of the copy that puts it there. The
+    /// host makes every copy (an upload fills staging memory, a download waits, maps and reads
+    /// it), so a copy takes the first idle gap of the CPU's timeline after the value is ready:
+    /// the executor runs CPU kernels on the same thread, one step after another.
+    fn copy(&self, v: ValueKey, bytes: u64, d: Device) -> Result<f64, (f64, f64)> {
         let a = self.avail.get(&v).copied().unwrap_or([Some(0.0), None]);
         match (a[idx(d)], a[idx(other(d))]) {
-            (Some(t), _) => t,
-            (None, Some(t)) => t + self.transfer(bytes, d),
-            (None, None) => 0.0,
+            (Some(t), _) => Ok(t),
+            (None, Some(t)) => {
+                let len = self.transfer(bytes, d);
+                match self.host_copies {
+                    true => Err((self.lines[0].earliest(t, len), len)),
+                    false => Err((t, len)),
+                }
+            }
+            (None, None) => Ok(0.0),
+        }
+    }
+
+    /// Make the copies `t`'s inputs need on `d` (those `skip` leaves out are read in place):
+    /// each takes its gap on the CPU's timeline and the value is then on both devices.
+    fn take_copies(&mut self, t: &Task, d: Device, skip: impl Fn(ValueKey) -> bool) {
+        for &(v, b) in t.inputs.iter().filter(|(v, _)| !skip(*v)) {
+            if let Err((start, len)) = self.copy(v, b, d) {
+                if self.host_copies {
+                    self.lines[0].occupy(start, start + len);
+                }
+                self.avail.entry(v).or_insert([Some(0.0), None])[idx(d)] = Some(start + len);
+            }
+        }
+    }
+
+    /// When the host can have joined a split's GPU rows (a download of `bytes`) after its CPU
+    /// part ends at `cpu_end` and its GPU part at `gpu_end`: the executor downloads after it ran
+    /// the CPU part, in the CPU timeline's first gap after both.
+    fn join_slot(&self, cpu_end: f64, gpu_end: f64, bytes: u64) -> (f64, f64) {
+        let len = self.transfer(bytes, Device::Cpu);
+        match self.host_copies {
+            true => (self.lines[0].earliest(cpu_end.max(gpu_end), len), len),
+            // Overlapping: the download follows the GPU part, done by the CPU part's end.
+            false => ((cpu_end - len).max(gpu_end), len),
         }
     }
 
@@ -121,10 +179,7 @@ impl<'c> Sim<'c> {
     fn split_ready(&self, t: &Task, cut: usize) -> [f64; 2] {
         let mut r = [0.0f64; 2];
         for &(v, b) in &t.inputs {
-            let h = self
-                .halves
-                .get(&v)
-                .filter(|h| t.row_local.contains(&v) && chains(t, cut, h));
+            let h = self.halves.get(&v).filter(|_| self.chained_on(t, cut, v));
             for d in [Device::Cpu, Device::Gpu] {
                 let at = match h {
                     Some(h) => h.ready[idx(d)],
@@ -134,6 +189,26 @@ impl<'c> Sim<'c> {
             }
         }
         r
+    }
+
+    /// True when a split of `t` at `cut` reads input `v` in its halves, in place (a chain).
+    fn chained_on(&self, t: &Task, cut: usize, v: ValueKey) -> bool {
+        let h = self.halves.get(&v);
+        h.is_some_and(|h| t.row_local.contains(&v) && chains(t, cut, h))
+    }
+
+    /// When the host is done with the copies a split of `t` at `cut` makes for its GPU rows
+    /// (inputs it does not chain on): it makes them before it runs the CPU rows. 0 when there
+    /// are none, or when copies overlap the CPU's kernels.
+    fn gpu_copies_end(&self, t: &Task, cut: usize) -> f64 {
+        if !self.host_copies {
+            return 0.0;
+        }
+        (t.inputs.iter())
+            .filter(|(v, _)| !self.chained_on(t, cut, *v))
+            .filter_map(|&(v, b)| self.copy(v, b, Device::Gpu).err())
+            .map(|(start, len)| start + len)
+            .fold(0.0, f64::max)
     }
 
     /// Cut of `t` that keeps a split input's halves in place, if one of its row-local inputs
@@ -166,10 +241,10 @@ impl<'c> Sim<'c> {
             let tg = self
                 .costs
                 .node_time(&t.query, Device::Gpu, t.gpu_share(cut));
-            let cs = self.lines[0].earliest(rc, tc);
+            let cs = self.lines[0].earliest(rc.max(self.gpu_copies_end(t, cut)), tc);
             let gs = self.lines[1].earliest(rg, tg);
-            let join = self.transfer((out_bytes as f64 * f) as u64, Device::Cpu);
-            (cs.min(gs), (cs + tc).max(gs + tg + join))
+            let (js, join) = self.join_slot(cs + tc, gs + tg, (out_bytes as f64 * f) as u64);
+            (cs.min(gs), js + join)
         };
         let consider = |best: &mut Option<(f64, f64, usize)>, cut: usize| {
             if cut == 0 || cut >= t.rows {
@@ -211,10 +286,7 @@ impl<'c> Sim<'c> {
     pub(super) fn commit(&mut self, t: &Task, choice: Choice) -> (f64, f64) {
         match choice {
             Choice::On(d) => {
-                for &(v, b) in &t.inputs {
-                    let r = self.ready_on(v, b, d);
-                    self.avail.entry(v).or_insert([Some(0.0), None])[idx(d)] = Some(r);
-                }
+                self.take_copies(t, d, |_| false);
                 let (s, f) = self.whole(t, d);
                 self.lines[idx(d)].occupy(s, f);
                 for &(v, _) in &t.outputs {
@@ -230,14 +302,26 @@ impl<'c> Sim<'c> {
                 let tg = self
                     .costs
                     .node_time(&t.query, Device::Gpu, t.gpu_share(cut));
+                // Inputs the split chains on stay in their halves; the others are copied to
+                // the device that lacks them first, the GPU's before the CPU rows run.
+                let chained: Vec<ValueKey> = (t.inputs.iter())
+                    .filter(|(v, _)| self.chained_on(t, cut, *v))
+                    .map(|(v, _)| *v)
+                    .collect();
+                let copied = self.gpu_copies_end(t, cut);
+                for d in [Device::Cpu, Device::Gpu] {
+                    self.take_copies(t, d, |v| chained.contains(&v));
+                }
                 let [rc, rg] = self.split_ready(t, cut);
-                let cs = self.lines[0].earliest(rc, tc);
+                let cs = self.lines[0].earliest(rc.max(copied), tc);
                 let gs = self.lines[1].earliest(rg, tg);
                 self.lines[0].occupy(cs, cs + tc);
                 self.lines[1].occupy(gs, gs + tg);
                 let out_bytes: u64 = t.outputs.iter().map(|o| o.1).sum();
-                let join = self.transfer((out_bytes as f64 * f) as u64, Device::Cpu);
-                let fin = (cs + tc).max(gs + tg + join);
+                // The join is counted in the finish, but not taken on the CPU's timeline: a
+                // chained split reads the halves in place and never makes it.
+                let (js, join) = self.join_slot(cs + tc, gs + tg, (out_bytes as f64 * f) as u64);
+                let fin = js + join;
                 for &(v, _) in &t.outputs {
                     self.avail.insert(v, [Some(fin), None]);
                     let ready = [cs + tc, gs + tg];
