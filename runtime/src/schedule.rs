@@ -269,36 +269,44 @@ pub fn schedule_from(
             why: String::new(),
         })
         .collect();
-    let choices: Vec<Choice> = match policy {
-        Policy::CpuOnly => tasks.iter().map(|t| single(t, Device::Cpu)).collect(),
-        Policy::GpuOnly => tasks.iter().map(|t| single(t, Device::Gpu)).collect(),
-        Policy::GreedyPerOp => tasks
-            .iter()
-            .zip(&explain)
-            .map(|(t, e)| match (t.forced, e.gpu) {
-                (Some(d), _) => single(t, d),
-                (None, Some(g)) if g < e.cpu => Choice::On(Device::Gpu),
-                _ => Choice::On(Device::Cpu),
-            })
-            .collect(),
+    let fixed = |choices: Vec<Choice>| finalize(tasks, costs, choices, &order, gpu_ready);
+    let mut best = match policy {
+        Policy::CpuOnly => fixed(tasks.iter().map(|t| single(t, Device::Cpu)).collect()),
+        Policy::GpuOnly => fixed(tasks.iter().map(|t| single(t, Device::Gpu)).collect()),
+        Policy::GreedyPerOp => fixed(
+            (tasks.iter().zip(&explain))
+                .map(|(t, e)| match (t.forced, e.gpu) {
+                    (Some(d), _) => single(t, d),
+                    (None, Some(g)) if g < e.cpu => Choice::On(Device::Gpu),
+                    _ => Choice::On(Device::Cpu),
+                })
+                .collect(),
+        ),
         Policy::Heft | Policy::HeftSplit => {
             // Placed twice: with the host making copies, and with copies overlapping its
             // kernels (GPU branches beside CPU ones); both replayed as the executor runs them.
             let split = policy == Policy::HeftSplit;
             let mut other = explain.clone();
-            let host = heft(tasks, costs, &order, split, &mut explain, gpu_ready, true);
-            let overlap = heft(tasks, costs, &order, split, &mut other, gpu_ready, false);
-            let host = finalize(tasks, costs, host, &order, gpu_ready);
-            let overlap = finalize(tasks, costs, overlap, &order, gpu_ready);
+            let host = fixed(heft(
+                tasks,
+                costs,
+                &order,
+                split,
+                &mut explain,
+                gpu_ready,
+                true,
+            ));
+            let overlap = fixed(heft(
+                tasks, costs, &order, split, &mut other, gpu_ready, false,
+            ));
             if overlap.3 < host.3 {
                 explain = other;
-                overlap.0
+                overlap
             } else {
-                host.0
+                host
             }
         }
     };
-    let mut best = finalize(tasks, costs, choices, &order, gpu_ready);
     if matches!(policy, Policy::Heft | Policy::HeftSplit) {
         // Never predict worse than the best single device: both are candidates, and a mix
         // must beat the better of them by MIX_MARGIN (its prediction adds up many per-node
@@ -306,8 +314,7 @@ pub fn schedule_from(
         let mixed = best.3;
         let mut still_mixed = true;
         for d in [Device::Cpu, Device::Gpu] {
-            let c: Vec<Choice> = tasks.iter().map(|t| single(t, d)).collect();
-            let candidate = finalize(tasks, costs, c, &order, gpu_ready);
+            let candidate = fixed(tasks.iter().map(|t| single(t, d)).collect());
             if candidate.0 == best.0 {
                 // The plan already is this single device.
                 continue;
