@@ -1,8 +1,9 @@
 //! Kernel benches at shapes taken from the models, named `{placement}/{op}/{shape}`:
-//! MatMul, Gemm, Conv, elementwise (Add, Relu, Sigmoid), Softmax and LayerNormalization on
-//! the CPU (the op's rayon kernel on a 2-thread pool, like the model rows) and on the GPU
-//! adapter (the op's WGSL kernels on pre-uploaded buffers; each iteration records, submits and
-//! waits for the queue: a device sync, so GPU time is real, not enqueue time).
+//! MatMul, Gemm, Conv (dense and depthwise), elementwise (Add, Relu, Sigmoid), Softmax and
+//! LayerNormalization on the CPU (the op's rayon kernel on a 2-thread pool, like the model rows)
+//! and on the GPU adapter (the op's WGSL kernels on pre-uploaded buffers; each iteration
+//! records, submits and waits for the queue: a device sync, so GPU time is real, not enqueue
+//! time).
 //! Throughput is in elements = flops (or elements touched for memory-bound ops), so criterion's
 //! "Gelem/s" reads as GFLOP/s. At the end, CPU MatMul 1024^3 is printed next to the machine's
 //! f32 peak, the `gemm` crate and numpy's BLAS measured in the same run.
@@ -55,6 +56,24 @@ fn case(
         inputs,
         work,
     }
+}
+
+/// A depthwise Conv (`group` = channels) over `c` square planes of side `h`, kernel `k`,
+/// stride `s`, "same" pads.
+fn depthwise(shape: &'static str, c: usize, h: usize, k: usize, s: usize) -> Case {
+    let p = k / 2;
+    let o = (h + 2 * p - k) / s + 1;
+    case(
+        "Conv",
+        shape,
+        &[
+            ("strides", AttrValue::Ints(vec![s as i64; 2])),
+            ("pads", AttrValue::Ints(vec![p as i64; 4])),
+            ("group", AttrValue::Int(c as i64)),
+        ],
+        vec![t(&[1, c, h, h], 0), t(&[c, 1, k, k], 3)],
+        (2 * c * o * o * k * k) as u64,
+    )
 }
 
 fn cases() -> Vec<Case> {
@@ -119,6 +138,11 @@ fn cases() -> Vec<Case> {
             vec![t(&[1, 256, 56, 56], 0), t(&[64, 256, 1, 1], 3)],
             2 * 64 * 56 * 56 * 256,
         ),
+        // Depthwise: shufflenet's 3x3 on 14x14 and 7x7 and its 3x3/2 on 56x56, ppocr_det's 5x5
+        depthwise("dw272_k3_14", 272, 14, 3, 1),
+        depthwise("dw544_k3_7", 544, 7, 3, 1),
+        depthwise("dw112_k3s2_56", 112, 56, 3, 2),
+        depthwise("dw384_k5_20", 384, 20, 5, 1),
         // elementwise at resnet's first activation size
         case(
             "Add",

@@ -645,3 +645,59 @@ fn winograd_speed() {
         );
     }
 }
+
+/// Depthwise convs (the plane path, whose weighted taps run several vectors at a time) add
+/// each output's taps in window order after the bias, so they equal the definition's loop to
+/// the bit (padding taps add zero products, which leave a nonzero sum unchanged): 3x3 and 5x5,
+/// strided and not, planes whose blocks end inside and outside a group of vectors.
+#[test]
+fn depthwise_sums_taps_in_window_order() {
+    // (input shape, kernel, strides, pads)
+    type Case = ([usize; 4], [usize; 2], [usize; 2], [i64; 4]);
+    let cases: &[Case] = &[
+        ([1, 5, 13, 17], [5, 5], [1, 1], [2, 2, 2, 2]),
+        ([2, 7, 20, 19], [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 4, 15, 15], [3, 3], [2, 2], [1, 1, 1, 1]),
+        ([1, 3, 7, 7], [5, 5], [2, 2], [2, 2, 2, 2]),
+    ];
+    for &(xs, k, s, pads) in cases {
+        let c = xs[1];
+        let ws = [c, 1, k[0], k[1]];
+        let x = Tensor::f32(&xs, fill(xs.iter().product(), 1));
+        let w = Tensor::f32(&ws, fill(ws.iter().product(), 2));
+        let b = Tensor::f32(&[c], fill(c, 4));
+        let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
+        let attrs = Attrs::new(11)
+            .with("group", AttrValue::Int(c as i64))
+            .with("strides", ints(&[s[0] as i64, s[1] as i64]))
+            .with("pads", ints(&pads));
+        let op = conv(&attrs).unwrap();
+        let ins = [x.clone(), w.clone(), b.clone()];
+        let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
+        let mrefs: Vec<&TensorMeta> = metas.iter().collect();
+        let oshape = op.infer(&mrefs).unwrap()[0].shape.clone();
+        let want = naive(
+            x.as_f32().unwrap(),
+            xs,
+            w.as_f32().unwrap(),
+            ws,
+            Some(b.as_f32().unwrap()),
+            c,
+            s,
+            [1, 1],
+            [pads[0], pads[1]],
+            [oshape[2], oshape[3]],
+        );
+        let mut out = vec![Tensor::zeros(DType::F32, &oshape)];
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        op.cpu(&refs, &mut out, 0..oshape[0] * oshape[1] * oshape[2])
+            .unwrap();
+        for (i, (g, e)) in out[0].as_f32().unwrap().iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                e.to_bits(),
+                "{xs:?} k {k:?} s {s:?}: [{i}] {g} vs {e}"
+            );
+        }
+    }
+}
