@@ -248,9 +248,9 @@ pub(crate) fn max_nan(a: f32, v: f32) -> f32 {
 /// x1[i])..., T - 1, x{T-1}[i])` (`xt`: `padded` from `offs[t]`), 16 outputs at a time (64
 /// when `GROUPED`) held in registers across the taps (one store per output instead of one per
 /// tap). `len` is a multiple of 16. Each output's taps are a chain of dependent steps, so one
-/// vector alone waits out each step's latency: weighted sums take 4 vectors at a time (depthwise 5x5 on
-/// 20x20 planes 181 -> 131 us, 3x3 on 14x14 37 -> 35 us, least of 20 x 200 runs on 2
-/// threads); maxima and sums keep 1 (squeezenet's 3x3/2 MaxPools were slower with 4).
+/// vector alone waits out each step's latency: weighted sums take 4 vectors at a time
+/// (depthwise 5x5 on 20x20 planes 181 -> 131 us, 3x3 on 14x14 37 -> 35 us, least of 20 x 200
+/// runs on 2 threads); maxima and sums keep 1 (squeezenet's 3x3/2 MaxPools were slower).
 #[inline(always)]
 fn taps_fixed<const T: usize, const GROUPED: bool>(
     padded: &[f32],
