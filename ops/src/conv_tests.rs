@@ -56,8 +56,10 @@ fn naive(
     out
 }
 
+/// The CPU kernel's output (whole, then cut in two at a row inside a channel) and the
+/// definition's, for a Conv with `m` output channels over `xs` (bias from `fill` where `bias`).
 #[allow(clippy::too_many_arguments, clippy::single_range_in_vec_init)]
-fn case(
+fn outputs(
     xs: [usize; 4],
     m: usize,
     k: [usize; 2],
@@ -66,7 +68,7 @@ fn case(
     d: [usize; 2],
     pads: [i64; 4],
     bias: bool,
-) {
+) -> (Vec<Vec<f32>>, Vec<f32>) {
     let ws = [m, xs[1] / group, k[0], k[1]];
     let x = Tensor::f32(&xs, fill(xs.iter().product(), 1));
     let w = Tensor::f32(&ws, fill(ws.iter().product(), 2));
@@ -106,12 +108,31 @@ fn case(
     let rows = oshape[0] * oshape[1] * oshape[2];
     let refs: Vec<&Tensor> = ins.iter().collect();
     let cut = rows / 3 + 1;
-    for parts in [vec![0..rows], vec![0..cut, cut..rows]] {
+    let got = [vec![0..rows], vec![0..cut, cut..rows]].map(|parts| {
         let mut out = vec![Tensor::zeros(DType::F32, &oshape)];
         for r in parts {
             op.cpu(&refs, &mut out, r).unwrap();
         }
-        for (i, (gv, wv)) in out[0].as_f32().unwrap().iter().zip(&want).enumerate() {
+        out[0].as_f32().unwrap().to_vec()
+    });
+    (got.to_vec(), want)
+}
+
+/// [`outputs`]: the kernel's within 1e-4 of the definition's.
+#[allow(clippy::too_many_arguments)]
+fn case(
+    xs: [usize; 4],
+    m: usize,
+    k: [usize; 2],
+    group: usize,
+    s: [usize; 2],
+    d: [usize; 2],
+    pads: [i64; 4],
+    bias: bool,
+) {
+    let (got, want) = outputs(xs, m, k, group, s, d, pads, bias);
+    for g in got {
+        for (i, (gv, wv)) in g.iter().zip(&want).enumerate() {
             assert!(
                 (gv - wv).abs() < 1e-4,
                 "{xs:?} m {m} k {k:?} g {group} s {s:?}: [{i}] {gv} vs {wv}"
@@ -661,43 +682,15 @@ fn depthwise_sums_taps_in_window_order() {
         ([1, 3, 7, 7], [5, 5], [2, 2], [2, 2, 2, 2]),
     ];
     for &(xs, k, s, pads) in cases {
-        let c = xs[1];
-        let ws = [c, 1, k[0], k[1]];
-        let x = Tensor::f32(&xs, fill(xs.iter().product(), 1));
-        let w = Tensor::f32(&ws, fill(ws.iter().product(), 2));
-        let b = Tensor::f32(&[c], fill(c, 4));
-        let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
-        let attrs = Attrs::new(11)
-            .with("group", AttrValue::Int(c as i64))
-            .with("strides", ints(&[s[0] as i64, s[1] as i64]))
-            .with("pads", ints(&pads));
-        let op = conv(&attrs).unwrap();
-        let ins = [x.clone(), w.clone(), b.clone()];
-        let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
-        let mrefs: Vec<&TensorMeta> = metas.iter().collect();
-        let oshape = op.infer(&mrefs).unwrap()[0].shape.clone();
-        let want = naive(
-            x.as_f32().unwrap(),
-            xs,
-            w.as_f32().unwrap(),
-            ws,
-            Some(b.as_f32().unwrap()),
-            c,
-            s,
-            [1, 1],
-            [pads[0], pads[1]],
-            [oshape[2], oshape[3]],
-        );
-        let mut out = vec![Tensor::zeros(DType::F32, &oshape)];
-        let refs: Vec<&Tensor> = ins.iter().collect();
-        op.cpu(&refs, &mut out, 0..oshape[0] * oshape[1] * oshape[2])
-            .unwrap();
-        for (i, (g, e)) in out[0].as_f32().unwrap().iter().zip(&want).enumerate() {
-            assert_eq!(
-                g.to_bits(),
-                e.to_bits(),
-                "{xs:?} k {k:?} s {s:?}: [{i}] {g} vs {e}"
-            );
+        let (got, want) = outputs(xs, xs[1], k, xs[1], s, [1, 1], pads, true);
+        for g in got {
+            for (i, (gv, wv)) in g.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    gv.to_bits(),
+                    wv.to_bits(),
+                    "{xs:?} k {k:?} s {s:?}: [{i}] {gv} vs {wv}"
+                );
+            }
         }
     }
 }
