@@ -125,7 +125,7 @@ pub(crate) fn zip_broadcast<A: Elem, B: Elem, U: Elem>(
 
 crate::simd::kernel! {
     /// `o[i] = f(a[i], b[i])`; the three slices have equal length.
-    fn zip_run<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(o: &mut [U], a: &[A], b: &[B], f: &F) {
+    pub(crate) fn zip_run<A: Copy, B: Copy, U: Copy, F: Fn(A, B) -> U>(o: &mut [U], a: &[A], b: &[B], f: &F) {
         for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
             *o = f(x, y);
         }
