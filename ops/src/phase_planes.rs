@@ -267,23 +267,26 @@ fn taps_fixed<const T: usize, const GROUPED: bool>(
     acc.resize(len, 0.0);
     const G: usize = 4;
     let whole = if GROUPED { len / (G * L) * (G * L) } else { 0 };
-    for (c, out) in acc[..whole].chunks_exact_mut(G * L).enumerate() {
-        let mut s = [0.0f32; G * L];
+    let (grouped, rest) = acc.split_at_mut(whole);
+    taps_chunks::<{ G * L }, T>(&src, &step, 0, grouped);
+    taps_chunks::<L, T>(&src, &step, whole, rest);
+}
+
+/// [`taps_fixed`]'s outputs `at..at + out.len()` (a multiple of `N`) into `out`, `N` at a time
+/// held in registers across the taps.
+#[inline(always)]
+fn taps_chunks<const N: usize, const T: usize>(
+    src: &[&[f32]; T],
+    step: &impl Fn(f32, usize, f32) -> f32,
+    at: usize,
+    out: &mut [f32],
+) {
+    for (c, out) in out.chunks_exact_mut(N).enumerate() {
+        let mut s = [0.0f32; N];
         for (t, x) in src.iter().enumerate() {
-            let x: &[f32; G * L] = x[c * G * L..][..G * L].try_into().unwrap();
-            for k in 0..G * L {
+            let x: &[f32; N] = x[at + c * N..][..N].try_into().unwrap();
+            for k in 0..N {
                 s[k] = step(s[k], t, x[k]);
-            }
-        }
-        out.copy_from_slice(&s);
-    }
-    for (c, out) in acc[whole..].chunks_exact_mut(L).enumerate() {
-        let at = whole + c * L;
-        let mut s = [0.0f32; L];
-        for (t, x) in src.iter().enumerate() {
-            let x: &[f32; L] = x[at..][..L].try_into().unwrap();
-            for l in 0..L {
-                s[l] = step(s[l], t, x[l]);
             }
         }
         out.copy_from_slice(&s);
