@@ -813,6 +813,9 @@ impl Op for Pool {
 #[path = "pool_plane.rs"]
 mod plane;
 
+#[path = "pool_max3s2.rs"]
+mod max3s2;
+
 #[cfg(test)]
 #[path = "pool_tests.rs"]
 mod tests;

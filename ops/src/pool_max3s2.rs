@@ -1,0 +1,143 @@
+//! MaxPool 3x3 stride 2 (the vision models' downsampling pools) on AVX-512, as two separable
+//! passes per plane: each input row the output rows read is reduced once across (the even,
+//! odd and next even columns pulled out of two vectors by permutes, 16 outputs a step), then
+//! each output row takes the maximum of its three reduced rows. About six maxima per output
+//! instead of eight, no copy of the plane into phase planes (`phase_planes.rs`, which the other
+//! strided pools and every CPU without AVX-512 keep), and input rows read in place, pads and
+//! row ends masked off. squeezenet's three pools 0.58-0.71 -> 0.34-0.39 ms (docs/bench.md).
+//!
+//! Exact like the other max paths: each maximum keeps the earlier operand on a tie and
+//! propagates NaN, so across then down gives the first maximum in row-major window order.
+//!
+//! Sits between [`Pool::pool_planes_f32`](super::Pool) (geometry, the choice of path) and the
+//! CPU's AVX-512 units.
+
+use super::Geo;
+use crate::shape::rows_by_block;
+use rayon::prelude::*;
+
+/// Whether [`max_pool_f32`] computes this pooling: a 3x3 stride-2 undilated 2-D max whose
+/// every window holds an input element, on a CPU whose kernels run AVX-512.
+pub(super) fn applies(g: &Geo) -> bool {
+    let axis_fits = |a: usize| {
+        g.k[a] == 3
+            && g.s[a] == 2
+            && g.d[a] == 1
+            && g.pb[a] <= 2
+            && g.outd[a] > 0
+            && 2 * (g.outd[a] - 1) < g.ind[a] + g.pb[a]
+    };
+    crate::simd::level() == crate::simd::Level::Avx512 && axis_fits(1) && axis_fits(2)
+}
+
+/// Per-task scratch: the reduced rows of a block, and each vector's load masks.
+type Scratch = (Vec<f32>, Vec<[u16; 4]>);
+
+/// Output rows `first_row..` (flat over `[N*C, OH]`, `OW` elements each) into `y`, planes in
+/// parallel. The caller checked [`applies`].
+pub(super) fn max_pool_f32(x: &[f32], g: &Geo, y: &mut [f32], first_row: usize) {
+    let (oh, ow, plane) = (g.outd[1], g.outd[2], g.ind[1] * g.ind[2]);
+    let rows = first_row..first_row + y.len() / ow;
+    rows_by_block(y, rows, oh, ow)
+        .into_par_iter()
+        .for_each_init(Scratch::default, |scratch, (p, lines, dst)| {
+            let xplane = &x[p * plane..][..plane];
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `applies` checked that the kernels run AVX-512 (F/BW/DQ/VL detected).
+            unsafe {
+                avx512::plane_rows(g, xplane, lines, dst, scratch)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (xplane, lines, dst, scratch);
+        });
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{Geo, Scratch};
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    /// The larger of `earlier` and `later`, `earlier` on a tie, NaN if either is NaN.
+    /// (VRANGEPS would be one instruction, but it returns the other operand of a quiet NaN.)
+    #[inline(always)]
+    unsafe fn max_first(earlier: __m512, later: __m512) -> __m512 {
+        // vmaxps(a, b) is `a > b ? a : b`, and `b` when either is NaN.
+        let m = _mm512_max_ps(later, earlier);
+        _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(later, later), later)
+    }
+
+    /// Output rows `lines` of one plane into `dst` (`lines.len()` rows of `OW`).
+    ///
+    /// # Safety
+    /// AVX-512F present; `g` passed [`super::applies`]; `xplane` is one input plane.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn plane_rows(
+        g: &Geo,
+        xplane: &[f32],
+        lines: Range<usize>,
+        dst: &mut [f32],
+        scratch: &mut Scratch,
+    ) {
+        let (h, w, ow) = (g.ind[1], g.ind[2], g.outd[2]);
+        let (pt, pl) = (g.pb[1], g.pb[2]);
+        let vecs = ow.div_ceil(16);
+        let width = 16 * vecs;
+        // Input rows the lines read: 2i - pt + {0, 1, 2} inside 0..h.
+        let first = (2 * lines.start).saturating_sub(pt);
+        let end = (2 * (lines.end - 1) + 3).saturating_sub(pt).min(h);
+        // Reduced rows hold whole vectors; every value is written before it is read.
+        let (across, masks) = scratch;
+        let need = (end - first) * width;
+        if across.len() < need {
+            across.resize(need, 0.0);
+        }
+        // Output j reads input columns 2j - pl + {0, 1, 2}: vector v loads 16 columns from
+        // 32v - pl + OFFSETS[..], the lanes outside the row masked off (-inf, never read).
+        const OFFSETS: [isize; 4] = [0, 16, 2, 18];
+        let from = |v: usize, o: usize| (32 * v) as isize - pl as isize + OFFSETS[o];
+        masks.clear();
+        masks.extend((0..vecs).map(|v| {
+            std::array::from_fn(|o| {
+                let lo = (-from(v, o)).clamp(0, 16);
+                let hi = (w as isize - from(v, o)).clamp(0, 16);
+                ((1u32 << hi) - (1u32 << lo.min(hi))) as __mmask16
+            })
+        }));
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        let neg = _mm512_set1_ps(f32::NEG_INFINITY);
+        for (r, reduced) in (first..end).zip(across.chunks_exact_mut(width)) {
+            let row = xplane[r * w..][..w].as_ptr();
+            for ((v, out), mask) in reduced.chunks_exact_mut(16).enumerate().zip(&*masks) {
+                // SAFETY: only the lanes inside the row are read.
+                let load =
+                    |o: usize| _mm512_mask_loadu_ps(neg, mask[o], row.wrapping_offset(from(v, o)));
+                let (a0, a1, b0, b1) = (load(0), load(1), load(2), load(3));
+                let e = _mm512_permutex2var_ps(a0, evens, a1);
+                let o = _mm512_permutex2var_ps(a0, odds, a1);
+                let e2 = _mm512_permutex2var_ps(b0, evens, b1);
+                _mm512_storeu_ps(out.as_mut_ptr(), max_first(max_first(e, o), e2));
+            }
+        }
+        let tail = match ow % 16 {
+            0 => 0xffff,
+            r => (1u16 << r) - 1,
+        };
+        for (i, out) in lines.zip(dst.chunks_exact_mut(ow)) {
+            // Window rows inside the plane, as rows of `across`.
+            let top = (2 * i).saturating_sub(pt) - first;
+            let bottom = ((2 * i + 3).saturating_sub(pt).min(h)) - first;
+            let rows = across[top * width..bottom * width].as_ptr();
+            for v in 0..vecs {
+                let at = |r: usize| _mm512_loadu_ps(rows.add(r * width + 16 * v));
+                let mut m = at(0);
+                for r in 1..bottom - top {
+                    m = max_first(m, at(r));
+                }
+                let mask = if v + 1 == vecs { tail } else { 0xffff };
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(16 * v), mask, m);
+            }
+        }
+    }
+}
