@@ -7,7 +7,7 @@
 //!
 //! Strided pools whose rows do not take that one pass per tap over whole rows (and strided
 //! averages) go through the padded phase planes of `phase_planes.rs` instead
-//! ([`Pool::phase_window`]); 3x3 stride-2 maxima on AVX-512 through `pool_max3s2.rs`.
+//! ([`Pool::phase_window`]); 3x3 maxima of stride 1 or 2 on AVX-512 through `pool_max3x3.rs`.
 //!
 //! Sits between [`Pool::cpu`](super::Pool) (geometry, Indices, the 3-D path) and the CPU's
 //! vectors ([`crate::simd`], `phase_planes.rs`). Max is exact and takes the first maximum in row-major window
@@ -55,8 +55,8 @@ impl Pool {
         if ow == 0 || y.is_empty() {
             return;
         }
-        if self.max && super::max3s2::applies(g) {
-            return super::max3s2::max_pool_f32(x, g, y, first_row);
+        if self.max && super::max3x3::applies(g) {
+            return super::max3x3::max_pool_f32(x, g, y, first_row);
         }
         if let Some(win) = self.phase_window(g) {
             return self.pool_phases_f32(x, g, &win, y, first_row);

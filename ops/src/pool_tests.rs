@@ -368,12 +368,15 @@ fn plane_paths_match_naive_on_vision_shapes_at_every_simd_level() {
 }
 
 #[test]
-fn max_3x3_stride_2_is_the_first_maximum_at_every_pad_width_and_level() {
-    // The 3x3/2 max (`pool_max3s2.rs` on AVX-512, phase planes or bands elsewhere): widths
+fn max_3x3_of_stride_1_or_2_is_the_first_maximum_at_every_pad_width_and_level() {
+    // 3x3 maxima (`pool_max3x3.rs` on AVX-512, phase planes or bands elsewhere): widths
     // around the 16- and 32-column vector edges, each begin pad, ceil overhangs; NaNs in a
     // column past a vector pair (read only by the third tap), zeros of both signs tied.
     for w in [1, 2, 3, 15, 16, 17, 31, 33, 34, 35, 66, 111] {
-        for (pt, pl) in [(0, 0), (1, 2), (2, 1)] {
+        for ((pt, pl), s) in [(0, 0), (1, 2), (2, 1)]
+            .into_iter()
+            .flat_map(|p| [(1, 1), (2, 2), (1, 2), (2, 1)].map(|s| (p, s)))
+        {
             for ceil in [false, true] {
                 let (nc, h) = (2, 9);
                 let mut xv: Vec<f32> = (0..nc * h * w)
@@ -390,20 +393,11 @@ fn max_3x3_stride_2_is_the_first_maximum_at_every_pad_width_and_level() {
                 xv[w * h + 5 * w + (w - 1).min(32)] = f32::NAN;
                 let x = Tensor::f32(&[1, nc, h, w], xv.clone());
                 let pads = [pt, pl, 0, 3usize.saturating_sub(w + pl)];
-                let a = attrs_2d((3, 3), (2, 2), (1, 1), pads, 0)
+                let a = attrs_2d((3, 3), s, (1, 1), pads, 0)
                     .with("ceil_mode", AttrValue::Int(ceil as i64));
                 let op = max_pool(&a).unwrap();
                 let out = op.infer(&[&x.meta()]).unwrap()[0].shape.clone();
-                let want = naive_window(
-                    &xv,
-                    (h, w),
-                    (3, 3),
-                    (2, 2),
-                    (1, 1),
-                    pads,
-                    (out[2], out[3]),
-                    0,
-                );
+                let want = naive_window(&xv, (h, w), (3, 3), s, (1, 1), pads, (out[2], out[3]), 0);
                 let rows = nc * out[2];
                 for level in crate::simd::cpu_levels() {
                     for cut in [None, Some(rows / 2 + 1)] {
@@ -411,7 +405,7 @@ fn max_3x3_stride_2_is_the_first_maximum_at_every_pad_width_and_level() {
                         for (i, (g, e)) in y[0].as_f32().unwrap().iter().zip(&want).enumerate() {
                             assert!(
                                 g.to_bits() == e.to_bits() || g.is_nan() && e.is_nan(),
-                                "w {w} pads {pads:?} ceil {ceil} {level:?} at {i}: {g} vs {e}"
+                                "w {w} pads {pads:?} strides {s:?} ceil {ceil} {level:?} at {i}: {g} vs {e}"
                             );
                         }
                     }

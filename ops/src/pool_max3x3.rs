@@ -1,10 +1,12 @@
-//! MaxPool 3x3 stride 2 (the vision models' downsampling pools) on AVX-512, as two separable
-//! passes per plane: each input row the output rows read is reduced once across (the even,
-//! odd and next even columns pulled out of two vectors by permutes, 16 outputs a step), then
-//! each output row takes the maximum of its three reduced rows. About six maxima per output
-//! instead of eight, no copy of the plane into phase planes (`phase_planes.rs`, which the other
-//! strided pools and every CPU without AVX-512 keep), and input rows read in place, pads and
-//! row ends masked off. squeezenet's three pools 0.58-0.71 -> 0.34-0.39 ms (docs/bench.md).
+//! MaxPool 3x3 of stride 1 or 2 (the vision models' downsampling pools and inception's branch
+//! pools) on AVX-512, as two separable passes per plane: each input row the output rows read
+//! is reduced once across, 16 outputs a step (stride 2 pulls the even, odd and next even
+//! columns out of two vector pairs by permutes), then each output row takes the maximum of its
+//! three reduced rows. Input rows are read in place, pads and row ends masked off in the
+//! loads: no copy into phase planes (`phase_planes.rs`) or bands (`pool_plane.rs`), which
+//! other pools and every CPU without AVX-512 keep. squeezenet's three 3x3/2 pools 0.58-0.71
+//! -> 0.34-0.39 ms, inception's 3x3/1 pools on 14x14 and 7x7 planes 60-79 -> 38-41 us
+//! (docs/bench.md).
 //!
 //! Exact like the other max paths: each maximum keeps the earlier operand on a tie and
 //! propagates NaN, so across then down gives the first maximum in row-major window order.
@@ -16,16 +18,16 @@ use super::Geo;
 use crate::shape::rows_by_block;
 use rayon::prelude::*;
 
-/// Whether [`max_pool_f32`] computes this pooling: a 3x3 stride-2 undilated 2-D max whose
-/// every window holds an input element, on a CPU whose kernels run AVX-512.
+/// Whether [`max_pool_f32`] computes this pooling: a 3x3 undilated 2-D max of stride 1 or 2
+/// whose every window holds an input element, on a CPU whose kernels run AVX-512.
 pub(super) fn applies(g: &Geo) -> bool {
     let axis_fits = |a: usize| {
         g.k[a] == 3
-            && g.s[a] == 2
+            && (1..=2).contains(&g.s[a])
             && g.d[a] == 1
             && g.pb[a] <= 2
             && g.outd[a] > 0
-            && 2 * (g.outd[a] - 1) < g.ind[a] + g.pb[a]
+            && g.s[a] * (g.outd[a] - 1) < g.ind[a] + g.pb[a]
     };
     crate::simd::level() == crate::simd::Level::Avx512 && axis_fits(1) && axis_fits(2)
 }
@@ -80,25 +82,27 @@ mod avx512 {
         scratch: &mut Scratch,
     ) {
         let (h, w, ow) = (g.ind[1], g.ind[2], g.outd[2]);
-        let (pt, pl) = (g.pb[1], g.pb[2]);
+        let (pt, pl, sh, sw) = (g.pb[1], g.pb[2], g.s[1], g.s[2]);
         let vecs = ow.div_ceil(16);
         let width = 16 * vecs;
-        // Input rows the lines read: 2i - pt + {0, 1, 2} inside 0..h.
-        let first = (2 * lines.start).saturating_sub(pt);
-        let end = (2 * (lines.end - 1) + 3).saturating_sub(pt).min(h);
+        // Input rows the lines read: sh * i - pt + {0, 1, 2} inside 0..h.
+        let first = (sh * lines.start).saturating_sub(pt);
+        let end = (sh * (lines.end - 1) + 3).saturating_sub(pt).min(h);
         // Reduced rows hold whole vectors; every value is written before it is read.
         let (across, masks) = scratch;
         let need = (end - first) * width;
         if across.len() < need {
             across.resize(need, 0.0);
         }
-        // Output j reads input columns 2j - pl + {0, 1, 2}: vector v loads 16 columns from
-        // 32v - pl + OFFSETS[..], the lanes outside the row masked off (-inf, never read).
-        const OFFSETS: [isize; 4] = [0, 16, 2, 18];
-        let from = |v: usize, o: usize| (32 * v) as isize - pl as isize + OFFSETS[o];
+        // Output j reads input columns sw * j - pl + {0, 1, 2}: vector v loads 16 columns from
+        // 16 * sw * v - pl + each offset, the lanes outside the row masked off (-inf, never
+        // read). Stride 2 loads two vector pairs and pulls the even and odd columns apart.
+        let offsets: &[isize] = if sw == 1 { &[0, 1, 2] } else { &[0, 16, 2, 18] };
+        let from = |v: usize, o: usize| (16 * sw * v) as isize - pl as isize + offsets[o];
         masks.clear();
         masks.extend((0..vecs).map(|v| {
             std::array::from_fn(|o| {
+                let o = o.min(offsets.len() - 1);
                 let lo = (-from(v, o)).clamp(0, 16);
                 let hi = (w as isize - from(v, o)).clamp(0, 16);
                 ((1u32 << hi) - (1u32 << lo.min(hi))) as __mmask16
@@ -113,11 +117,16 @@ mod avx512 {
                 // SAFETY: only the lanes inside the row are read.
                 let load =
                     |o: usize| _mm512_mask_loadu_ps(neg, mask[o], row.wrapping_offset(from(v, o)));
-                let (a0, a1, b0, b1) = (load(0), load(1), load(2), load(3));
-                let e = _mm512_permutex2var_ps(a0, evens, a1);
-                let o = _mm512_permutex2var_ps(a0, odds, a1);
-                let e2 = _mm512_permutex2var_ps(b0, evens, b1);
-                _mm512_storeu_ps(out.as_mut_ptr(), max_first(max_first(e, o), e2));
+                let m = if sw == 1 {
+                    max_first(max_first(load(0), load(1)), load(2))
+                } else {
+                    let (a0, a1, b0, b1) = (load(0), load(1), load(2), load(3));
+                    let e = _mm512_permutex2var_ps(a0, evens, a1);
+                    let o = _mm512_permutex2var_ps(a0, odds, a1);
+                    let e2 = _mm512_permutex2var_ps(b0, evens, b1);
+                    max_first(max_first(e, o), e2)
+                };
+                _mm512_storeu_ps(out.as_mut_ptr(), m);
             }
         }
         let tail = match ow % 16 {
@@ -126,8 +135,8 @@ mod avx512 {
         };
         for (i, out) in lines.zip(dst.chunks_exact_mut(ow)) {
             // Window rows inside the plane, as rows of `across`.
-            let top = (2 * i).saturating_sub(pt) - first;
-            let bottom = ((2 * i + 3).saturating_sub(pt).min(h)) - first;
+            let top = (sh * i).saturating_sub(pt) - first;
+            let bottom = ((sh * i + 3).saturating_sub(pt).min(h)) - first;
             let rows = across[top * width..bottom * width].as_ptr();
             for v in 0..vecs {
                 let at = |r: usize| _mm512_loadu_ps(rows.add(r * width + 16 * v));
