@@ -813,8 +813,8 @@ impl Op for Pool {
 #[path = "pool_plane.rs"]
 mod plane;
 
-#[path = "pool_max3x3.rs"]
-mod max3x3;
+#[path = "pool_3x3.rs"]
+mod pool3x3;
 
 #[cfg(test)]
 #[path = "pool_tests.rs"]

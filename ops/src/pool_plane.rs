@@ -7,7 +7,7 @@
 //!
 //! Strided pools whose rows do not take that one pass per tap over whole rows (and strided
 //! averages) go through the padded phase planes of `phase_planes.rs` instead
-//! ([`Pool::phase_window`]); 3x3 maxima of stride 1 or 2 on AVX-512 through `pool_max3x3.rs`.
+//! ([`Pool::phase_window`]); 3x3 windows of stride 1 or 2 on AVX-512 through `pool_3x3.rs`.
 //!
 //! Sits between [`Pool::cpu`](super::Pool) (geometry, Indices, the 3-D path) and the CPU's
 //! vectors ([`crate::simd`], `phase_planes.rs`). Max is exact and takes the first maximum in row-major window
@@ -15,7 +15,9 @@
 //! rows (same value as the definition up to rounding). Outputs whose window holds no input
 //! (possible with dilations and ceil_mode) are computed by the definition.
 
-use super::{inside, interior, max_nan, positions, tap_any, taps, taps3_stride2, Geo, Pool};
+use super::{
+    inside, interior, max_nan, pool3x3, positions, tap_any, taps, taps3_stride2, Geo, Pool,
+};
 use crate::phase_planes::{combine, fold_block, Fold, Scratch, Window};
 use crate::shape::rows_by_block;
 use rayon::prelude::*;
@@ -55,8 +57,18 @@ impl Pool {
         if ow == 0 || y.is_empty() {
             return;
         }
-        if self.max && super::max3x3::applies(g) {
-            return super::max3x3::max_pool_f32(x, g, y, first_row);
+        // Strided averages stay on the phase planes, which add a window's taps in row-major
+        // order: every SIMD level gives the same bits.
+        let stride_1 = g.s[1] == 1 && g.s[2] == 1;
+        if (self.max || stride_1) && pool3x3::applies(g) {
+            let fold = if self.max {
+                pool3x3::Fold::Max
+            } else {
+                pool3x3::Fold::Average {
+                    count_include_pad: self.count_include_pad,
+                }
+            };
+            return pool3x3::pool_f32(x, g, fold, y, first_row);
         }
         if let Some(win) = self.phase_window(g) {
             return self.pool_phases_f32(x, g, &win, y, first_row);

@@ -368,10 +368,12 @@ fn plane_paths_match_naive_on_vision_shapes_at_every_simd_level() {
 }
 
 #[test]
-fn max_3x3_of_stride_1_or_2_is_the_first_maximum_at_every_pad_width_and_level() {
-    // 3x3 maxima (`pool_max3x3.rs` on AVX-512, phase planes or bands elsewhere): widths
-    // around the 16- and 32-column vector edges, each begin pad, ceil overhangs; NaNs in a
-    // column past a vector pair (read only by the third tap), zeros of both signs tied.
+fn pools_3x3_of_stride_1_or_2_match_the_definition_at_every_pad_width_and_level() {
+    // 3x3 windows (`pool_3x3.rs` on AVX-512, phase planes or bands elsewhere): widths around
+    // the 16- and 32-column vector edges, begin and end pads, ceil overhangs; NaNs in a column
+    // past a vector pair (read only by the third tap), zeros of both signs tied. A max is the
+    // first maximum bit for bit; averages (positions or the padded window counted) within
+    // rounding.
     for w in [1, 2, 3, 15, 16, 17, 31, 33, 34, 35, 66, 111] {
         for ((pt, pl), s) in [(0, 0), (1, 2), (2, 1)]
             .into_iter()
@@ -392,21 +394,37 @@ fn max_3x3_of_stride_1_or_2_is_the_first_maximum_at_every_pad_width_and_level() 
                 xv[(3 * w + 32).min(w * h - 1)] = f32::NAN;
                 xv[w * h + 5 * w + (w - 1).min(32)] = f32::NAN;
                 let x = Tensor::f32(&[1, nc, h, w], xv.clone());
-                let pads = [pt, pl, 0, 3usize.saturating_sub(w + pl)];
-                let a = attrs_2d((3, 3), s, (1, 1), pads, 0)
-                    .with("ceil_mode", AttrValue::Int(ceil as i64));
-                let op = max_pool(&a).unwrap();
-                let out = op.infer(&[&x.meta()]).unwrap()[0].shape.clone();
-                let want = naive_window(&xv, (h, w), (3, 3), s, (1, 1), pads, (out[2], out[3]), 0);
-                let rows = nc * out[2];
-                for level in crate::simd::cpu_levels() {
-                    for cut in [None, Some(rows / 2 + 1)] {
-                        let y = crate::simd::with_level(level, || run(&*op, &x, 1, cut));
-                        for (i, (g, e)) in y[0].as_f32().unwrap().iter().zip(&want).enumerate() {
-                            assert!(
-                                g.to_bits() == e.to_bits() || g.is_nan() && e.is_nan(),
-                                "w {w} pads {pads:?} strides {s:?} ceil {ceil} {level:?} at {i}: {g} vs {e}"
-                            );
+                let end = (pt.min(1), 3usize.saturating_sub(w + pl).max(pl.min(1)));
+                let pads = [pt, pl, end.0, end.1];
+                for (mode, make, cip) in [
+                    (0u8, max_pool as fn(&Attrs) -> _, 0),
+                    (1, average_pool, 0),
+                    (2, average_pool, 1),
+                ] {
+                    let a = attrs_2d((3, 3), s, (1, 1), pads, cip)
+                        .with("ceil_mode", AttrValue::Int(ceil as i64));
+                    let op = make(&a).unwrap();
+                    let out = op.infer(&[&x.meta()]).unwrap()[0].shape.clone();
+                    let o = (out[2], out[3]);
+                    let want = naive_window(&xv, (h, w), (3, 3), s, (1, 1), pads, o, mode);
+                    let rows = nc * out[2];
+                    for level in crate::simd::cpu_levels() {
+                        for cut in [None, Some(rows / 2 + 1)] {
+                            let y = crate::simd::with_level(level, || run(&*op, &x, 1, cut));
+                            let y = y[0].as_f32().unwrap();
+                            for (i, (g, e)) in y.iter().zip(&want).enumerate() {
+                                let ok = g.is_nan() && e.is_nan()
+                                    || if mode == 0 {
+                                        g.to_bits() == e.to_bits()
+                                    } else {
+                                        (g - e).abs() <= 1e-5 + 1e-5 * e.abs()
+                                    };
+                                assert!(
+                                    ok,
+                                    "w {w} pads {pads:?} s {s:?} ceil {ceil} mode {mode} \
+                                     {level:?} at {i}: {g} vs {e}"
+                                );
+                            }
                         }
                     }
                 }
