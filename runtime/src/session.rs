@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use tandem_ops::{Tensor, TensorMeta};
 
 mod cache;
+mod handoff;
 use cache::{learns_from_run, same_placement, uses_gpu, CachedPlan};
 pub use cache::{LEARN_EVERY, LEARN_FIRST};
 
@@ -167,6 +168,8 @@ pub struct Session {
     /// Host buffers kept between runs ([`exec::HostBuffers`]): one store per run in flight, at
     /// most [`KEPT_STORES`] kept.
     host_buffers: Mutex<Vec<exec::HostBuffers>>,
+    /// The last run's time on the pool, for waiting on the next ([`handoff::run_on`]).
+    last_run: handoff::Expected,
 }
 
 /// Stores of host buffers a session keeps between runs (more concurrent runs allocate afresh).
@@ -272,6 +275,7 @@ impl Session {
             constants: GpuConstants::default(),
             fused: Arc::new(fused),
             host_buffers: Mutex::new(Vec::new()),
+            last_run: handoff::Expected::default(),
         })
     }
 
@@ -356,7 +360,7 @@ impl Session {
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         // The executor runs on the session's pool, so that each CPU kernel starts inline
         // instead of through a cross-thread `install` per node (5-10 us each).
-        crate::limits::install(&self.pool, || {
+        handoff::run_on(&self.pool, &self.last_run, || {
             pollster::block_on(self.run_owned_async(inputs))
         })
     }
