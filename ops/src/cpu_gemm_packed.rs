@@ -1,11 +1,14 @@
 //! GEMM against a B packed once: `C = A @ B` where B is a model constant (a MatMul's weight),
-//! packed into panels of [`NR`] columns the first time it is used and kept.
+//! packed into panels of 48 or 64 columns the first time it is used and kept.
 //!
 //! The `gemm` crate packs both operands on every call. For the products of transformer layers
 //! (128 x 384 @ 384 x 1536 in minilm) packing B costs as much as a third of the product, and
-//! onnxruntime packs such weights once at load. Here each panel holds `K x NR` floats, K-major,
-//! so the micro-kernel reads three 16-float vectors per k and broadcasts [`MR`] rows of A read
-//! in place (any strides). AVX-512 only: without it ([`available`] false) callers keep the
+//! onnxruntime packs such weights once at load. Here each panel holds `K x nr` floats, K-major,
+//! so the micro-kernel reads three (or four) 16-float vectors per k and broadcasts 8 (or 6)
+//! rows of A read in place (any strides): 24 accumulators either way. The width is the one
+//! that leaves fewer columns of the last panel empty ([`panel_width`]): 48 for most, 64 for
+//! n = 64, 128, 256 (tiny Llama's and magika's products, a third of whose multiply-adds went to
+//! zero columns at 48). AVX-512 only: without it ([`available`] false) callers keep the
 //! `gemm` crate.
 //!
 //! Sits between `matmul.rs` (which keeps a [`KeptPacking`] per constant-weight MatMul, set by
@@ -15,16 +18,31 @@ use crate::cpu_gemm::{MatRef, Threads};
 use crate::kept::Kept;
 use rayon::prelude::*;
 
-/// Columns of B per panel: three AVX-512 vectors.
-pub const NR: usize = 48;
-/// Rows of A per micro-kernel call: 8 rows x 3 vectors = 24 accumulators of the 32 registers.
-pub const MR: usize = 8;
+/// Columns of B per panel, three or four AVX-512 vectors ([`panel_width`]), and the rows of A
+/// each micro-kernel call takes with it: 8 x 3 or 6 x 4 = 24 accumulators of the 32 registers.
+const WIDTHS: [(usize, usize); 2] = [(48, 8), (64, 6)];
 
-/// B (`k x n`) packed into `n.div_ceil(NR)` panels of `k x NR` floats, columns past `n` zero.
+/// Products of fewer rows than this keep `sgemm` (its single-row kernels read B in place).
+pub const MIN_ROWS: usize = 8;
+
+/// The panel width for `n` columns: the one whose last panel has fewer empty columns (48 on a
+/// tie).
+pub fn panel_width(n: usize) -> usize {
+    let empty = |w: usize| n.div_ceil(w) * w - n;
+    if empty(64) < empty(48) {
+        64
+    } else {
+        48
+    }
+}
+
+/// B (`k x n`) packed into `n.div_ceil(nr)` panels of `k x nr` floats, columns past `n` zero.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackedB {
     pub k: usize,
     pub n: usize,
+    /// Columns per panel ([`panel_width`]).
+    nr: usize,
     data: Vec<f32>,
 }
 
@@ -32,22 +50,23 @@ impl PackedB {
     /// Pack `b` (`k x n`, any strides).
     pub fn pack(b: MatRef, k: usize, n: usize) -> PackedB {
         assert!(b.fits(k, n), "PackedB: B view {k}x{n} out of bounds");
-        let panels = n.div_ceil(NR);
-        let mut data = vec![0.0; panels * k * NR];
-        for (p, panel) in data.chunks_mut((k * NR).max(1)).enumerate().take(panels) {
-            let cols = (n - p * NR).min(NR);
-            for (kk, row) in panel.chunks_mut(NR).enumerate() {
-                let at = b.offset + kk * b.rs + p * NR * b.cs;
+        let nr = panel_width(n);
+        let panels = n.div_ceil(nr);
+        let mut data = vec![0.0; panels * k * nr];
+        for (p, panel) in data.chunks_mut((k * nr).max(1)).enumerate().take(panels) {
+            let cols = (n - p * nr).min(nr);
+            for (kk, row) in panel.chunks_mut(nr).enumerate() {
+                let at = b.offset + kk * b.rs + p * nr * b.cs;
                 for (j, v) in row[..cols].iter_mut().enumerate() {
                     *v = b.data[at + j * b.cs];
                 }
             }
         }
-        PackedB { k, n, data }
+        PackedB { k, n, nr, data }
     }
 
     fn panel(&self, p: usize) -> &[f32] {
-        &self.data[p * self.k * NR..][..self.k * NR]
+        &self.data[p * self.k * self.nr..][..self.k * self.nr]
     }
 }
 
@@ -100,30 +119,31 @@ pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize,
     );
     // Tasks: a panel of columns x a band of rows; bands only where panels are too few to keep
     // every thread busy for several tasks.
-    let panels = n.div_ceil(NR);
+    let (nr, mr) = if b.nr == 64 { WIDTHS[1] } else { WIDTHS[0] };
+    let panels = n.div_ceil(nr);
     let workers = match threads {
         Threads::Pool => rayon::current_num_threads().max(1),
         Threads::Single => 1,
     };
-    let blocks = m.div_ceil(MR);
+    let blocks = m.div_ceil(mr);
     let bands = (4 * workers).div_ceil(panels).clamp(1, blocks);
-    let band = blocks.div_ceil(bands) * MR;
+    let band = blocks.div_ceil(bands) * mr;
     let cptr = CPtr(c.as_mut_ptr());
     let task = |t: usize| {
         let (p, r0) = (t % panels, (t / panels) * band);
-        let cols = (n - p * NR).min(NR);
+        let cols = (n - p * nr).min(nr);
         let panel = b.panel(p);
         let mut i = r0;
         while i < (r0 + band).min(m) {
-            let rows = (m - i).min(MR);
+            let rows = (m - i).min(mr);
             let ai = MatRef {
                 offset: a.offset + i * a.rs,
                 ..a
             };
             // SAFETY: AVX-512F checked above; A's rows i..i+rows and the panel are in bounds
-            // (checked views); C's block (rows i.., columns p*NR.. +cols) is in bounds (checked)
+            // (checked views); C's block (rows i.., columns p*nr.. +cols) is in bounds (checked)
             // and written by this task only (tasks are distinct (panel, band) pairs).
-            unsafe { block(rows, ai, panel, cptr.at(i * ldc + p * NR), ldc, cols) };
+            unsafe { block(rows, ai, (panel, nr), cptr.at(i * ldc + p * nr), ldc, cols) };
             i += rows;
         }
     };
@@ -149,61 +169,78 @@ impl CPtr {
     }
 }
 
-/// One block of `rows <= MR` rows by `cols <= NR` columns.
+/// One block of `rows` rows (at most 8 for a 48-column panel, 6 for a 64-column one) by `cols
+/// <= nr` columns.
 ///
 /// # Safety
-/// AVX-512F present; `a` covers `rows x panel.len() / NR`; `c` covers `rows` rows of `cols`
+/// AVX-512F present; `a` covers `rows x panel.len() / nr`; `c` covers `rows` rows of `cols`
 /// at stride `ldc`, written by no one else during the call.
-unsafe fn block(rows: usize, a: MatRef, panel: &[f32], c: *mut f32, ldc: usize, cols: usize) {
+unsafe fn block(
+    rows: usize,
+    a: MatRef,
+    (panel, nr): (&[f32], usize),
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {
-        match rows {
-            8 => avx512::kernel::<8>(a, panel, c, ldc, cols),
-            7 => avx512::kernel::<7>(a, panel, c, ldc, cols),
-            6 => avx512::kernel::<6>(a, panel, c, ldc, cols),
-            5 => avx512::kernel::<5>(a, panel, c, ldc, cols),
-            4 => avx512::kernel::<4>(a, panel, c, ldc, cols),
-            3 => avx512::kernel::<3>(a, panel, c, ldc, cols),
-            2 => avx512::kernel::<2>(a, panel, c, ldc, cols),
-            _ => avx512::kernel::<1>(a, panel, c, ldc, cols),
+        use avx512::kernel as k;
+        match (nr, rows) {
+            (64, 6) => k::<4, 6>(a, panel, c, ldc, cols),
+            (64, 5) => k::<4, 5>(a, panel, c, ldc, cols),
+            (64, 4) => k::<4, 4>(a, panel, c, ldc, cols),
+            (64, 3) => k::<4, 3>(a, panel, c, ldc, cols),
+            (64, 2) => k::<4, 2>(a, panel, c, ldc, cols),
+            (64, _) => k::<4, 1>(a, panel, c, ldc, cols),
+            (_, 8) => k::<3, 8>(a, panel, c, ldc, cols),
+            (_, 7) => k::<3, 7>(a, panel, c, ldc, cols),
+            (_, 6) => k::<3, 6>(a, panel, c, ldc, cols),
+            (_, 5) => k::<3, 5>(a, panel, c, ldc, cols),
+            (_, 4) => k::<3, 4>(a, panel, c, ldc, cols),
+            (_, 3) => k::<3, 3>(a, panel, c, ldc, cols),
+            (_, 2) => k::<3, 2>(a, panel, c, ldc, cols),
+            _ => k::<3, 1>(a, panel, c, ldc, cols),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (rows, a, panel, c, ldc, cols);
+    let _ = (rows, a, panel, nr, c, ldc, cols);
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{MatRef, NR};
+    use super::MatRef;
     use std::arch::x86_64::*;
 
-    /// `R` rows of A times one panel into C: 3R accumulators over all of K, then masked stores
-    /// of the first `cols` columns.
+    /// `R` rows of A times one panel of `V` vectors into C: `V x R` accumulators over all of K,
+    /// then masked stores of the first `cols` columns.
     ///
     /// # Safety
     /// As [`super::block`], with `R` rows.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn kernel<const R: usize>(
+    pub(super) unsafe fn kernel<const V: usize, const R: usize>(
         a: MatRef,
         panel: &[f32],
         c: *mut f32,
         ldc: usize,
         cols: usize,
     ) {
-        let k = panel.len() / NR;
-        let mut acc = [[_mm512_setzero_ps(); 3]; R];
+        let nr = 16 * V;
+        let k = panel.len() / nr;
+        let mut acc = [[_mm512_setzero_ps(); V]; R];
         let (ap, bp) = (a.data.as_ptr().add(a.offset), panel.as_ptr());
         for kk in 0..k {
-            let b0 = _mm512_loadu_ps(bp.add(kk * NR));
-            let b1 = _mm512_loadu_ps(bp.add(kk * NR + 16));
-            let b2 = _mm512_loadu_ps(bp.add(kk * NR + 32));
+            let mut b = [_mm512_setzero_ps(); V];
+            for (v, b) in b.iter_mut().enumerate() {
+                *b = _mm512_loadu_ps(bp.add(kk * nr + 16 * v));
+            }
             let col = ap.add(kk * a.cs);
             for (i, acc) in acc.iter_mut().enumerate() {
                 let av = _mm512_set1_ps(*col.add(i * a.rs));
-                acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
-                acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
-                acc[2] = _mm512_fmadd_ps(av, b2, acc[2]);
+                for (acc, &b) in acc.iter_mut().zip(&b) {
+                    *acc = _mm512_fmadd_ps(av, b, *acc);
+                }
             }
         }
         for (i, acc) in acc.iter().enumerate() {
@@ -246,18 +283,34 @@ mod tests {
 
     #[test]
     fn packing_keeps_every_element_and_zeroes_the_last_panel_past_n() {
-        let (k, n) = (3, 50);
-        let b = fill(k * n, 1);
-        let p = PackedB::pack(MatRef::row_major(&b, 0, n), k, n);
-        assert_eq!(p.data.len(), 2 * k * NR);
-        for kk in 0..k {
-            for j in 0..n {
-                assert_eq!(p.panel(j / NR)[kk * NR + j % NR], b[kk * n + j]);
+        // 90 columns: two panels of 48 (the second holds 42); 120: two of 64 (the second 56).
+        for (n, nr, last) in [(90, 48, 42), (120, 64, 56)] {
+            let k = 3;
+            let b = fill(k * n, 1);
+            let p = PackedB::pack(MatRef::row_major(&b, 0, n), k, n);
+            assert_eq!((p.nr, p.data.len()), (nr, 2 * k * nr));
+            for kk in 0..k {
+                for j in 0..n {
+                    assert_eq!(p.panel(j / nr)[kk * nr + j % nr], b[kk * n + j]);
+                }
+                assert!(p.panel(1)[kk * nr + last..(kk + 1) * nr]
+                    .iter()
+                    .all(|&v| v == 0.0));
             }
-            assert!(p.panel(1)[kk * NR + 2..(kk + 1) * NR]
-                .iter()
-                .all(|&v| v == 0.0));
         }
+    }
+
+    #[test]
+    fn the_panel_width_leaves_the_fewest_empty_columns() {
+        for n in 1..600 {
+            let w = panel_width(n);
+            let empty = |w: usize| n.div_ceil(w) * w - n;
+            assert!(empty(w) <= empty(48) && empty(w) <= empty(64), "n {n}: {w}");
+        }
+        assert_eq!(
+            [64, 128, 256, 48, 96].map(panel_width),
+            [64, 64, 64, 48, 48]
+        );
     }
 
     #[test]
@@ -268,8 +321,9 @@ mod tests {
             );
             return;
         }
-        // Row tails 1..MR, column tails inside each of the three vectors, K of 1 and odd K,
-        // A read in place with row-major and transposed strides, one thread and the pool.
+        // Row tails of both widths' blocks (8 and 6 rows), column tails inside each vector of
+        // 48- and 64-column panels, K of 1 and odd K, A read in place with row-major and
+        // transposed strides, one thread and the pool.
         for &(m, k, n) in &[
             (1, 1, 1),
             (3, 7, 17),
@@ -277,6 +331,10 @@ mod tests {
             (13, 33, 95),
             (37, 64, 130),
             (128, 96, 200),
+            (13, 5, 64),
+            (23, 40, 120),
+            (37, 17, 250),
+            (128, 128, 256),
         ] {
             let (a, bv) = (fill(m * k, m), fill(k * n, n));
             let b = MatRef::row_major(&bv, 0, n);

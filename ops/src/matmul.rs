@@ -391,7 +391,7 @@ impl Op for MatMul {
         let kept = (self.constant_b.as_ref())
             .filter(|_| {
                 macs >= SMALL_MACS
-                    && g.m >= packed::MR
+                    && g.m >= packed::MIN_ROWS
                     && g.b_bs.iter().all(|&s| s == 0)
                     && packed::available()
             })
