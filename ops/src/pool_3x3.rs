@@ -37,9 +37,10 @@ pub(super) fn applies(g: &Geo) -> bool {
 /// Per-task scratch: the reduced rows of a block, and each vector's load masks.
 type Scratch = (Vec<f32>, Vec<[u16; 4]>);
 
-/// What a window computes: its maximum, or its average, the sum divided by the window's
-/// positions (down times across: `Some(count_include_pad)`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// What a window computes: its maximum, or its average: the sum divided by the window's
+/// positions down times across (inside the input, or the padded window's where
+/// `count_include_pad`).
+#[derive(Debug, Clone, Copy)]
 pub(super) enum Fold {
     Max,
     Average { count_include_pad: bool },
@@ -63,15 +64,14 @@ pub(super) fn pool_f32(x: &[f32], g: &Geo, fold: Fold, y: &mut [f32], first_row:
             })
             .collect()
     };
-    let (down, mut across) = match fold {
+    let (down, across) = match fold {
         Fold::Max => (Vec::new(), Vec::new()),
         Fold::Average { count_include_pad } => {
-            (counts(1, count_include_pad), counts(2, count_include_pad))
+            let mut across = counts(2, count_include_pad);
+            across.resize(ow.next_multiple_of(16), 1.0);
+            (counts(1, count_include_pad), across)
         }
     };
-    if fold != Fold::Max {
-        across.resize(ow.next_multiple_of(16), 1.0);
-    }
     let rows = first_row..first_row + y.len() / ow;
     rows_by_block(y, rows, oh, ow)
         .into_par_iter()
