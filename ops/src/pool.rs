@@ -523,6 +523,19 @@ fn positions(g: &Geo, s: isize, a: usize) -> impl Iterator<Item = usize> {
     taps_before(g, s, a, 0, g.ind[a]).map(move |k| (s + (k * d) as isize) as usize)
 }
 
+/// Per output along axis `a`, the window positions an average divides by: those inside the
+/// input, or (`include_pad`) inside the input and its explicit padding.
+fn window_counts(g: &Geo, a: usize, include_pad: bool) -> impl Iterator<Item = f32> + '_ {
+    (0..g.outd[a]).map(move |o| {
+        let s = (o * g.s[a]) as isize - g.pb[a] as isize;
+        (if include_pad {
+            inside(g, s, a)
+        } else {
+            positions(g, s, a).count()
+        }) as f32
+    })
+}
+
 /// Window positions of axis `a` starting at `s` that lie inside the input or its explicit
 /// padding (not the ceil overhang), for `count_include_pad`.
 fn inside(g: &Geo, s: isize, a: usize) -> usize {

@@ -16,7 +16,7 @@
 //! Sits between [`Pool::pool_planes_f32`](super::Pool) (geometry, the choice of path) and the
 //! CPU's AVX-512 units.
 
-use super::{inside, positions, Geo};
+use super::{window_counts, Geo};
 use crate::shape::rows_by_block;
 use rayon::prelude::*;
 
@@ -52,24 +52,12 @@ pub(super) fn pool_f32(x: &[f32], g: &Geo, fold: Fold, y: &mut [f32], first_row:
     let (oh, ow, plane) = (g.outd[1], g.outd[2], g.ind[1] * g.ind[2]);
     // An average's divisor: positions down (per output row) times across (per output column,
     // whole vectors; 1 past the row's end).
-    let counts = |a: usize, include_pad: bool| -> Vec<f32> {
-        (0..g.outd[a])
-            .map(|o| {
-                let s = (o * g.s[a]) as isize - g.pb[a] as isize;
-                (if include_pad {
-                    inside(g, s, a)
-                } else {
-                    positions(g, s, a).count()
-                }) as f32
-            })
-            .collect()
-    };
     let (down, across) = match fold {
         Fold::Max => (Vec::new(), Vec::new()),
         Fold::Average { count_include_pad } => {
-            let mut across = counts(2, count_include_pad);
+            let mut across: Vec<f32> = window_counts(g, 2, count_include_pad).collect();
             across.resize(ow.next_multiple_of(16), 1.0);
-            (counts(1, count_include_pad), across)
+            (window_counts(g, 1, count_include_pad).collect(), across)
         }
     };
     let rows = first_row..first_row + y.len() / ow;

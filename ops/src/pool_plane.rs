@@ -16,7 +16,8 @@
 //! (possible with dilations and ceil_mode) are computed by the definition.
 
 use super::{
-    inside, interior, max_nan, pool3x3, positions, tap_any, taps, taps3_stride2, Geo, Pool,
+    inside, interior, max_nan, pool3x3, positions, tap_any, taps, taps3_stride2, window_counts,
+    Geo, Pool,
 };
 use crate::phase_planes::{combine, fold_block, Fold, Scratch, Window};
 use crate::shape::rows_by_block;
@@ -164,16 +165,7 @@ impl Pool {
         let table = win.tap_table();
         // An average's divisor per output: its window's positions down times across (the
         // product `band` divides by).
-        let counts = |a: usize| {
-            (0..g.outd[a]).map(move |o| {
-                let s = (o * g.s[a]) as isize - g.pb[a] as isize;
-                (if self.count_include_pad {
-                    inside(g, s, a)
-                } else {
-                    positions(g, s, a).count()
-                }) as f32
-            })
-        };
+        let counts = |a: usize| window_counts(g, a, self.count_include_pad);
         let divisors: Vec<f32> = if self.max {
             Vec::new()
         } else {
