@@ -18,9 +18,9 @@ use crate::cpu_gemm::{MatRef, Threads};
 use crate::kept::Kept;
 use rayon::prelude::*;
 
-/// Columns of B per panel, three or four AVX-512 vectors ([`panel_width`]), and the rows of A
-/// each micro-kernel call takes with it: 8 x 3 or 6 x 4 = 24 accumulators of the 32 registers.
-const WIDTHS: [(usize, usize); 2] = [(48, 8), (64, 6)];
+/// Accumulators of a micro-kernel call (of the 32 vector registers): rows of A times vectors
+/// of a panel, 8 x 3 for 48 columns, 6 x 4 for 64.
+const ACCUMULATORS: usize = 24;
 
 /// Products of fewer rows than this keep `sgemm` (its single-row kernels read B in place).
 pub const MIN_ROWS: usize = 8;
@@ -119,7 +119,7 @@ pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize,
     );
     // Tasks: a panel of columns x a band of rows; bands only where panels are too few to keep
     // every thread busy for several tasks.
-    let (nr, mr) = if b.nr == 64 { WIDTHS[1] } else { WIDTHS[0] };
+    let (nr, mr) = (b.nr, ACCUMULATORS / (b.nr / 16));
     let panels = n.div_ceil(nr);
     let workers = match threads {
         Threads::Pool => rayon::current_num_threads().max(1),
