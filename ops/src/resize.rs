@@ -405,27 +405,73 @@ struct Interp<'a> {
     end: usize,
 }
 
+/// The (offset, weight) combinations of one line's outer axes ([`Interp::outer`]), in two
+/// buffers kept from line to line rather than a new `Vec` per axis and line.
+#[derive(Default)]
+struct Combos {
+    now: Vec<(usize, f32)>,
+    next: Vec<(usize, f32)>,
+}
+
 impl Interp<'_> {
-    /// The (offset, weight) combinations of the outer axes of the line containing flat `j`.
-    fn outer(&self, j: usize, combos: &mut Vec<(usize, f32)>) -> bool {
+    /// The (offset, weight) combinations of the outer axes of the line containing flat `j`,
+    /// into `c.now`; false where the line lies outside the roi.
+    fn outer(&self, j: usize, c: &mut Combos) -> bool {
         let r = self.out_dims.len();
         let mut rem = j / self.out_dims[r - 1];
-        combos.clear();
-        combos.push((0, 1.0));
+        c.now.clear();
+        c.now.push((0, 1.0));
         for d in (0..r - 1).rev() {
-            let c = rem % self.out_dims[d];
+            let at = rem % self.out_dims[d];
             rem /= self.out_dims[d];
-            let Some((t, n)) = self.tables[d][c] else {
+            let Some((t, n)) = self.tables[d][at] else {
                 return false;
             };
-            let prev = std::mem::take(combos);
-            for &(o, w) in &prev {
+            c.next.clear();
+            for &(o, w) in &c.now {
                 for &(to, tw) in &t[..n] {
-                    combos.push((o + to, w * tw));
+                    c.next.push((o + to, w * tw));
                 }
             }
+            std::mem::swap(&mut c.now, &mut c.next);
         }
         true
+    }
+
+    /// The outer coordinates (all axes but the last) of output line `line`.
+    fn line_coords(&self, mut line: usize) -> Vec<usize> {
+        let outer = &self.out_dims[..self.out_dims.len() - 1];
+        let mut coords = vec![0; outer.len()];
+        for (c, &d) in coords.iter_mut().zip(outer).rev() {
+            *c = line % d;
+            line /= d;
+        }
+        coords
+    }
+
+    /// Steps `coords` to the next line's, the last outer axis fastest. Nearest walks lines
+    /// this way: finding each line's taps by divisions and tap lists ([`Interp::outer`]) was
+    /// most of yolov8n's 2x upsamplings (0.2-0.3 ms each on 2 threads, onnxruntime 0.02-0.05;
+    /// now 0.05-0.07).
+    fn next_line(&self, coords: &mut [usize]) {
+        let outer = &self.out_dims[..coords.len()];
+        for (c, &d) in coords.iter_mut().zip(outer).rev() {
+            *c += 1;
+            if *c < d {
+                return;
+            }
+            *c = 0;
+        }
+    }
+
+    /// Nearest: the source offset of a line's first tap on each outer axis, summed; `None`
+    /// where the line lies outside the roi.
+    fn nearest_base(&self, coords: &[usize]) -> Option<usize> {
+        let mut base = 0;
+        for (table, &c) in self.tables.iter().zip(coords) {
+            base += table[c].as_ref()?.0[0].0;
+        }
+        Some(base)
     }
 }
 
@@ -445,7 +491,7 @@ impl Interp<'_> {
             .par_chunks_mut(chunk.max(1))
             .enumerate()
             .for_each(|(ci, block)| {
-                let mut combos = Vec::new();
+                let mut combos = Combos::default();
                 let mut taps = Vec::new();
                 let mut j = self.start + ci * chunk;
                 let mut k = 0;
@@ -457,7 +503,7 @@ impl Interp<'_> {
                         *o = match &last[c0 + t] {
                             Some((lt, ln)) if inside => {
                                 taps.clear();
-                                for &(co, cw) in &combos {
+                                for &(co, cw) in &combos.now {
                                     for &(to, tw) in &lt[..*ln] {
                                         taps.push((co + to, cw * tw));
                                     }
@@ -496,15 +542,15 @@ impl SameTypeKernel for Interp<'_> {
             .par_chunks_mut(chunk)
             .enumerate()
             .for_each(|(ci, block)| {
-                let mut combos = Vec::new();
                 let (mut j, mut k) = (self.start + ci * chunk, 0);
+                let mut coords = self.line_coords(j / n);
                 // The source line of the last whole line written in this block: upsampling
                 // along an outer axis repeats it, and a repeat is a copy.
                 let mut prev: Option<Option<usize>> = None;
                 while k < block.len() {
                     let c0 = j % n;
                     let len = (n - c0).min(block.len() - k);
-                    let base = self.outer(j, &mut combos).then(|| combos[0].0);
+                    let base = self.nearest_base(&coords);
                     if len == n && prev == Some(base) {
                         block.copy_within(k - n..k, k);
                     } else {
@@ -523,6 +569,9 @@ impl SameTypeKernel for Interp<'_> {
                         }
                     }
                     prev = (len == n).then_some(base);
+                    if c0 + len == n {
+                        self.next_line(&mut coords);
+                    }
                     k += len;
                     j += len;
                 }
@@ -754,7 +803,8 @@ mod tests {
     fn nearest_integer_upsampling_matches_the_floor_formula() {
         // asymmetric + floor (ppocr's FPN): out[.., i, j] = x[.., i / sh, j / sw]. Factors
         // along the last axis 1 to 4 (repeated source values, then whole repeated lines),
-        // along the rows 1 to 3, and a 1.5 along the last axis (no repeat pattern).
+        // along the rows 1 to 3, and a 1.5 along the last axis (no repeat pattern). 40
+        // channels, so the output spans many parallel blocks, most starting mid-plane.
         let attrs = Attrs::new(13)
             .with(
                 "coordinate_transformation_mode",
@@ -762,8 +812,8 @@ mod tests {
             )
             .with("nearest_mode", AttrValue::String("floor".into()));
         let near = resize(&attrs).unwrap();
-        let (h, w) = (5, 7);
-        let x: Vec<f32> = (0..2 * 3 * h * w).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let (ch, h, w) = (40, 5, 7);
+        let x: Vec<f32> = (0..2 * ch * h * w).map(|i| i as f32 * 0.5 - 3.0).collect();
         for (sh, sw) in [
             (2.0f32, 2.0f32),
             (1.0, 3.0),
@@ -771,13 +821,13 @@ mod tests {
             (2.0, 1.0),
             (1.0, 1.5),
         ] {
-            let xt = Tensor::f32(&[2, 3, h, w], x.clone());
+            let xt = Tensor::f32(&[2, ch, h, w], x.clone());
             let scales = Tensor::f32(&[4], vec![1.0, 1.0, sh, sw]);
             let y = run(&*near, &[xt, empty(), scales]);
             let (oh, ow) = ((h as f32 * sh) as usize, (w as f32 * sw) as usize);
-            assert_eq!(y.shape, vec![2, 3, oh, ow]);
+            assert_eq!(y.shape, vec![2, ch, oh, ow]);
             let mut want = Vec::new();
-            for p in 0..6 {
+            for p in 0..2 * ch {
                 for i in 0..oh {
                     for j in 0..ow {
                         let (si, sj) = ((i as f32 / sh) as usize, (j as f32 / sw) as usize);
