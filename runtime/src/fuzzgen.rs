@@ -126,6 +126,8 @@ struct Val {
     inexact: bool,
     /// Derived from a discontinuous op applied to an inexact value.
     unstable: bool,
+    /// May hold +-f32::MAX: what a max or min over an empty window or axis gives.
+    extreme: bool,
 }
 
 struct Gen<'a> {
@@ -203,6 +205,7 @@ impl Gen<'_> {
                 meta: TensorMeta::new(DType::F32, shape),
                 inexact: false,
                 unstable: false,
+                extreme: false,
             });
         }
         let count = 1 + self.src.below(8);
@@ -283,6 +286,7 @@ impl Gen<'_> {
             meta: TensorMeta::constant(t),
             inexact: false,
             unstable: false,
+            extreme: false,
         });
         self.vals.len() - 1
     }
@@ -363,9 +367,20 @@ impl Gen<'_> {
         // - A product that overflows depends on its order, even of exact values (300 values up
         //   to 3.875 and one 0): inf * 0 is NaN, so the CPU, which multiplies in 16 SIMD lanes,
         //   gives 0 where the GPU, which reaches inf before the 0, gives NaN.
+        // - A sum over values near f32::MAX (a MaxPool window holding only padding gives
+        //   -f32::MAX) overflows at a point that depends on its order: a ConvTranspose over
+        //   three such channels gave -inf on the CPU and NaN (inf - inf) on the GPU. Values
+        //   pass through exact ops as they are; any other op reading them is unstable.
+        let reads_extreme = cand.inputs.iter().any(|&i| self.vals[i].extreme);
         let unstable = cand.inputs.iter().any(|&i| self.vals[i].unstable)
             || (reads_inexact && DISCONTINUOUS.contains(&cand.op))
+            || (reads_extreme && !EXACT.contains(&cand.op))
             || matches!(cand.op, "Cast" | "CastLike" | "ReduceProd");
+        let extreme = (reads_extreme && EXACT.contains(&cand.op))
+            || matches!(
+                cand.op,
+                "MaxPool" | "GlobalMaxPool" | "ReduceMax" | "ReduceMin"
+            );
         let inexact = reads_inexact || !EXACT.contains(&cand.op);
         let id = self.nodes.len();
         let out_names: Vec<String> = (0..cand.outputs).map(|o| format!("n{id}_{o}")).collect();
@@ -387,6 +402,7 @@ impl Gen<'_> {
                 meta,
                 inexact,
                 unstable,
+                extreme,
             });
         }
         true

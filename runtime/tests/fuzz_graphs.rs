@@ -148,6 +148,10 @@ fn show_seed() {
 ///   on the GPU: undefined in ONNX, so Cast outputs are not compared.
 /// - gen-oom-conv-huge-stride: a depthwise Conv with stride 2^31 (SAME_LOWER, one output)
 ///   made the CPU's plane path allocate a phase plane per stride step: > 2 GB RSS.
+/// - maxpool-empty-window-sum-overflow: a dilated SAME MaxPool whose windows held only padding
+///   gave -f32::MAX, and a ConvTranspose summing three such channels overflowed at a point that
+///   depends on the order (-inf on the CPU, NaN on the GPU): values that may be +-f32::MAX now
+///   make any non-exact op reading them unstable (`fuzzgen`, found by CI's fuzzing).
 /// - slow-*: hostile Resize/Pad outputs of 16-80 MB ran 12-30 s (lavapipe); the fuzz cap
 ///   (`fuzzgen::MAX_HOST_MEMORY`, 8 MiB) now refuses them: every run must be that typed error.
 #[test]
