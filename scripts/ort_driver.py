@@ -10,12 +10,16 @@ status is non-zero.
 Usage:
   ort_driver.py --numpy-gemm N [--threads 2] [--secs T]   (numpy's BLAS on an N^3 f32 matmul)
   ort_driver.py --model M.onnx --input NAME=FILE.npy ... --out-dir DIR
-                [--iters N] [--secs T] [--max-secs X] [--threads 2]
+                [--iters N] [--secs T] [--max-secs X] [--threads 2] [--profile-runs K]
 
 Output JSON: {"runtime": "onnxruntime", "version", "threads", "load_ms", "first_run_ms",
-"samples_ms": [...], "outputs": [{"name", "path"}], "peak_rss_kb"}. peak_rss_kb is the
-process's ru_maxrss (Python + numpy + onnxruntime + the model), so it is an upper bound on
-what onnxruntime itself needs. With --numpy-gemm: {"numpy": version, "gflops": best,
+"samples_ms": [...], "outputs": [{"name", "path"}], "peak_rss_kb", "op_times": [{"op",
+"count", "ms"}]}. peak_rss_kb is the process's ru_maxrss (Python + numpy + onnxruntime + the
+model) before op times are taken, so it is an upper bound on what onnxruntime itself needs.
+op_times (with --profile-runs K > 0, else empty): a second session of the same options with
+onnxruntime's profiler on runs K + 1 times after the timed runs; each node's kernel time is
+its median over the last K (the first is that session's warm-up), summed per op type (onnxruntime's own types after its fusions:
+FusedConv, QuickGelu, ReorderInput, ...), largest first. The timed runs never profile. With --numpy-gemm: {"numpy": version, "gflops": best,
 "blas": the BLAS numpy links}; the thread count is set through the BLAS environment variables
 before numpy loads.
 """
@@ -52,6 +56,32 @@ def numpy_gemm(n, threads, secs):
     sys.stdout.write("\n")
 
 
+def op_times(model, opts, feeds, names, runs, out_dir):
+    """Per op type, the summed median kernel time of its nodes over `runs` profiled runs."""
+    import collections
+    import statistics
+
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(out_dir, "ort_profile")
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    for _ in range(runs + 1):  # the first run (a new session's warm-up) is left out below
+        sess.run(names, feeds)
+    path = sess.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    os.remove(path)
+    per_node = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            per_node[(e["name"], e.get("args", {}).get("op_name", "?"))].append(e["dur"])
+    by_op = collections.defaultdict(lambda: [0, 0.0])
+    for (_, op), durs in per_node.items():
+        by_op[op][0] += 1
+        by_op[op][1] += statistics.median(durs[1:] or durs) / 1e3
+    rows = [{"op": op, "count": c, "ms": ms} for op, (c, ms) in by_op.items()]
+    return sorted(rows, key=lambda r: -r["ms"])
+
+
 def safe(name):
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
@@ -67,6 +97,7 @@ def main():
     p.add_argument("--secs", type=float, default=2.0)
     p.add_argument("--max-secs", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--profile-runs", type=int, default=0, metavar="K")
     a = p.parse_args()
     if a.numpy_gemm:
         return numpy_gemm(a.numpy_gemm, a.threads, a.secs)
@@ -110,6 +141,8 @@ def main():
         path = os.path.join(a.out_dir, safe(name) + ".npy")
         np.save(path, np.ascontiguousarray(value))
         written.append({"name": name, "path": path})
+    peak_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    ops = op_times(a.model, opts, feeds, names, a.profile_runs, a.out_dir) if a.profile_runs else []
 
     json.dump(
         {
@@ -120,7 +153,8 @@ def main():
             "first_run_ms": first_ms,
             "samples_ms": samples,
             "outputs": written,
-            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "peak_rss_kb": peak_rss_kb,
+            "op_times": ops,
         },
         sys.stdout,
     )

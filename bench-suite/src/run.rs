@@ -456,6 +456,12 @@ pub fn main(mut args: Args) -> Result<()> {
                     m.name,
                     r.label()
                 )),
+                // Per-op times are what "where tandem misses" and the breakdown plot show.
+                _ if r.op_times.is_empty() && r.runtime == "onnxruntime" => Some(format!(
+                    "{} {}: no per-op times (onnxruntime's profiler)",
+                    m.name,
+                    r.label()
+                )),
                 _ => None,
             })
             .collect();

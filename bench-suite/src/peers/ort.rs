@@ -6,7 +6,7 @@
 //! The Python is `$TANDEM_BENCH_PYTHON`, else `<repo>/.venv/bin/python` (made by setup.sh).
 
 use crate::models::{max_abs_diff, Named};
-use crate::schema::{Cold, Row};
+use crate::schema::{Cold, OpTime, Row};
 use crate::stats::{Latency, RunRule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,15 @@ struct DriverOut {
     samples_ms: Vec<f64>,
     outputs: Vec<DriverOutput>,
     peak_rss_kb: f64,
+    /// Per op type, from a profiled session after the timed runs (`--profile-runs`).
+    #[serde(default)]
+    op_times: Vec<OpTime>,
+}
+
+/// Profiled runs for onnxruntime's per-op times: the rule's run count, within 3..=10 (each is
+/// a run beyond the timed ones, in a second session).
+fn profile_runs(rule: &RunRule) -> usize {
+    rule.min_iters.clamp(3, 10)
 }
 
 /// One output file of a driver report (`ort_driver.py`'s protocol, which burn's driver speaks
@@ -114,7 +123,8 @@ fn run(
         .args(["--iters", &rule.min_iters.to_string()])
         .args(["--secs", &rule.min_secs.to_string()])
         .args(["--max-secs", &rule.max_secs.to_string()])
-        .args(["--threads", &threads.to_string()]);
+        .args(["--threads", &threads.to_string()])
+        .args(["--profile-runs", &profile_runs(rule).to_string()]);
     for (k, (name, t)) in inputs.iter().enumerate() {
         let p = in_dir.join(format!("{k}_{}.npy", safe(name)));
         std::fs::write(&p, tandem::npy::to_npy(t)).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -155,6 +165,7 @@ fn run(
         row.notes
             .push("this run's outputs are the reference".into());
     }
+    row.op_times = d.op_times;
     fill_timing(
         &mut row,
         d.load_ms,

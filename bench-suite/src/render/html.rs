@@ -51,7 +51,7 @@ pub fn page(r: &Report) -> String {
     s += "<h3>tandem cpu / peer (median latency; left of 1x: tandem faster)</h3>";
     s += &svg::ratio_chart(r);
     s += &table(&tables::cold_starts(r));
-    let misses = tables::misses(r);
+    let misses = tables::misses(&r.models);
     if !misses.rows.is_empty() {
         s += &table(&misses);
     }
@@ -65,7 +65,7 @@ pub fn page(r: &Report) -> String {
         s += &svg::latency_plot(model);
         let breakdown = svg::op_breakdown(model);
         if !breakdown.is_empty() {
-            s += "<h3>Time per op type (median run)</h3>";
+            s += "<h3>Time per op type (tandem: its median run; onnxruntime: each node's median over its profiled runs)</h3>";
             s += &breakdown;
         }
         let shown = ["auto", "gpu", "cpu"]

@@ -160,7 +160,8 @@ fn op_color(op: &str, top: &[String]) -> &'static str {
         .map_or("#bbb", |i| PALETTE[i])
 }
 
-/// Stacked bars of time per op type, one per tandem row of `m` (top 9 op types + other).
+/// Stacked bars of time per op type, one per row of `m` that has per-op times (tandem's rows
+/// and onnxruntime's; top 9 op types + other).
 pub fn op_breakdown(m: &ModelResult) -> String {
     let rows: Vec<&Row> = m.rows.iter().filter(|r| !r.op_times.is_empty()).collect();
     if rows.is_empty() {

@@ -218,9 +218,9 @@ pub fn model_rows(m: &ModelResult) -> Table {
     }
 }
 
-/// Top `k` op types by time of `runtime placement` in `m`: `Op 12.3 ms (40%)`.
-pub fn top_ops(m: &ModelResult, placement: &str, k: usize) -> String {
-    let Some(row) = find(m, "tandem", placement) else {
+/// Top `k` op types by time of `runtime placement` in `m`: `Op 12.3 ms (40%, 5x)`.
+pub fn top_ops(m: &ModelResult, runtime: &str, placement: &str, k: usize) -> String {
+    let Some(row) = find(m, runtime, placement).filter(|r| !r.op_times.is_empty()) else {
         return "-".into();
     };
     let total: f64 = row.op_times.iter().map(|o| o.ms).sum();
@@ -240,10 +240,10 @@ pub fn top_ops(m: &ModelResult, placement: &str, k: usize) -> String {
         .join(", ")
 }
 
-/// Where tandem cpu is slower than onnxruntime: the top three op types by time.
-pub fn misses(r: &Report) -> Table {
-    let rows = r
-        .models
+/// Where tandem cpu is slower than onnxruntime: the top three op types by time of each (its
+/// own op types: onnxruntime's are those its profiler names after its fusions).
+pub fn misses(models: &[ModelResult]) -> Table {
+    let rows = models
         .iter()
         .filter_map(|m| {
             let (c, o) = (p50(m, "tandem", "cpu")?, p50(m, "onnxruntime", "cpu")?);
@@ -251,14 +251,20 @@ pub fn misses(r: &Report) -> Table {
                 vec![
                     m.name.clone(),
                     format!("{:.2}x", c / o),
-                    top_ops(m, "cpu", 3),
+                    top_ops(m, "tandem", "cpu", 3),
+                    top_ops(m, "onnxruntime", "cpu", 3),
                 ]
             })
         })
         .collect();
     Table {
-        title: "Where tandem cpu misses onnxruntime: top three op types by time (cpu row)".into(),
-        head: vec!["model".into(), "cpu/ORT".into(), "top ops".into()],
+        title: "Where tandem cpu misses onnxruntime: top three op types by time of each".into(),
+        head: vec![
+            "model".into(),
+            "cpu/ORT".into(),
+            "tandem cpu top ops".into(),
+            "onnxruntime top ops".into(),
+        ],
         rows,
     }
 }
@@ -290,7 +296,7 @@ pub fn gemm(g: &GemmResult) -> Table {
 
 /// Every table of the report, in reading order.
 pub fn all(r: &Report) -> Vec<Table> {
-    let mut t = vec![summary(r), cold_starts(r), misses(r)];
+    let mut t = vec![summary(r), cold_starts(r), misses(&r.models)];
     t.extend(r.gemm.iter().map(gemm));
     t.extend(r.models.iter().map(model_rows));
     t
@@ -383,4 +389,88 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::OpTime;
+    use crate::stats::{Latency, RunRule};
+
+    fn row(runtime: &str, p50: f64, ops: &[(&str, usize, f64)]) -> Row {
+        let mut r = Row::failed(runtime, "cpu", "v", String::new());
+        r.error = None;
+        let rule = RunRule {
+            min_iters: 1,
+            min_secs: 0.0,
+            max_secs: 1.0,
+        };
+        r.latency = Some(Latency::from_samples(vec![p50; 3], &rule));
+        r.op_times = (ops.iter())
+            .map(|&(op, count, ms)| OpTime {
+                op: op.into(),
+                count,
+                ms,
+            })
+            .collect();
+        r
+    }
+
+    fn model(name: &str, rows: Vec<Row>) -> ModelResult {
+        ModelResult {
+            name: name.into(),
+            path: String::new(),
+            inputs: Vec::new(),
+            reference: "test_data".into(),
+            rows,
+        }
+    }
+
+    #[test]
+    fn misses_list_the_top_ops_of_tandem_and_of_onnxruntime() {
+        let slow = model(
+            "slow",
+            vec![
+                row("tandem", 4.0, &[("Conv", 5, 3.0), ("Relu", 5, 0.5)]),
+                row(
+                    "onnxruntime",
+                    2.0,
+                    &[("FusedConv", 5, 1.5), ("ReorderInput", 1, 0.2)],
+                ),
+            ],
+        );
+        let fast = model(
+            "fast",
+            vec![
+                row("tandem", 1.0, &[("Conv", 1, 0.9)]),
+                row("onnxruntime", 2.0, &[("Conv", 1, 1.8)]),
+            ],
+        );
+        let unprofiled = model(
+            "unprofiled",
+            vec![
+                row("tandem", 3.0, &[("MatMul", 2, 2.5)]),
+                row("onnxruntime", 1.0, &[]),
+            ],
+        );
+        let t = misses(&[slow, fast, unprofiled]);
+        assert_eq!(t.head.len(), 4);
+        assert_eq!(
+            t.rows,
+            vec![
+                vec![
+                    "slow".to_string(),
+                    "2.00x".into(),
+                    "Conv 3.00 ms (86%, 5x), Relu 0.50 ms (14%, 5x)".into(),
+                    "FusedConv 1.50 ms (88%, 5x), ReorderInput 0.20 ms (12%, 1x)".into(),
+                ],
+                vec![
+                    "unprofiled".to_string(),
+                    "3.00x".into(),
+                    "MatMul 2.50 ms (100%, 2x)".into(),
+                    "-".into(),
+                ],
+            ]
+        );
+    }
 }
