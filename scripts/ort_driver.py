@@ -18,8 +18,9 @@ Output JSON: {"runtime": "onnxruntime", "version", "threads", "load_ms", "first_
 model) before op times are taken, so it is an upper bound on what onnxruntime itself needs.
 op_times (with --profile-runs K > 0, else empty): a second session of the same options with
 onnxruntime's profiler on runs K + 1 times after the timed runs; each node's kernel time is
-its median over the last K (the first is that session's warm-up), summed per op type (onnxruntime's own types after its fusions:
-FusedConv, QuickGelu, ReorderInput, ...), largest first. The timed runs never profile. With --numpy-gemm: {"numpy": version, "gflops": best,
+its median over the last K (the first is that session's warm-up), summed per op type
+(onnxruntime's own types after its fusions: FusedConv, QuickGelu, ReorderInput, ...), largest
+first. The timed runs never profile. With --numpy-gemm: {"numpy": version, "gflops": best,
 "blas": the BLAS numpy links}; the thread count is set through the BLAS environment variables
 before numpy loads.
 """
