@@ -392,14 +392,19 @@ pub(super) fn gemm_path(
             units.push((n, grp, rs, union));
         }
     }
-    // Pixel chunks of a union: of about 256K im2col elements (a 1x1 conv reads X in place:
-    // one chunk), a multiple of the thread count where there are pixels enough, so no thread
+    // Pixel chunks of a union: of about 256K im2col elements, and of at most 64K output
+    // elements (`chans` channels of its pixels) down to 1024 pixels, so that the epilogue
+    // finds the block the GEMM wrote still in L2 (a conv over few input channels, such as a
+    // network's first, would otherwise write megabytes first); a 1x1 conv reads X in place:
+    // one chunk. A multiple of the thread count where there are pixels enough, so no thread
     // idles through a last round.
-    let count = |pixels: usize| {
+    let count = |pixels: usize, chans: usize| {
         let target = if direct_b {
             pixels
         } else {
-            (262_144 / ckk).max(64)
+            (262_144 / ckk)
+                .min((65_536 / chans.max(1)).max(1024))
+                .max(64)
         };
         let count = pixels.div_ceil(target);
         if pixels >= 64 * threads {
@@ -408,15 +413,16 @@ pub(super) fn gemm_path(
             count
         }
     };
-    let chunks: usize = units.iter().map(|u| count(u.3.len())).sum();
+    let chans = |rs: &[Rect]| rs.iter().map(|r| r.oc.len()).max().unwrap();
+    let chunks: usize = units.iter().map(|u| count(u.3.len(), chans(&u.2))).sum();
     let mut tasks: Vec<Task> = Vec::new();
     for (n, grp, rs, union) in units {
-        let chans = rs.iter().map(|r| r.oc.len()).max().unwrap();
+        let chans = chans(&rs);
         if chans >= union.len() || chunks < threads {
             tile_split(g, (x, w, b, ep), z, optr, (n, grp), &rs, union, direct_b);
             continue;
         }
-        let chunk = union.len().div_ceil(count(union.len()));
+        let chunk = union.len().div_ceil(count(union.len(), chans));
         let rs = std::sync::Arc::new(rs);
         let mut p = union.start;
         while p < union.end {

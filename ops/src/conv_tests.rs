@@ -230,7 +230,8 @@ fn conv_matches_definition() {
 /// The paths added for speed, each against the 7-loop definition: 1-D convolutions (one
 /// pixel per output line: the strided im2col column), tiled GEMMs (at least as many output
 /// channels as pixels: one shared im2col block, or X read directly for 1x1), grouped tiles, depthwise lines batched per task with strides and dilations, and the
-/// shifted-copy im2col of stride-1 convs whose output rows are as long as their input rows.
+/// shifted-copy im2col of stride-1 convs whose output rows are as long as their input rows,
+/// and pixel chunks cut by their output size.
 #[test]
 fn fast_paths_match_definition() {
     type Case = (
@@ -271,6 +272,9 @@ fn fast_paths_match_definition() {
         ([1, 24, 37, 29], 20, [5, 5], 1, [1, 1], [1, 1], [2, 2, 2, 2]),
         ([2, 6, 11, 13], 7, [3, 3], 1, [1, 1], [1, 1], [0, 2, 2, 0]),
         ([1, 5, 8, 9], 9, [3, 3], 1, [1, 1], [2, 1], [3, 1, 1, 1]),
+        // A first layer (3 input channels, 64 outputs, 3x3/2): pixel chunks cut at 1024 by
+        // the cap on output elements, mid-row.
+        ([1, 3, 70, 70], 64, [3, 3], 1, [2, 2], [1, 1], [1, 1, 1, 1]),
         (
             [1, 32, 56, 56],
             32,
