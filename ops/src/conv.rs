@@ -198,6 +198,41 @@ pub struct Geom2 {
 }
 
 impl Geom2 {
+    /// The geometry of a 1-D or 2-D convolution (a 1-D one as 2-D, one column wide) from X's
+    /// dims `[N, C, H(, W)]`, `m` output channels, each spatial axis's parameters and (output
+    /// size, begin pad), and `(group, cg, mg)`.
+    pub fn of_axes(
+        x: &[usize],
+        m: usize,
+        (axes, outs): (&[AxisParams], &[(usize, i64)]),
+        (group, cg, mg): (usize, usize, usize),
+    ) -> Geom2 {
+        let (ax_w, (ow, pl), w) = match (axes.get(1), outs.get(1)) {
+            (Some(&a), Some(&o)) => (a, o, x[3]),
+            _ => ((1, 1, 1, 0, 0), (1, 0), 1),
+        };
+        Geom2 {
+            n: x[0],
+            c: x[1],
+            h: x[2],
+            w,
+            m,
+            kh: axes[0].0,
+            kw: ax_w.0,
+            sh: axes[0].1,
+            sw: ax_w.1,
+            dh: axes[0].2,
+            dw: ax_w.2,
+            pt: outs[0].1,
+            pl,
+            oh: outs[0].0,
+            ow,
+            group,
+            cg,
+            mg,
+        }
+    }
+
     /// Elements per kernel window of one output channel: `cg * kh * kw`.
     pub fn ckk(&self) -> usize {
         self.cg * self.kh * self.kw
@@ -517,32 +552,7 @@ impl Conv {
                 )));
             }
         }
-        let one = (1, 1, 1, 0, 0);
-        let (ax_w, (ow, pl), wdim) = if r == 2 {
-            (axes[1], outs[1], x[3])
-        } else {
-            (one, (1, 0), 1)
-        };
-        let g = Geom2 {
-            n,
-            c,
-            h: x[2],
-            w: wdim,
-            m,
-            kh: axes[0].0,
-            kw: ax_w.0,
-            sh: axes[0].1,
-            sw: ax_w.1,
-            dh: axes[0].2,
-            dw: ax_w.2,
-            pt: outs[0].1,
-            pl,
-            oh: outs[0].0,
-            ow,
-            group,
-            cg: w[1],
-            mg: m / group,
-        };
+        let g = Geom2::of_axes(x, m, (&axes, &outs), (group, w[1], m / group));
         Ok((g, shape))
     }
 }

@@ -132,32 +132,7 @@ impl ConvTranspose {
         }
         let mut shape = vec![n, m];
         shape.extend(outs.iter().map(|o| o.0));
-        let one = (1, 1, 1, 0, 0);
-        let (ax_w, (ow, pl), wdim) = if r == 2 {
-            (axes[1], outs[1], x[3])
-        } else {
-            (one, (1, 0), 1)
-        };
-        let g = Geom2 {
-            n,
-            c,
-            h: x[2],
-            w: wdim,
-            m,
-            kh: axes[0].0,
-            kw: ax_w.0,
-            sh: axes[0].1,
-            sw: ax_w.1,
-            dh: axes[0].2,
-            dw: ax_w.2,
-            pt: outs[0].1,
-            pl,
-            oh: outs[0].0,
-            ow,
-            group,
-            cg: c / group,
-            mg: w[1],
-        };
+        let g = Geom2::of_axes(x, m, (&axes, &outs), (group, c / group, w[1]));
         Ok((g, shape))
     }
 }
