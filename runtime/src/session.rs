@@ -19,6 +19,7 @@ use tandem_ops::{Tensor, TensorMeta};
 
 mod cache;
 mod handoff;
+mod spin;
 use cache::{learns_from_run, same_placement, uses_gpu, CachedPlan};
 pub use cache::{LEARN_EVERY, LEARN_FIRST};
 
