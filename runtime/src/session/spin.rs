@@ -97,13 +97,19 @@ fn enabled() -> bool {
 }
 
 /// Spawn up to two more spinners, then run the pool's pending jobs as they come until `stop`,
-/// or [`IDLE`] without any; whether it spun at all: not on the run's own worker, inside another
-/// spinner, or when taken later than [`CLAIM`].
+/// or [`IDLE`] without any; whether it spun at all: not when taken later than [`CLAIM`], and
+/// not on the run's own worker or inside another spinner (it is spawned again instead).
 fn spin(shared: &Arc<Shared>, spawned: Instant) -> bool {
-    if rayon::current_thread_index() == Some(shared.home)
-        || SPINNING.with(Cell::get)
-        || spawned.elapsed() > CLAIM
-    {
+    if spawned.elapsed() > CLAIM {
+        return false;
+    }
+    if rayon::current_thread_index() == Some(shared.home) || SPINNING.with(Cell::get) {
+        // Handed on, so that the spinners it would spawn are not lost: another worker may
+        // take it until it is late.
+        let shared = shared.clone();
+        rayon::spawn(move || {
+            spin(&shared, spawned);
+        });
         return false;
     }
     SPINNING.with(|s| s.set(true));
