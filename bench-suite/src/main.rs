@@ -8,6 +8,13 @@
 use clap::Parser;
 use tandem_bench::Subcommand;
 
+/// mimalloc, not glibc malloc: the runtime allocates small shape vectors in every node and frees
+/// tensors on other threads than made them; glibc cost the tiny Llama decode step about 12 % of
+/// its time and page-faulted on every convnet run (docs/bench.md, "mimalloc"). Peers measured
+/// in this process (tract) share it; onnxruntime runs in its own (Python) with its arena.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 macro_rules! subcommands {
     ($($(#[$doc:meta])* $variant:ident => $args:ty),* $(,)?) => {
         #[derive(clap::Subcommand)]

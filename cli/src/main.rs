@@ -3,6 +3,13 @@
 //!
 //! Sits between a user's shell and the `tandem` library; holds no runtime logic of its own.
 
+/// mimalloc, not glibc malloc: the runtime allocates small shape vectors in every node and frees
+/// tensors on other threads than made them; glibc cost the tiny Llama decode step about 12 % of
+/// its time and page-faulted on every convnet run (docs/bench.md, "mimalloc"). A program that
+/// embeds `tandem` chooses its own allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod calibrate;
 mod demo;
 mod inputs;
