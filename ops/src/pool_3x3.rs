@@ -179,7 +179,12 @@ mod avx512 {
             0 => 0xffff,
             r => (1u16 << r) - 1,
         };
-        for (i, out) in lines.zip(dst.chunks_exact_mut(ow)) {
+        // Output rows are stored a whole vector at a time: a row's last vector runs into the next
+        // rows, whose own stores overwrite that later. Only a store that would run past `dst` is
+        // masked (masked stores cost a third of an inception 3x3/1 pool's time).
+        assert_eq!(dst.len(), lines.len() * ow, "pool 3x3: output block size");
+        let (out, room) = (dst.as_mut_ptr(), dst.len());
+        for (j, i) in lines.enumerate() {
             // Window rows inside the plane, as rows of `across`.
             let top = (sh * i).saturating_sub(pt) - first;
             let bottom = ((sh * i + 3).saturating_sub(pt).min(h)) - first;
@@ -194,8 +199,12 @@ mod avx512 {
                     let count = _mm512_loadu_ps(across_counts.as_ptr().add(16 * v));
                     m = _mm512_div_ps(m, _mm512_mul_ps(count, _mm512_set1_ps(down[i])));
                 }
-                let mask = if v + 1 == vecs { tail } else { 0xffff };
-                _mm512_mask_storeu_ps(out.as_mut_ptr().add(16 * v), mask, m);
+                let first = j * ow + 16 * v;
+                if first + 16 <= room {
+                    _mm512_storeu_ps(out.add(first), m);
+                } else {
+                    _mm512_mask_storeu_ps(out.add(first), tail, m);
+                }
             }
         }
     }
