@@ -425,22 +425,27 @@ pub struct Conv {
     /// Nodes folded into this one, in graph order (empty for a plain Conv).
     pub absorbed: Vec<Absorbed>,
     /// `Some` when W is a constant of the model ([`Conv::with_constant_weight`], set at load
-    /// time): the CPU's Winograd transform of W is then computed once and kept.
-    pub constant_weight: Option<WinogradWeights>,
+    /// time): the CPU's Winograd transform of W, or W packed for `conv_packed.rs`, is then
+    /// computed once and kept.
+    pub constant_weight: Option<ConstantWeight>,
 }
 
-/// W's Winograd transform (`[M][16][C]`), filled by the first CPU call that takes the
-/// Winograd path and reused by every later one (shared by clones of the op). Only for a W
-/// that cannot change between runs: a model constant, never a fed input.
+/// What the CPU derives from a constant W and keeps (shared by clones of the op): W's
+/// Winograd transform (`[M][16][C]`) and W packed for `conv_packed.rs`, each made by the first
+/// call whose path uses it. Only for a W that cannot change between runs: a model constant,
+/// never a fed input.
 #[derive(Clone, Default, Debug)]
-pub struct WinogradWeights(crate::kept::Kept<Vec<f32>>);
+pub struct ConstantWeight {
+    winograd: crate::kept::Kept<Vec<f32>>,
+    packed: crate::cpu_gemm_packed::KeptPacking,
+}
 
-impl WinogradWeights {
+impl ConstantWeight {
     /// The transform of `w` for geometry `g`: computed on the first call (with no lock held, so
     /// racing first calls each compute it and one result is kept), then the kept one.
-    fn get(&self, g: &Geom2, w: &[f32]) -> &[f32] {
+    fn winograd(&self, g: &Geom2, w: &[f32]) -> &[f32] {
         let len = g.m * cpu::winograd::POINTS * g.c;
-        let u = self.0.get_or_make(|| {
+        let u = self.winograd.get_or_make(|| {
             let mut u = vec![0.0; len];
             cpu::winograd::transform_weights(w, g.c, 0..g.m, &mut u);
             u
@@ -451,6 +456,12 @@ impl WinogradWeights {
             "Conv: kept Winograd weights of another geometry"
         );
         u
+    }
+
+    /// `w` packed as the `K x M` B of `conv_packed.rs` (made on the first call, then kept).
+    fn packed(&self, g: &Geom2, w: &[f32]) -> &crate::cpu_gemm_packed::PackedB {
+        let wt = crate::cpu_gemm::MatRef::row_major(w, 0, g.ckk()).t();
+        self.packed.get(wt, g.ckk(), g.m)
     }
 }
 
@@ -472,7 +483,7 @@ impl Conv {
     /// every call.
     pub fn with_constant_weight(&self) -> Conv {
         Conv {
-            constant_weight: Some(WinogradWeights::default()),
+            constant_weight: Some(ConstantWeight::default()),
             ..self.clone()
         }
     }
@@ -675,11 +686,12 @@ impl Op for Conv {
         let b = ins.get(2).map(|t| f32_in("Conv", t)).transpose()?;
         let z = ins.get(3).map(|t| f32_in("Conv", t)).transpose()?;
         let out = f32_out("Conv", &mut outs[0])?;
-        let kept = match &self.constant_weight {
-            Some(u) if self.cpu_takes_winograd(&g) => Some(u.get(&g, w)),
-            _ => None,
+        let (kept, packed) = match &self.constant_weight {
+            Some(u) if self.cpu_takes_winograd(&g) => (Some(u.winograd(&g, w)), None),
+            Some(u) if cpu::packed::applies(&g, &rows) => (None, Some(u.packed(&g, w))),
+            _ => (None, None),
         };
-        conv_cpu(&g, x, (w, kept), (b, z), self.epilogue(), out, rows);
+        conv_cpu(&g, x, (w, kept, packed), (b, z), self.epilogue(), out, rows);
         Ok(())
     }
 

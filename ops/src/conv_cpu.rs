@@ -8,13 +8,16 @@
 //!
 //! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
 //! 3x3 stride-1 convs with enough channels take Winograd F(2x2, 3x3) instead
-//! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off).
+//! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off), and
+//! other convs of a constant W with many output channels and a long K the GEMM on W packed
+//! once (`conv_packed.rs`, [`packed::applies`]).
 //!
 //! Sits between the Conv operator (`conv.rs`: attributes, geometry `Geom2`, the GPU kernel) and
 //! the shared CPU GEMM (`cpu_gemm.rs`).
 
 use super::*;
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
+use crate::cpu_gemm_packed::PackedB;
 use crate::phase_planes::strided_copy;
 use rayon::prelude::*;
 
@@ -23,6 +26,9 @@ pub(super) mod winograd;
 
 #[path = "conv_planes.rs"]
 mod planes;
+
+#[path = "conv_packed.rs"]
+pub(super) mod packed;
 
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -677,13 +683,14 @@ fn epilogue_plain(
 /// Compute output lines `rows` of a convolution on the CPU (f32), `ep` applied to each
 /// output block right after it is computed. `kept` is W's Winograd transform where the op
 /// keeps one ([`Conv::with_constant_weight`]); without it the Winograd path transforms W on
-/// every call. `z` is the residual `ep.residual` places (of the output's shape): added in a
+/// every call. `packed` is W packed for `conv_packed.rs`, where the op keeps it and that path
+/// applies ([`packed::applies`]). `z` is the residual `ep.residual` places (of the output's shape): added in a
 /// pass over the rows after the direct and Winograd paths, with the rest of the epilogue where
 /// it comes after the residual.
 pub fn conv_cpu(
     g: &Geom2,
     x: &[f32],
-    (w, kept): (&[f32], Option<&[f32]>),
+    (w, kept, packed): (&[f32], Option<&[f32]>, Option<&PackedB>),
     (b, z): (Option<&[f32]>, Option<&[f32]>),
     ep: Epilogue,
     out: &mut [f32],
@@ -699,6 +706,9 @@ pub fn conv_cpu(
     } else {
         ep
     };
+    if let Some(packed) = packed {
+        return packed::packed_path(g, x, (packed, b, ep), z, out, rows);
+    }
     if g.cg == 1 {
         direct_path(g, x, (w, b, first), out, rows.clone());
     } else if winograd::applies(g, kept.is_some()) {

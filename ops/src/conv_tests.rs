@@ -698,3 +698,83 @@ fn depthwise_sums_taps_in_window_order() {
         }
     }
 }
+
+/// Convs whose W is kept packed (`conv_packed.rs`: constant W, at least 96 output channels and
+/// K of 256, AVX-512) against the definition: a 1x1 read in place over two images, a strided
+/// 1x1 and a strided 3x3 through im2col, magika's 5x1 shape (smaller), output channels that
+/// end mid-panel, with and without bias, and Relu; a row range that starts inside an image
+/// keeps `gemm_path` (same values).
+#[test]
+fn packed_weights_match_definition() {
+    type Case = ([usize; 4], usize, [usize; 2], [usize; 2], [i64; 4]);
+    let cases: &[Case] = &[
+        ([2, 256, 9, 11], 100, [1, 1], [1, 1], [0, 0, 0, 0]),
+        ([1, 256, 9, 9], 130, [1, 1], [2, 2], [0, 0, 0, 0]),
+        ([1, 32, 15, 13], 96, [3, 3], [2, 2], [1, 1, 1, 1]),
+        ([1, 64, 40, 1], 144, [5, 1], [1, 1], [0, 0, 0, 0]),
+    ];
+    for &(xs, m, k, s, pads) in cases {
+        let g = [1, 1];
+        let ws = [m, xs[1], k[0], k[1]];
+        let x = Tensor::f32(&xs, fill(xs.iter().product(), 1));
+        let w = Tensor::f32(&ws, fill(ws.iter().product(), 2));
+        let b = Tensor::f32(&[m], fill(m, 3));
+        let attrs = Attrs::new(11)
+            .with(
+                "strides",
+                AttrValue::Ints(s.iter().map(|&v| v as i64).collect()),
+            )
+            .with("pads", AttrValue::Ints(pads.to_vec()));
+        for (bias, relu) in [(true, false), (false, false), (true, true)] {
+            let op = Conv {
+                activation: if relu {
+                    Activation::Relu
+                } else {
+                    Activation::None
+                },
+                ..Conv {
+                    attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
+                    activation: Activation::None,
+                    post: None,
+                    residual: Residual::None,
+                    absorbed: Vec::new(),
+                    constant_weight: None,
+                }
+                .with_constant_weight()
+            };
+            let mut ins = vec![x.clone(), w.clone()];
+            if bias {
+                ins.push(b.clone());
+            }
+            let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
+            let mrefs: Vec<&TensorMeta> = metas.iter().collect();
+            let oshape = op.infer(&mrefs).unwrap()[0].shape.clone();
+            let o = [oshape[2], oshape[3]];
+            let (gw, pd) = (w.as_f32().unwrap(), [pads[0], pads[1]]);
+            let bv = bias.then(|| b.as_f32().unwrap());
+            let mut want = naive(x.as_f32().unwrap(), xs, gw, ws, bv, 1, s, g, pd, o);
+            if relu {
+                want.iter_mut().for_each(|v| *v = v.max(0.0));
+            }
+            let rows = oshape[0] * oshape[1] * oshape[2];
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let cut = rows / 3 + 1;
+            for parts in [[0..rows, rows..rows], [0..cut, cut..rows]] {
+                let mut out = vec![Tensor::zeros(DType::F32, &oshape)];
+                for r in parts {
+                    op.cpu(&refs, &mut out, r).unwrap();
+                }
+                for (i, (gv, wv)) in out[0].as_f32().unwrap().iter().zip(&want).enumerate() {
+                    assert!(
+                        (gv - wv).abs() < 1e-4 * (1.0 + wv.abs()),
+                        "{xs:?} m {m} k {k:?} s {s:?} bias {bias} relu {relu}: [{i}] {gv} vs {wv}"
+                    );
+                }
+            }
+            // Every one of these takes the packed path where the CPU has AVX-512.
+            let g2 = op.geom(&metas.iter().map(|t| t.shape.as_slice()).collect::<Vec<_>>());
+            let taken = cpu::packed::applies(&g2.unwrap().0, &(0..rows));
+            assert_eq!(taken, crate::cpu_gemm_packed::available(), "{xs:?} m {m}");
+        }
+    }
+}

@@ -106,17 +106,55 @@ pub fn available() -> bool {
 ///
 /// Panics if AVX-512 is absent ([`available`]) or a view does not lie inside its slice.
 pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, threads: Threads) {
-    let (k, n) = (b.k, b.n);
-    if m == 0 || n == 0 {
+    if m == 0 || b.n == 0 {
         return;
     }
-    assert!(available(), "sgemm_packed without AVX-512");
-    assert!(a.fits(m, k), "sgemm_packed: A view {m}x{k} out of bounds");
     assert!(
-        ldc >= n && (m - 1) * ldc + n <= c.len(),
-        "sgemm_packed: C {m}x{n} (row stride {ldc}) out of bounds of {}",
+        ldc >= b.n && (m - 1) * ldc + b.n <= c.len(),
+        "sgemm_packed: C {m}x{} (row stride {ldc}) out of bounds of {}",
+        b.n,
         c.len()
     );
+    run::<false>(m, a, b, c, ldc, threads);
+}
+
+/// [`sgemm_packed`] storing C transposed: element `(i, j)` of the product goes to
+/// `c[j * ldc + i]`. A Conv's `C^T = col^T @ W^T` (pixels x output channels, W packed once)
+/// lands in its NCHW output this way: `ldc` is the output plane.
+///
+/// Panics if AVX-512 is absent ([`available`]) or a view does not lie inside its slice.
+pub fn sgemm_packed_t(
+    m: usize,
+    a: MatRef,
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+    threads: Threads,
+) {
+    if m == 0 || b.n == 0 {
+        return;
+    }
+    assert!(
+        ldc >= m && (b.n - 1) * ldc + m <= c.len(),
+        "sgemm_packed_t: C^T {m}x{} (column stride {ldc}) out of bounds of {}",
+        b.n,
+        c.len()
+    );
+    run::<true>(m, a, b, c, ldc, threads);
+}
+
+/// The tasks of [`sgemm_packed`] (`T` false) and [`sgemm_packed_t`] (`T` true), C checked.
+fn run<const T: bool>(
+    m: usize,
+    a: MatRef,
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+    threads: Threads,
+) {
+    let (k, n) = (b.k, b.n);
+    assert!(available(), "sgemm_packed without AVX-512");
+    assert!(a.fits(m, k), "sgemm_packed: A view {m}x{k} out of bounds");
     // Tasks: a panel of columns x a band of rows; bands only where panels are too few to keep
     // every thread busy for several tasks.
     let (nr, mr) = (b.nr, ACCUMULATORS / (b.nr / 16));
@@ -133,17 +171,23 @@ pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize,
         let (p, r0) = (t % panels, (t / panels) * band);
         let cols = (n - p * nr).min(nr);
         let panel = b.panel(p);
+        let end = (r0 + band).min(m);
         let mut i = r0;
-        while i < (r0 + band).min(m) {
+        while i < end {
             let rows = (m - i).min(mr);
             let ai = MatRef {
                 offset: a.offset + i * a.rs,
                 ..a
             };
+            let at = match T {
+                false => i * ldc + p * nr,
+                true => p * nr * ldc + i,
+            };
             // SAFETY: AVX-512F checked above; A's rows i..i+rows and the panel are in bounds
-            // (checked views); C's block (rows i.., columns p*nr.. +cols) is in bounds (checked)
-            // and written by this task only (tasks are distinct (panel, band) pairs).
-            unsafe { block(rows, ai, (panel, nr), cptr.at(i * ldc + p * nr), ldc, cols) };
+            // (checked views); C's block (rows i.., columns p*nr.. +cols, or transposed) is in
+            // bounds (checked), written by this task only (tasks are distinct (panel, band)
+            // pairs) and, transposed, up to `end - i` rows from `i` (the task's band).
+            unsafe { block::<T>(rows, ai, (panel, nr), cptr.at(at), ldc, (cols, end - i)) };
             i += rows;
         }
     };
@@ -170,38 +214,40 @@ impl CPtr {
 }
 
 /// One block of `rows` rows (at most 8 for a 48-column panel, 6 for a 64-column one) by `cols
-/// <= nr` columns.
+/// <= nr` columns; transposed (`T`), `room` rows from the first may be written (a store of 8
+/// rows runs into the next block's, which overwrites them after).
 ///
 /// # Safety
 /// AVX-512F present; `a` covers `rows x panel.len() / nr`; `c` covers `rows` rows of `cols`
-/// at stride `ldc`, written by no one else during the call.
-unsafe fn block(
+/// at stride `ldc` (transposed: `cols` columns of `room` rows at stride `ldc`), written by no
+/// one else during the call.
+unsafe fn block<const T: bool>(
     rows: usize,
     a: MatRef,
     (panel, nr): (&[f32], usize),
     c: *mut f32,
     ldc: usize,
-    cols: usize,
+    cols: (usize, usize),
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {
         use avx512::kernel as k;
         match (nr, rows) {
-            (64, 6) => k::<4, 6>(a, panel, c, ldc, cols),
-            (64, 5) => k::<4, 5>(a, panel, c, ldc, cols),
-            (64, 4) => k::<4, 4>(a, panel, c, ldc, cols),
-            (64, 3) => k::<4, 3>(a, panel, c, ldc, cols),
-            (64, 2) => k::<4, 2>(a, panel, c, ldc, cols),
-            (64, _) => k::<4, 1>(a, panel, c, ldc, cols),
-            (_, 8) => k::<3, 8>(a, panel, c, ldc, cols),
-            (_, 7) => k::<3, 7>(a, panel, c, ldc, cols),
-            (_, 6) => k::<3, 6>(a, panel, c, ldc, cols),
-            (_, 5) => k::<3, 5>(a, panel, c, ldc, cols),
-            (_, 4) => k::<3, 4>(a, panel, c, ldc, cols),
-            (_, 3) => k::<3, 3>(a, panel, c, ldc, cols),
-            (_, 2) => k::<3, 2>(a, panel, c, ldc, cols),
-            _ => k::<3, 1>(a, panel, c, ldc, cols),
+            (64, 6) => k::<4, 6, T>(a, panel, c, ldc, cols),
+            (64, 5) => k::<4, 5, T>(a, panel, c, ldc, cols),
+            (64, 4) => k::<4, 4, T>(a, panel, c, ldc, cols),
+            (64, 3) => k::<4, 3, T>(a, panel, c, ldc, cols),
+            (64, 2) => k::<4, 2, T>(a, panel, c, ldc, cols),
+            (64, _) => k::<4, 1, T>(a, panel, c, ldc, cols),
+            (_, 8) => k::<3, 8, T>(a, panel, c, ldc, cols),
+            (_, 7) => k::<3, 7, T>(a, panel, c, ldc, cols),
+            (_, 6) => k::<3, 6, T>(a, panel, c, ldc, cols),
+            (_, 5) => k::<3, 5, T>(a, panel, c, ldc, cols),
+            (_, 4) => k::<3, 4, T>(a, panel, c, ldc, cols),
+            (_, 3) => k::<3, 3, T>(a, panel, c, ldc, cols),
+            (_, 2) => k::<3, 2, T>(a, panel, c, ldc, cols),
+            _ => k::<3, 1, T>(a, panel, c, ldc, cols),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -214,17 +260,17 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     /// `R` rows of A times one panel of `V` vectors into C: `V x R` accumulators over all of K,
-    /// then masked stores of the first `cols` columns.
+    /// then masked stores of the first `cols` columns, or (`T`) transposed stores.
     ///
     /// # Safety
     /// As [`super::block`], with `R` rows.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn kernel<const V: usize, const R: usize>(
+    pub(super) unsafe fn kernel<const V: usize, const R: usize, const T: bool>(
         a: MatRef,
         panel: &[f32],
         c: *mut f32,
         ldc: usize,
-        cols: usize,
+        (cols, room): (usize, usize),
     ) {
         let nr = 16 * V;
         let k = panel.len() / nr;
@@ -243,6 +289,14 @@ mod avx512 {
                 }
             }
         }
+        if T {
+            for v in 0..V.min(cols.div_ceil(16)) {
+                let rows: [__m512; 8] =
+                    std::array::from_fn(|i| acc.get(i).map_or(_mm512_setzero_ps(), |r| r[v]));
+                store_transposed(&rows, R, c.add(16 * v * ldc), ldc, (cols - 16 * v, room));
+            }
+            return;
+        }
         for (i, acc) in acc.iter().enumerate() {
             for (v, acc) in acc.iter().enumerate() {
                 let first = 16 * v;
@@ -254,6 +308,68 @@ mod avx512 {
                     r => (1u16 << r) - 1,
                 };
                 _mm512_mask_storeu_ps(c.add(i * ldc + first), mask, *acc);
+            }
+        }
+    }
+
+    /// Rows `rows[..r]` (16 columns each) stored transposed: column `l < cols` (at most 16) to
+    /// `c[l * ldc..][..r]`. An 8x16 transpose in registers, then 8 floats per column where
+    /// `room` allows (the rows past `r` are the next block's, stored after), else `r`.
+    ///
+    /// # Safety
+    /// AVX-512F present; `c` covers `cols.min(16)` columns of `room.max(r)` floats at stride
+    /// `ldc`, written by no one else during the call.
+    #[inline(always)]
+    unsafe fn store_transposed(
+        rows: &[__m512; 8],
+        r: usize,
+        c: *mut f32,
+        ldc: usize,
+        (cols, room): (usize, usize),
+    ) {
+        let pd = _mm512_castps_pd;
+        // Pairs of rows interleaved, then pairs of pairs: q[k] holds, in its 128-bit lane j,
+        // column 4j + k of rows 0..4 (k < 4) or rows 4..8 (k >= 4).
+        let mut q = [_mm512_setzero_ps(); 8];
+        for half in 0..2 {
+            let x = &rows[4 * half..];
+            let (t0, t1) = (
+                _mm512_unpacklo_ps(x[0], x[1]),
+                _mm512_unpackhi_ps(x[0], x[1]),
+            );
+            let (t2, t3) = (
+                _mm512_unpacklo_ps(x[2], x[3]),
+                _mm512_unpackhi_ps(x[2], x[3]),
+            );
+            q[4 * half] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t0), pd(t2)));
+            q[4 * half + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t0), pd(t2)));
+            q[4 * half + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t1), pd(t3)));
+            q[4 * half + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t1), pd(t3)));
+        }
+        // Lanes (j of rows 0..4, j of rows 4..8) side by side: column 4j + k's 8 rows.
+        let lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+        let hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+        let whole = room >= 8;
+        let mut tail = [0.0f32; 16];
+        for k in 0..4 {
+            for (idx, j0) in [(lo, 0), (hi, 2)] {
+                let both = _mm512_permutex2var_ps(q[k], idx, q[4 + k]);
+                for (j, col) in [(j0, 4 * j0 + k), (j0 + 1, 4 * (j0 + 1) + k)] {
+                    if col >= cols {
+                        continue;
+                    }
+                    let dst = c.add(col * ldc);
+                    let v = match j - j0 {
+                        0 => _mm512_castps512_ps256(both),
+                        _ => _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(pd(both))),
+                    };
+                    if whole {
+                        _mm256_storeu_ps(dst, v);
+                    } else {
+                        _mm256_storeu_ps(tail.as_mut_ptr(), v);
+                        std::ptr::copy_nonoverlapping(tail.as_ptr(), dst, r);
+                    }
+                }
             }
         }
     }
@@ -357,6 +473,49 @@ mod tests {
                         assert!(c[i * ldc + n..][..(ldc - n).min(c.len() - i * ldc - n)]
                             .iter()
                             .all(|v| v.is_nan()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn transposed_products_match_the_definition_at_every_tail() {
+        if !available() {
+            eprintln!("no AVX-512 here: the packed kernel cannot run");
+            return;
+        }
+        // C^T = A @ B stored column by column (`c[j * ldc + i]`): rows past 8 and row tails of
+        // both panel widths (8 and 6 rows a block: the 8-float stores that run into the next
+        // block's rows, and a band's last block stored row by row), column tails inside a
+        // vector, A read in place transposed (a conv's im2col block) and row-major.
+        for &(m, k, n) in &[
+            (1, 3, 5),
+            (7, 9, 48),
+            (9, 16, 100),
+            (29, 33, 130),
+            (200, 40, 64),
+        ] {
+            let (a, bv) = (fill(m * k, m + 1), fill(k * n, n + 2));
+            let b = MatRef::row_major(&bv, 0, n);
+            let packed = PackedB::pack(b, k, n);
+            for a_view in [MatRef::row_major(&a, 0, m).t(), MatRef::row_major(&a, 0, k)] {
+                let want = naive(a_view, b, m, k, n);
+                for threads in [Threads::Single, Threads::Pool] {
+                    let ldc = m + 5;
+                    let mut c = vec![f32::NAN; (n - 1) * ldc + m];
+                    sgemm_packed_t(m, a_view, &packed, &mut c, ldc, threads);
+                    for j in 0..n {
+                        for i in 0..m {
+                            let (got, w) = (c[j * ldc + i] as f64, want[i * n + j]);
+                            assert!(
+                                (got - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                                "{m}x{k}x{n} ({threads:?}) C^T[{j}][{i}] = {got}, want {w}"
+                            );
+                        }
+                        // The gap between columns is never written.
+                        let gap = &c[(j * ldc + m).min(c.len())..((j + 1) * ldc).min(c.len())];
+                        assert!(gap.iter().all(|v| v.is_nan()), "column {j} gap written");
                     }
                 }
             }
