@@ -12,6 +12,9 @@
 //! channels (a panel is 48 or 64 wide) or K below 256 (the transposed store is a larger share)
 //! it lost, so those keep `gemm_path` (docs/bench.md, "Conv weights packed once").
 //!
+//! The packed copy is as large as W (resnet50's peak RSS 232 -> 325 MB); `TANDEM_CONV_PACKED=0`
+//! turns the path off.
+//!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and `cpu_gemm_packed.rs`.
 
 use super::{epilogue, im2col_par, with_scratch, OutPtr};
@@ -32,12 +35,20 @@ const COL_FLOATS: usize = 1 << 20;
 /// Output floats per block of pixels (1 MiB).
 const OUT_FLOATS: usize = 1 << 18;
 
+/// Whether `TANDEM_CONV_PACKED=0` turned the packed path off (read once): the packed copy of
+/// W is as large as W (resnet50's peak RSS 232 -> 325 MB), and A/B timing in one binary.
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0"))
+}
+
 /// Whether a Conv whose W is kept (a model constant) takes the packed path for rows `rows`:
 /// one group, enough output channels and K, whole images (a CPU/GPU split's part keeps
-/// `gemm_path`), and AVX-512.
+/// `gemm_path`), AVX-512, and not turned off ([`enabled`]).
 pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
     let img = g.m * g.oh;
-    g.group == 1
+    enabled()
+        && g.group == 1
         && g.m >= MIN_OUT_CHANNELS
         && g.ckk() >= MIN_K
         && rows.start.is_multiple_of(img)
