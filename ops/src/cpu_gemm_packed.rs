@@ -47,13 +47,17 @@ pub struct PackedB {
 }
 
 impl PackedB {
-    /// Pack `b` (`k x n`, any strides).
+    /// Pack `b` (`k x n`, any strides), panels in parallel on the current pool: the packed
+    /// copy is fresh memory, whose first touch (the kernel zeroing each page) took most of
+    /// resnet50's first run when one thread packed its conv weights (0.37 s here, against
+    /// 0.05 s unpacked; 0.07-0.15 s on two threads).
     pub fn pack(b: MatRef, k: usize, n: usize) -> PackedB {
         assert!(b.fits(k, n), "PackedB: B view {k}x{n} out of bounds");
         let nr = panel_width(n);
         let panels = n.div_ceil(nr);
         let mut data = vec![0.0; panels * k * nr];
-        for (p, panel) in data.chunks_mut((k * nr).max(1)).enumerate().take(panels) {
+        let panels_of = data.par_chunks_mut((k * nr).max(1)).enumerate();
+        panels_of.take(panels).for_each(|(p, panel)| {
             let cols = (n - p * nr).min(nr);
             for (kk, row) in panel.chunks_mut(nr).enumerate() {
                 let at = b.offset + kk * b.rs + p * nr * b.cs;
@@ -61,7 +65,7 @@ impl PackedB {
                     *v = b.data[at + j * b.cs];
                 }
             }
-        }
+        });
         PackedB { k, n, nr, data }
     }
 
