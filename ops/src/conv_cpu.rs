@@ -684,9 +684,9 @@ fn epilogue_plain(
 /// output block right after it is computed. `kept` is W's Winograd transform where the op
 /// keeps one ([`Conv::with_constant_weight`]); without it the Winograd path transforms W on
 /// every call. `packed` is W packed for `conv_packed.rs`, where the op keeps it and that path
-/// applies ([`packed::applies`]). `z` is the residual `ep.residual` places (of the output's shape): added in a
-/// pass over the rows after the direct and Winograd paths, with the rest of the epilogue where
-/// it comes after the residual.
+/// applies ([`packed::applies`]). `z` is the residual `ep.residual` places (of the output's
+/// shape): added in a pass over the rows after the direct and Winograd paths, with the rest of
+/// the epilogue where it comes after the residual.
 pub fn conv_cpu(
     g: &Geom2,
     x: &[f32],

@@ -86,7 +86,8 @@ pub(in crate::conv) fn packed_path(
             let block = |a: MatRef| {
                 let first = n * g.m * plane + p0;
                 let len = (g.m - 1) * plane + (p1 - p0);
-                // SAFETY: in bounds (checked by the slice); this call is the only writer.
+                assert!(first + len <= optr.1, "Conv output block out of bounds");
+                // SAFETY: in bounds (checked); nothing else touches `out` during the call.
                 let c = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(first), len) };
                 sgemm_packed_t(p1 - p0, a, w, c, plane, Threads::Pool);
             };
