@@ -492,7 +492,16 @@ mod tests {
         // C^T = A @ B stored column by column (`c[j * ldc + i]`): rows past 8 and row tails of
         // both panel widths (8 and 6 rows a block: the 8-float stores that run into the next
         // block's rows, and a band's last block stored row by row), column tails inside a
-        // vector, A read in place transposed (a conv's im2col block) and row-major.
+        // vector, A read in place transposed (a conv's im2col block) and row-major; one thread
+        // and pools of 2, 3, 8 and 16 (their bands end at other rows, cutting blocks short).
+        let pools: Vec<rayon::ThreadPool> = [2, 3, 8, 16]
+            .map(|t| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(t)
+                    .build()
+                    .unwrap()
+            })
+            .into();
         for &(m, k, n) in &[
             (1, 3, 5),
             (7, 9, 48),
@@ -505,21 +514,31 @@ mod tests {
             let packed = PackedB::pack(b, k, n);
             for a_view in [MatRef::row_major(&a, 0, m).t(), MatRef::row_major(&a, 0, k)] {
                 let want = naive(a_view, b, m, k, n);
-                for threads in [Threads::Single, Threads::Pool] {
+                let runs = std::iter::once((Threads::Single, None))
+                    .chain(pools.iter().map(|p| (Threads::Pool, Some(p))));
+                for (threads, pool) in runs {
                     let ldc = m + 5;
                     let mut c = vec![f32::NAN; (n - 1) * ldc + m];
-                    sgemm_packed_t(m, a_view, &packed, &mut c, ldc, threads);
+                    let mut product = || sgemm_packed_t(m, a_view, &packed, &mut c, ldc, threads);
+                    match pool {
+                        Some(p) => p.install(product),
+                        None => product(),
+                    }
+                    let threads = pool.map_or(1, |p| p.current_num_threads());
                     for j in 0..n {
                         for i in 0..m {
                             let (got, w) = (c[j * ldc + i] as f64, want[i * n + j]);
                             assert!(
                                 (got - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                                "{m}x{k}x{n} ({threads:?}) C^T[{j}][{i}] = {got}, want {w}"
+                                "{m}x{k}x{n} ({threads} threads) C^T[{j}][{i}] = {got}, want {w}"
                             );
                         }
                         // The gap between columns is never written.
                         let gap = &c[(j * ldc + m).min(c.len())..((j + 1) * ldc).min(c.len())];
-                        assert!(gap.iter().all(|v| v.is_nan()), "column {j} gap written");
+                        assert!(
+                            gap.iter().all(|v| v.is_nan()),
+                            "column {j} gap written ({threads})"
+                        );
                     }
                 }
             }
