@@ -110,15 +110,6 @@ pub fn available() -> bool {
 ///
 /// Panics if AVX-512 is absent ([`available`]) or a view does not lie inside its slice.
 pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, threads: Threads) {
-    if m == 0 || b.n == 0 {
-        return;
-    }
-    assert!(
-        ldc >= b.n && (m - 1) * ldc + b.n <= c.len(),
-        "sgemm_packed: C {m}x{} (row stride {ldc}) out of bounds of {}",
-        b.n,
-        c.len()
-    );
     run::<false>(m, a, b, c, ldc, threads);
 }
 
@@ -135,19 +126,11 @@ pub fn sgemm_packed_t(
     ldc: usize,
     threads: Threads,
 ) {
-    if m == 0 || b.n == 0 {
-        return;
-    }
-    assert!(
-        ldc >= m && (b.n - 1) * ldc + m <= c.len(),
-        "sgemm_packed_t: C^T {m}x{} (column stride {ldc}) out of bounds of {}",
-        b.n,
-        c.len()
-    );
     run::<true>(m, a, b, c, ldc, threads);
 }
 
-/// The tasks of [`sgemm_packed`] (`T` false) and [`sgemm_packed_t`] (`T` true), C checked.
+/// [`sgemm_packed`] (`T` false) and [`sgemm_packed_t`] (`T` true): views checked, then the
+/// tasks.
 fn run<const T: bool>(
     m: usize,
     a: MatRef,
@@ -156,6 +139,18 @@ fn run<const T: bool>(
     ldc: usize,
     threads: Threads,
 ) {
+    if m == 0 || b.n == 0 {
+        return;
+    }
+    // C as stored: `lines` lines of `len` elements at stride `ldc`.
+    let (lines, len) = if T { (b.n, m) } else { (m, b.n) };
+    assert!(
+        ldc >= len && (lines - 1) * ldc + len <= c.len(),
+        "sgemm_packed: C {m}x{} ({}, stride {ldc}) out of bounds of {}",
+        b.n,
+        if T { "transposed" } else { "row-major" },
+        c.len()
+    );
     let (k, n) = (b.k, b.n);
     assert!(available(), "sgemm_packed without AVX-512");
     assert!(a.fits(m, k), "sgemm_packed: A view {m}x{k} out of bounds");
