@@ -56,10 +56,38 @@ fn naive(
     out
 }
 
+/// A Conv's attributes: group, strides, dilations, pads.
+fn conv_attrs(group: usize, s: [usize; 2], d: [usize; 2], pads: [i64; 4]) -> Attrs {
+    let ints = |v: [usize; 2]| AttrValue::Ints(v.iter().map(|&v| v as i64).collect());
+    Attrs::new(11)
+        .with("group", AttrValue::Int(group as i64))
+        .with("strides", ints(s))
+        .with("dilations", ints(d))
+        .with("pads", AttrValue::Ints(pads.to_vec()))
+}
+
 /// The CPU kernel's output (whole, then cut in two at a row inside a channel) and the
 /// definition's, for a Conv with `m` output channels over `xs` (bias from `fill` where `bias`).
-#[allow(clippy::too_many_arguments, clippy::single_range_in_vec_init)]
+#[allow(clippy::too_many_arguments)]
 fn outputs(
+    xs: [usize; 4],
+    m: usize,
+    k: [usize; 2],
+    group: usize,
+    s: [usize; 2],
+    d: [usize; 2],
+    pads: [i64; 4],
+    bias: bool,
+) -> (Vec<Vec<f32>>, Vec<f32>) {
+    let op = conv(&conv_attrs(group, s, d, pads)).unwrap();
+    outputs_of(&*op, xs, m, k, group, s, d, pads, bias)
+}
+
+/// [`outputs`] of a given op (made from [`conv_attrs`] of the same arguments); the definition
+/// has no activation.
+#[allow(clippy::too_many_arguments, clippy::single_range_in_vec_init)]
+fn outputs_of(
+    op: &dyn Op,
     xs: [usize; 4],
     m: usize,
     k: [usize; 2],
@@ -73,18 +101,6 @@ fn outputs(
     let x = Tensor::f32(&xs, fill(xs.iter().product(), 1));
     let w = Tensor::f32(&ws, fill(ws.iter().product(), 2));
     let b = Tensor::f32(&[m], fill(m, 3));
-    let attrs = Attrs::new(11)
-        .with("group", AttrValue::Int(group as i64))
-        .with(
-            "strides",
-            AttrValue::Ints(s.iter().map(|&v| v as i64).collect()),
-        )
-        .with(
-            "dilations",
-            AttrValue::Ints(d.iter().map(|&v| v as i64).collect()),
-        )
-        .with("pads", AttrValue::Ints(pads.to_vec()));
-    let op = conv(&attrs).unwrap();
     let mut ins = vec![x.clone(), w.clone()];
     if bias {
         ins.push(b.clone());
@@ -714,17 +730,7 @@ fn packed_weights_match_definition() {
         ([1, 64, 40, 1], 144, [5, 1], [1, 1], [0, 0, 0, 0]),
     ];
     for &(xs, m, k, s, pads) in cases {
-        let g = [1, 1];
-        let ws = [m, xs[1], k[0], k[1]];
-        let x = Tensor::f32(&xs, fill(xs.iter().product(), 1));
-        let w = Tensor::f32(&ws, fill(ws.iter().product(), 2));
-        let b = Tensor::f32(&[m], fill(m, 3));
-        let attrs = Attrs::new(11)
-            .with(
-                "strides",
-                AttrValue::Ints(s.iter().map(|&v| v as i64).collect()),
-            )
-            .with("pads", AttrValue::Ints(pads.to_vec()));
+        let attrs = conv_attrs(1, s, [1, 1], pads);
         for (bias, relu) in [(true, false), (false, false), (true, true)] {
             let op = Conv {
                 activation: if relu {
@@ -742,29 +748,12 @@ fn packed_weights_match_definition() {
                 }
                 .with_constant_weight()
             };
-            let mut ins = vec![x.clone(), w.clone()];
-            if bias {
-                ins.push(b.clone());
-            }
-            let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
-            let mrefs: Vec<&TensorMeta> = metas.iter().collect();
-            let oshape = op.infer(&mrefs).unwrap()[0].shape.clone();
-            let o = [oshape[2], oshape[3]];
-            let (gw, pd) = (w.as_f32().unwrap(), [pads[0], pads[1]]);
-            let bv = bias.then(|| b.as_f32().unwrap());
-            let mut want = naive(x.as_f32().unwrap(), xs, gw, ws, bv, 1, s, g, pd, o);
+            let (got, mut want) = outputs_of(&op, xs, m, k, 1, s, [1, 1], pads, bias);
             if relu {
                 want.iter_mut().for_each(|v| *v = v.max(0.0));
             }
-            let rows = oshape[0] * oshape[1] * oshape[2];
-            let refs: Vec<&Tensor> = ins.iter().collect();
-            let cut = rows / 3 + 1;
-            for parts in [[0..rows, rows..rows], [0..cut, cut..rows]] {
-                let mut out = vec![Tensor::zeros(DType::F32, &oshape)];
-                for r in parts {
-                    op.cpu(&refs, &mut out, r).unwrap();
-                }
-                for (i, (gv, wv)) in out[0].as_f32().unwrap().iter().zip(&want).enumerate() {
+            for g in got {
+                for (i, (gv, wv)) in g.iter().zip(&want).enumerate() {
                     assert!(
                         (gv - wv).abs() < 1e-4 * (1.0 + wv.abs()),
                         "{xs:?} m {m} k {k:?} s {s:?} bias {bias} relu {relu}: [{i}] {gv} vs {wv}"
@@ -772,8 +761,8 @@ fn packed_weights_match_definition() {
                 }
             }
             // Every one of these takes the packed path where the CPU has AVX-512.
-            let g2 = op.geom(&metas.iter().map(|t| t.shape.as_slice()).collect::<Vec<_>>());
-            let taken = cpu::packed::applies(&g2.unwrap().0, &(0..rows));
+            let (g2, out) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
+            let taken = cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2]));
             let on = std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
             assert_eq!(
                 taken,
