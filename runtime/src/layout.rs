@@ -15,7 +15,8 @@
 //! layout models run.
 //!
 //! Rules: only a weight that is a constant, not a graph input (which a caller may feed), is
-//! padded or marked. A padded Gemm weight is also not a graph output (its value changes) and is
+//! padded; a Conv or MatMul weight is marked also when nodes make it from constants alone
+//! (`ConstantOfShape` in the light zoo models), since it is then the same on every run. A padded Gemm weight is also not a graph output (its value changes) and is
 //! read by this one node only; a marked Conv or MatMul weight keeps its value, so neither
 //! applies. The product's row count is what the declared input shapes give, where they fix it (a batch-1
 //! classifier head stays as it is: its one row streams the weight, and copying it at load
@@ -35,12 +36,13 @@ pub fn store_weights(graph: &mut Graph) {
     keep_matmul_packings(graph);
 }
 
-/// Replaces each `T` node whose input 1 is a model constant (not a graph input a caller may
-/// feed) by `marked(op)`. Returns the names of the replaced nodes.
+/// Replaces each `T` node whose input 1 is fixed ([`fixed_values`]) by `marked(op)`. Returns
+/// the names of the replaced nodes.
 fn mark_constant_weight<T: 'static>(
     graph: &mut Graph,
     marked: impl Fn(&T) -> Box<dyn tandem_ops::Op>,
 ) -> Vec<String> {
+    let fixed = fixed_values(graph);
     let mut names = Vec::new();
     for i in 0..graph.nodes.len() {
         let node = &graph.nodes[i];
@@ -50,7 +52,7 @@ fn mark_constant_weight<T: 'static>(
         let Some(Some(w)) = node.inputs.get(1) else {
             continue;
         };
-        if graph.values[*w].constant.is_none() || graph.inputs.contains(w) {
+        if !fixed[*w] {
             continue;
         }
         let op = marked(op);
@@ -58,6 +60,32 @@ fn mark_constant_weight<T: 'static>(
         names.push(graph.nodes[i].name.clone());
     }
     names
+}
+
+/// Which values are the same on every run: model constants (never a graph input, which a
+/// caller may feed) and the outputs of nodes that read only such values (the light zoo models
+/// make their weights with `ConstantOfShape`, folded by the planner; every tandem operator is a
+/// function of its inputs, none random).
+fn fixed_values(graph: &Graph) -> Vec<bool> {
+    let mut fixed: Vec<bool> = graph.values.iter().map(|v| v.constant.is_some()).collect();
+    for &v in &graph.inputs {
+        fixed[v] = false;
+    }
+    // Nodes are not assumed sorted: repeat until nothing changes.
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for node in &graph.nodes {
+            let reads_fixed = node.inputs.iter().flatten().all(|&v| fixed[v]);
+            for &o in &node.outputs {
+                if reads_fixed && !fixed[o] {
+                    fixed[o] = true;
+                    changed = true;
+                }
+            }
+        }
+    }
+    fixed
 }
 
 /// Marks each MatMul whose B is a model constant: the op then packs B once for its CPU kernel
@@ -262,6 +290,38 @@ mod tests {
             let keeps = op.unwrap().constant_weight.is_some();
             assert_eq!(names == ["conv"], !feedable, "feedable {feedable}");
             assert_eq!(keeps, !feedable, "feedable {feedable}");
+        }
+    }
+
+    #[test]
+    fn convs_keep_transforms_of_weights_made_from_constants_alone() {
+        // W = ConstantOfShape(S) (the light zoo's weights): fixed when S is a constant, not
+        // when a caller may feed S; ConstantOfShape's output stands first, as nodes need not
+        // be sorted.
+        for feedable in [false, true] {
+            let mut g = conv(false);
+            g.values[1].constant = None;
+            let dims = Tensor::i64(&[4], vec![64, 64, 3, 3]);
+            g.values.push(value("S", None, Some(dims)));
+            let fill =
+                Attrs::new(13).with("value", AttrValue::Tensor(Tensor::f32(&[1], vec![0.5])));
+            g.nodes.push(Node {
+                name: "fill".into(),
+                op_type: "ConstantOfShape".into(),
+                domain: String::new(),
+                opset: 13,
+                inputs: vec![Some(3)],
+                outputs: vec![1],
+                op: registry::build("ConstantOfShape", &fill).unwrap(),
+            });
+            g.nodes.swap(0, 1);
+            if feedable {
+                g.inputs.push(3);
+            }
+            let names = keep_conv_transforms(&mut g);
+            assert_eq!(names == ["conv"], !feedable, "feedable {feedable}");
+            let op = g.nodes[1].op.as_any().unwrap().downcast_ref::<Conv>();
+            assert_eq!(op.unwrap().constant_weight.is_some(), !feedable);
         }
     }
 
