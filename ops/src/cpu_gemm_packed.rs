@@ -165,9 +165,18 @@ fn run<const T: bool>(
     let blocks = m.div_ceil(mr);
     let bands = (4 * workers).div_ceil(panels).clamp(1, blocks);
     let band = blocks.div_ceil(bands) * mr;
+    let bands = m.div_ceil(band);
+    // A thread runs a range of consecutive tasks (rayon splits the range), so they share what
+    // the order repeats: in panel-major order a panel of B, which then stays in its L2 (when
+    // the rows are fewer than the columns: B is the larger operand; a deep conv's 49 pixels
+    // against 224 channels 342 -> 293 us), else a band of A.
+    let panel_major = m < n;
     let cptr = CPtr(c.as_mut_ptr());
     let task = |t: usize| {
-        let (p, r0) = (t % panels, (t / panels) * band);
+        let (p, r0) = match panel_major {
+            true => (t / bands, (t % bands) * band),
+            false => (t % panels, (t / panels) * band),
+        };
         let cols = (n - p * nr).min(nr);
         let panel = b.panel(p);
         let end = (r0 + band).min(m);
@@ -190,7 +199,7 @@ fn run<const T: bool>(
             i += rows;
         }
     };
-    let tasks = panels * m.div_ceil(band);
+    let tasks = panels * bands;
     if workers > 1 && tasks > 1 {
         (0..tasks).into_par_iter().for_each(task);
     } else {
