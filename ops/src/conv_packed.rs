@@ -9,7 +9,7 @@
 //! weights packed alike. Measured (ops example, 2 threads, the product alone, against the
 //! crate): magika's 256 -> 512 5x1 conv 3.57 -> 3.00 ms, resnet50's 1024 -> 256 1x1 on 14x14
 //! 0.67 -> 0.47, squeezenet's last conv (512 -> 1000) 1.61 -> 0.87; with fewer than 96 output
-//! channels (a panel is 48 or 64 wide) or K below 256 (the transposed store is a larger share)
+//! channels (a panel is 32 to 64 wide) or K below 256 (the transposed store is a larger share)
 //! it lost, so those keep `gemm_path` (docs/bench.md, "Conv weights packed once").
 //!
 //! The packed copy is as large as W (resnet50's peak RSS 232 -> 325 MB); `TANDEM_CONV_PACKED=0`

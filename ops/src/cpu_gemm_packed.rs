@@ -1,14 +1,15 @@
 //! GEMM against a B packed once: `C = A @ B` where B is a model constant (a MatMul's weight),
-//! packed into panels of 48 or 64 columns the first time it is used and kept.
+//! packed into panels of 32, 48 or 64 columns the first time it is used and kept.
 //!
 //! The `gemm` crate packs both operands on every call. For the products of transformer layers
 //! (128 x 384 @ 384 x 1536 in minilm) packing B costs as much as a third of the product, and
 //! onnxruntime packs such weights once at load. Here each panel holds `K x nr` floats, K-major,
-//! so the micro-kernel reads three (or four) 16-float vectors per k and broadcasts 8 (or 6)
-//! rows of A read in place (any strides): 24 accumulators either way. The width is the one
-//! that leaves fewer columns of the last panel empty ([`panel_width`]): 48 for most, 64 for
-//! n = 64, 128, 256 (tiny Llama's and magika's products, a third of whose multiply-adds went to
-//! zero columns at 48). AVX-512 only: without it ([`available`] false) callers keep the
+//! so the micro-kernel reads two, three or four 16-float vectors per k and broadcasts 12, 8
+//! or 6 rows of A read in place (any strides): 24 accumulators each. The width is the one
+//! that leaves the fewest columns of the last panel empty ([`panel_width`]): 48 for most, 64
+//! for n = 64, 128, 256 (tiny Llama's and magika's products, a third of whose multiply-adds
+//! went to zero columns at 48), 32 for n = 160, 224, 352 (inception_v2's convs, 7-17 % of
+//! whose multiply-adds went to zero columns). AVX-512 only: without it ([`available`] false) callers keep the
 //! `gemm` crate.
 //!
 //! Sits between `matmul.rs` (which keeps a [`KeptPacking`] per constant-weight MatMul, set by
@@ -19,21 +20,20 @@ use crate::kept::Kept;
 use rayon::prelude::*;
 
 /// Accumulators of a micro-kernel call (of the 32 vector registers): rows of A times vectors
-/// of a panel, 8 x 3 for 48 columns, 6 x 4 for 64.
+/// of a panel, 12 x 2 for 32 columns, 8 x 3 for 48, 6 x 4 for 64.
 const ACCUMULATORS: usize = 24;
 
 /// Products of fewer rows than this keep `sgemm` (its single-row kernels read B in place).
 pub const MIN_ROWS: usize = 8;
 
-/// The panel width for `n` columns: the one whose last panel has fewer empty columns (48 on a
-/// tie).
+/// The panel width for `n` columns: the one of 48, 64 and 32 whose last panel has the fewest
+/// empty columns, the first of them on a tie (32's 12 broadcasts per k are the most).
 pub fn panel_width(n: usize) -> usize {
     let empty = |w: usize| n.div_ceil(w) * w - n;
-    if empty(64) < empty(48) {
-        64
-    } else {
-        48
-    }
+    [48, 64, 32]
+        .into_iter()
+        .min_by_key(|&w| empty(w))
+        .expect("three widths")
 }
 
 /// B (`k x n`) packed into `n.div_ceil(nr)` panels of `k x nr` floats, columns past `n` zero.
@@ -180,9 +180,13 @@ fn run<const T: bool>(
         let cols = (n - p * nr).min(nr);
         let panel = b.panel(p);
         let end = (r0 + band).min(m);
+        // The band's rows in blocks of equal size (to a row): a tail block of one or two rows
+        // runs its few accumulators' dependency chains at a fraction of the FMA rate (49
+        // pixels as 4 x 12 + 1 rows: 102 GF/s on one thread; as 4 x 10 + 9: 116).
+        let per = (end - r0).div_ceil((end - r0).div_ceil(mr));
         let mut i = r0;
         while i < end {
-            let rows = (m - i).min(mr);
+            let rows = (end - i).min(per);
             let ai = MatRef {
                 offset: a.offset + i * a.rs,
                 ..a
@@ -221,7 +225,8 @@ impl CPtr {
     }
 }
 
-/// One block of `rows` rows (at most 8 for a 48-column panel, 6 for a 64-column one) by `cols
+/// One block of `rows` rows (at most 12 for a 32-column panel, 8 for a 48-column one, 6 for a
+/// 64-column one) by `cols
 /// <= nr` columns; transposed (`T`), `room` rows from the first may be written (a store of 8
 /// rows runs into the next block's, which overwrites them after).
 ///
@@ -242,6 +247,18 @@ unsafe fn block<const T: bool>(
     unsafe {
         use avx512::kernel as k;
         match (nr, rows) {
+            (32, 12) => k::<2, 12, T>(a, panel, c, ldc, cols),
+            (32, 11) => k::<2, 11, T>(a, panel, c, ldc, cols),
+            (32, 10) => k::<2, 10, T>(a, panel, c, ldc, cols),
+            (32, 9) => k::<2, 9, T>(a, panel, c, ldc, cols),
+            (32, 8) => k::<2, 8, T>(a, panel, c, ldc, cols),
+            (32, 7) => k::<2, 7, T>(a, panel, c, ldc, cols),
+            (32, 6) => k::<2, 6, T>(a, panel, c, ldc, cols),
+            (32, 5) => k::<2, 5, T>(a, panel, c, ldc, cols),
+            (32, 4) => k::<2, 4, T>(a, panel, c, ldc, cols),
+            (32, 3) => k::<2, 3, T>(a, panel, c, ldc, cols),
+            (32, 2) => k::<2, 2, T>(a, panel, c, ldc, cols),
+            (32, _) => k::<2, 1, T>(a, panel, c, ldc, cols),
             (64, 6) => k::<4, 6, T>(a, panel, c, ldc, cols),
             (64, 5) => k::<4, 5, T>(a, panel, c, ldc, cols),
             (64, 4) => k::<4, 4, T>(a, panel, c, ldc, cols),
@@ -298,10 +315,15 @@ mod avx512 {
             }
         }
         if T {
+            // 8 rows a transpose (12-row blocks of 32-column panels take two).
             for v in 0..V.min(cols.div_ceil(16)) {
-                let rows: [__m512; 8] =
-                    std::array::from_fn(|i| acc.get(i).map_or(_mm512_setzero_ps(), |r| r[v]));
-                store_transposed(&rows, R, c.add(16 * v * ldc), ldc, (cols - 16 * v, room));
+                for h in (0..R).step_by(8) {
+                    let rows: [__m512; 8] = std::array::from_fn(|i| {
+                        acc.get(h + i).map_or(_mm512_setzero_ps(), |r| r[v])
+                    });
+                    let at = c.add(16 * v * ldc + h);
+                    store_transposed(&rows, (R - h).min(8), at, ldc, (cols - 16 * v, room - h));
+                }
             }
             return;
         }
@@ -429,11 +451,14 @@ mod tests {
         for n in 1..600 {
             let w = panel_width(n);
             let empty = |w: usize| n.div_ceil(w) * w - n;
-            assert!(empty(w) <= empty(48) && empty(w) <= empty(64), "n {n}: {w}");
+            assert!(
+                [32, 48, 64].iter().all(|&o| empty(w) <= empty(o)),
+                "n {n}: {w}"
+            );
         }
         assert_eq!(
-            [64, 128, 256, 48, 96].map(panel_width),
-            [64, 64, 64, 48, 48]
+            [64, 128, 256, 48, 96, 192, 384, 160, 224, 352, 30].map(panel_width),
+            [64, 64, 64, 48, 48, 48, 48, 32, 32, 32, 32]
         );
     }
 
@@ -445,8 +470,8 @@ mod tests {
             );
             return;
         }
-        // Row tails of both widths' blocks (8 and 6 rows), column tails inside each vector of
-        // 48- and 64-column panels, K of 1 and odd K, A read in place with row-major and
+        // Row tails of each width's blocks (12, 8 and 6 rows), column tails inside each vector
+        // of 32-, 48- and 64-column panels, K of 1 and odd K, A read in place with row-major and
         // transposed strides, one thread and the pool.
         for &(m, k, n) in &[
             (1, 1, 1),
@@ -459,6 +484,8 @@ mod tests {
             (23, 40, 120),
             (37, 17, 250),
             (128, 128, 256),
+            (29, 19, 160),
+            (12, 8, 30),
         ] {
             let (a, bv) = (fill(m * k, m), fill(k * n, n));
             let b = MatRef::row_major(&bv, 0, n);
@@ -494,7 +521,7 @@ mod tests {
             return;
         }
         // C^T = A @ B stored column by column (`c[j * ldc + i]`): rows past 8 and row tails of
-        // both panel widths (8 and 6 rows a block: the 8-float stores that run into the next
+        // each panel width (12, 8 and 6 rows a block: the 8-float stores that run into the next
         // block's rows, and a band's last block stored row by row), column tails inside a
         // vector, A read in place transposed (a conv's im2col block) and row-major; one thread
         // and pools of 2, 3, 8 and 16 (their bands end at other rows, cutting blocks short).
@@ -512,6 +539,8 @@ mod tests {
             (9, 16, 100),
             (29, 33, 130),
             (200, 40, 64),
+            (27, 21, 160),
+            (100, 12, 224),
         ] {
             let (a, bv) = (fill(m * k, m + 1), fill(k * n, n + 2));
             let b = MatRef::row_major(&bv, 0, n);
