@@ -8,9 +8,13 @@
 //! each 8-pixel x 16-channel tile transposed into the NCHW output. onnxruntime keeps its conv
 //! weights packed alike. Measured (ops example, 2 threads, the product alone, against the
 //! crate): magika's 256 -> 512 5x1 conv 3.57 -> 3.00 ms, resnet50's 1024 -> 256 1x1 on 14x14
-//! 0.67 -> 0.47, squeezenet's last conv (512 -> 1000) 1.61 -> 0.87; with fewer than 96 output
-//! channels (a panel is 32 to 64 wide) or K below 256 (the transposed store is a larger share)
-//! it lost, so those keep `gemm_path` (docs/bench.md, "Conv weights packed once").
+//! 0.67 -> 0.47, squeezenet's last conv (512 -> 1000) 1.61 -> 0.87. With K below 256 (the
+//! transposed store is a larger share) it lost, so those keep `gemm_path` (docs/bench.md,
+//! "Conv weights packed once"); so did strided convs of fewer than 96 output channels. Since
+//! panels can be 32 wide, unstrided ones from 32 channels win: squeezenet's 384 -> 64 1x1 on
+//! 13x13 54 -> 48 us and 512 -> 64 76 -> 62 in the model, densenet's 128 -> 32 3x3 on 7x7
+//! 67 -> 58 alone; strided ones (64 -> 64 3x3/2 on 56x56) stayed 3 % slower
+//! (docs/bench.md, "Deep convs").
 //!
 //! The packed copy is as large as W (resnet50's peak RSS 232 -> 325 MB); `TANDEM_CONV_PACKED=0`
 //! turns the path off.
@@ -25,8 +29,10 @@ use rayon::prelude::*;
 use std::ops::Range;
 
 /// Fewest output channels, and fewest `K = C * kh * kw`, where the packed path was measured
-/// faster than `gemm_path` (module docs).
-const MIN_OUT_CHANNELS: usize = 96;
+/// faster than `gemm_path` (module docs): 32 output channels (a 32-column panel) for convs of
+/// stride 1, 96 for strided ones, whose im2col the crate's own packing reads better.
+const MIN_OUT_CHANNELS: usize = 32;
+const MIN_OUT_CHANNELS_STRIDED: usize = 96;
 const MIN_K: usize = 256;
 
 /// im2col floats per block of pixels (4 MiB): bounds the scratch of a large image.
@@ -43,13 +49,17 @@ fn enabled() -> bool {
 }
 
 /// Whether a Conv whose W is kept (a model constant) takes the packed path for rows `rows`:
-/// one group, enough output channels and K, whole images (a CPU/GPU split's part keeps
+/// one group, enough output channels (for the stride) and K, whole images (a CPU/GPU split's part keeps
 /// `gemm_path`), AVX-512, and not turned off ([`enabled`]).
 pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
     let img = g.m * g.oh;
     enabled()
         && g.group == 1
-        && g.m >= MIN_OUT_CHANNELS
+        && g.m
+            >= match (g.sh, g.sw) {
+                (1, 1) => MIN_OUT_CHANNELS,
+                _ => MIN_OUT_CHANNELS_STRIDED,
+            }
         && g.ckk() >= MIN_K
         && rows.start.is_multiple_of(img)
         && rows.end.is_multiple_of(img)

@@ -715,11 +715,12 @@ fn depthwise_sums_taps_in_window_order() {
     }
 }
 
-/// Convs whose W is kept packed (`conv_packed.rs`: constant W, at least 96 output channels and
-/// K of 256, AVX-512) against the definition: a 1x1 read in place over two images, a strided
-/// 1x1 and a strided 3x3 through im2col, magika's 5x1 shape (smaller), output channels that
-/// end mid-panel, with and without bias, and Relu; a row range that starts inside an image
-/// keeps `gemm_path` (same values).
+/// Convs whose W is kept packed (`conv_packed.rs`: constant W, at least 32 output channels (96
+/// strided) and K of 256, AVX-512) against the definition: a 1x1 read in place over two
+/// images, a strided 1x1 and a strided 3x3 through im2col, magika's 5x1 shape (smaller), 40
+/// and 56 channels on 32-wide panels (a 1x1 and a padded 3x3), output channels that end
+/// mid-panel, with and without bias, and Relu; a row range that starts inside an image keeps
+/// `gemm_path` (same values).
 #[test]
 fn packed_weights_match_definition() {
     type Case = ([usize; 4], usize, [usize; 2], [usize; 2], [i64; 4]);
@@ -728,6 +729,8 @@ fn packed_weights_match_definition() {
         ([1, 256, 9, 9], 130, [1, 1], [2, 2], [0, 0, 0, 0]),
         ([1, 32, 15, 13], 96, [3, 3], [2, 2], [1, 1, 1, 1]),
         ([1, 64, 40, 1], 144, [5, 1], [1, 1], [0, 0, 0, 0]),
+        ([1, 256, 7, 9], 40, [1, 1], [1, 1], [0, 0, 0, 0]),
+        ([1, 32, 7, 7], 56, [3, 3], [1, 1], [1, 1, 1, 1]),
     ];
     for &(xs, m, k, s, pads) in cases {
         let attrs = conv_attrs(1, s, [1, 1], pads);
