@@ -14,7 +14,7 @@
 //! panels can be 32 wide, unstrided ones from 32 channels win: squeezenet's 384 -> 64 1x1 on
 //! 13x13 54 -> 48 us and 512 -> 64 76 -> 62 in the model, densenet's 128 -> 32 3x3 on 7x7
 //! 67 -> 58 alone; strided ones (64 -> 64 3x3/2 on 56x56) stayed 3 % slower
-//! (docs/bench.md, "Deep convs").
+//! (docs/bench.md, "Light-zoo weights marked constant").
 //!
 //! The packed copy is as large as W (resnet50's peak RSS 232 -> 325 MB); `TANDEM_CONV_PACKED=0`
 //! turns the path off.
@@ -49,8 +49,8 @@ fn enabled() -> bool {
 }
 
 /// Whether a Conv whose W is kept (a model constant) takes the packed path for rows `rows`:
-/// one group, enough output channels (for the stride) and K, whole images (a CPU/GPU split's part keeps
-/// `gemm_path`), AVX-512, and not turned off ([`enabled`]).
+/// one group, enough output channels (for the stride) and K, whole images (a CPU/GPU split's
+/// part keeps `gemm_path`), AVX-512, and not turned off ([`enabled`]).
 pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
     let img = g.m * g.oh;
     enabled()

@@ -9,8 +9,8 @@
 //! that leaves the fewest columns of the last panel empty ([`panel_width`]): 48 for most, 64
 //! for n = 64, 128, 256 (tiny Llama's and magika's products, a third of whose multiply-adds
 //! went to zero columns at 48), 32 for n = 160, 224, 352 (inception_v2's convs, 7-17 % of
-//! whose multiply-adds went to zero columns). AVX-512 only: without it ([`available`] false) callers keep the
-//! `gemm` crate.
+//! whose multiply-adds went to zero columns). AVX-512 only: without it ([`available`] false)
+//! callers keep the `gemm` crate.
 //!
 //! Sits between `matmul.rs` (which keeps a [`KeptPacking`] per constant-weight MatMul, set by
 //! the runtime's load-time `layout` pass) and the CPU's vector units.
