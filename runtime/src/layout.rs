@@ -16,9 +16,10 @@
 //!
 //! Rules: only a weight that is a constant, not a graph input (which a caller may feed), is
 //! padded; a Conv or MatMul weight is marked also when nodes make it from constants alone
-//! (`ConstantOfShape` in the light zoo models), since it is then the same on every run. A padded Gemm weight is also not a graph output (its value changes) and is
-//! read by this one node only; a marked Conv or MatMul weight keeps its value, so neither
-//! applies. The product's row count is what the declared input shapes give, where they fix it (a batch-1
+//! (`ConstantOfShape` in the light zoo models), since it is then the same on every run. A
+//! padded Gemm weight is also not a graph output (its value changes) and is read by this one
+//! node only; a marked Conv or MatMul weight keeps its value, so neither applies. The
+//! product's row count is what the declared input shapes give, where they fix it (a batch-1
 //! classifier head stays as it is: its one row streams the weight, and copying it at load
 //! would cost cold start for nothing).
 
