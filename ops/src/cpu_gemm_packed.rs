@@ -163,8 +163,8 @@ fn run<const T: bool>(
         Threads::Single => 1,
     };
     let blocks = m.div_ceil(mr);
-    let bands = (4 * workers).div_ceil(panels).clamp(1, blocks);
-    let band = blocks.div_ceil(bands) * mr;
+    let wanted_bands = (4 * workers).div_ceil(panels).clamp(1, blocks);
+    let band = blocks.div_ceil(wanted_bands) * mr;
     let bands = m.div_ceil(band);
     // A thread runs a range of consecutive tasks (rayon splits the range), so they share what
     // the order repeats: in panel-major order a panel of B, which then stays in its L2 (when
