@@ -16,15 +16,22 @@
 //! 67 -> 58 alone; strided ones (64 -> 64 3x3/2 on 56x56) stayed 3 % slower
 //! (docs/bench.md, "Light-zoo weights marked constant").
 //!
+//! On an Intel core (Cascade Lake, two 512-bit FMA pipes) the kernel's A reads decide: a
+//! transposed im2col view steps `pixels` floats from one k to the next, one new cache line per
+//! step, and past a page's worth of pixels no prefetcher follows (one thread, the product alone,
+//! 784 x 1152 @ 1152 x 128: 47 GFLOP/s as one block, 126 as blocks of 48 pixels). Larger
+//! planes therefore run as tiles of at most 384 pixels, one task each (docs/bench.md, "Packed
+//! panels on cache lines, convs in tiles").
+//!
 //! The packed copy is as large as W (resnet50's peak RSS 232 -> 325 MB); `TANDEM_CONV_PACKED=0`
 //! turns the path off.
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and `cpu_gemm_packed.rs`.
 
-use super::{epilogue, im2col_par, with_scratch, OutPtr};
+use super::{epilogue, im2col, im2col_par, with_scratch, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::{MatRef, Threads};
-use crate::cpu_gemm_packed::{self, sgemm_packed_t, PackedB};
+use crate::cpu_gemm_packed::{self, sgemm_packed_t, sgemm_packed_t_panels, PackedB};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -35,11 +42,20 @@ const MIN_OUT_CHANNELS: usize = 32;
 const MIN_OUT_CHANNELS_STRIDED: usize = 96;
 const MIN_K: usize = 256;
 
-/// im2col floats per block of pixels (4 MiB): bounds the scratch of a large image.
-const COL_FLOATS: usize = 1 << 20;
+/// im2col floats of a task's tile of pixels (at most 256 KiB, in L2 while each panel of the
+/// task reads it, one cache line per k step at a stride the prefetchers follow), within
+/// [`MIN_TILE`, `MAX_TILE`] pixels.
+const TILE_FLOATS: usize = 1 << 16;
+const MIN_TILE: usize = 48;
+const MAX_TILE: usize = 384;
 
-/// Output floats per block of pixels (1 MiB).
+/// Output planes of at most this many pixels take [`whole_plane_path`].
+const WHOLE_PLANE_MAX: usize = 384;
+
+/// [`whole_plane_path`]'s blocks of pixels: at most OUT_FLOATS outputs (the epilogue then
+/// finds them in L2) and COL_FLOATS of im2col.
 const OUT_FLOATS: usize = 1 << 18;
+const COL_FLOATS: usize = 1 << 20;
 
 /// Whether `TANDEM_CONV_PACKED=0` turned the packed path off (read once): the packed copy of
 /// W is as large as W (resnet50's peak RSS 232 -> 325 MB), and A/B timing in one binary.
@@ -66,10 +82,92 @@ pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
         && cpu_gemm_packed::available()
 }
 
-/// Images `rows / (M * OH)` of the convolution into `out`: per block of pixels, im2col (or the
-/// input planes in place for a 1x1, stride-1, unpadded conv), the product on the pool, then
-/// the bias and epilogue (and residual `z`) over each channel's line of the block.
+/// Images `rows / (M * OH)` of the convolution into `out`. Planes of more than
+/// [`WHOLE_PLANE_MAX`] pixels run as tasks of a tile of pixels x a group of W's panels (output
+/// channels), each on one thread: the im2col of its tile (or, for a 1x1, stride-1, unpadded
+/// conv, the input planes read in place), the product, then the bias and epilogue (and
+/// residual `z`) over each of its channels' lines of the tile. The kernel reads a new cache
+/// line of im2col each k step, `pixels` floats after the last: across a whole plane's block
+/// (3136 floats at 56x56) Intel's prefetchers do not follow, within a tile they do (module
+/// docs).
 pub(in crate::conv) fn packed_path(
+    g: &Geom2,
+    x: &[f32],
+    (w, b, ep): (&PackedB, Option<&[f32]>, Epilogue),
+    z: Option<&[f32]>,
+    out: &mut [f32],
+    rows: Range<usize>,
+) {
+    let (plane, ckk, img) = (g.oh * g.ow, g.ckk(), g.m * g.oh);
+    if plane <= WHOLE_PLANE_MAX {
+        return whole_plane_path(g, x, (w, b, ep), z, out, rows);
+    }
+    let in_place =
+        (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl) == (1, 1, 1, 1, 0, 0) && (g.oh, g.ow) == (g.h, g.w);
+    let tile = (TILE_FLOATS / ckk).clamp(MIN_TILE, MAX_TILE).min(plane);
+    let tiles = plane.div_ceil(tile);
+    let images = rows.start / img..rows.end / img;
+    // Panel groups: only where tiles are too few to keep every thread busy twice over (each
+    // group repeats its tile's im2col).
+    let (panels, nr) = (w.panels(), w.panel_width());
+    let wanted = 2 * rayon::current_num_threads();
+    let per_group = panels.div_ceil(wanted.div_ceil(images.len() * tiles).clamp(1, panels));
+    let groups = panels.div_ceil(per_group);
+    let optr = OutPtr(out.as_mut_ptr(), out.len());
+    let task = |t: usize| {
+        let (n, t) = (images.start + t / (tiles * groups), t % (tiles * groups));
+        let (p0, group) = ((t / groups) * tile, t % groups);
+        let p1 = (p0 + tile).min(plane);
+        let pr = group * per_group..((group + 1) * per_group).min(panels);
+        let ch = pr.start * nr..(pr.end * nr).min(g.m);
+        let xn = &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
+        assert!(
+            (n * g.m + ch.end - 1) * plane + p1 <= optr.1,
+            "Conv output tile out of bounds"
+        );
+        let product = |a: MatRef| {
+            // SAFETY: AVX-512 (`applies`); the tile's pixels of channels `ch` (the panels'
+            // columns below M) are in bounds (checked) and written by this task only (tasks
+            // are distinct (image, tile, group) triples).
+            unsafe {
+                let c = optr.ptr().add(n * g.m * plane + p0);
+                sgemm_packed_t_panels(p1 - p0, a, w, pr.clone(), c, plane)
+            }
+        };
+        if in_place {
+            product(MatRef::row_major(xn, p0, plane).t());
+        } else {
+            with_scratch(ckk * (p1 - p0), |col| {
+                im2col(g, xn, p0, p1, col);
+                product(MatRef::row_major(col, 0, p1 - p0).t());
+            });
+        }
+        if b.is_some() || ep != Epilogue::default() {
+            for c in ch {
+                let at = (n * g.m + c) * plane + p0;
+                // SAFETY: in bounds (checked above); this task's line.
+                let line = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), p1 - p0) };
+                epilogue(
+                    line,
+                    b.map(|b| b[c]),
+                    z.map(|z| &z[at..at + line.len()]),
+                    ep,
+                );
+            }
+        }
+    };
+    (0..images.len() * tiles * groups)
+        .into_par_iter()
+        .for_each(task);
+}
+
+/// A small plane (at most [`WHOLE_PLANE_MAX`] pixels) of each image into `out`: per block of
+/// pixels (all of them but for the longest K), one im2col shared by all tasks (or the input
+/// planes in place), the product on the pool, then the bias and epilogue (and residual `z`)
+/// over each channel's line of the block. Tiles of such planes would be too few to share out
+/// without each panel group repeating its tile's im2col (a 512 -> 512 3x3 on 7x7, two
+/// threads: 4.2 ms whole, 6.7 as tiles).
+fn whole_plane_path(
     g: &Geom2,
     x: &[f32],
     (w, b, ep): (&PackedB, Option<&[f32]>, Epilogue),
@@ -80,8 +178,6 @@ pub(in crate::conv) fn packed_path(
     let (plane, ckk, img) = (g.oh * g.ow, g.ckk(), g.m * g.oh);
     let in_place =
         (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl) == (1, 1, 1, 1, 0, 0) && (g.oh, g.ow) == (g.h, g.w);
-    // Pixels per block: at most OUT_FLOATS outputs (the epilogue then finds them in L2), and
-    // at most COL_FLOATS of im2col.
     let chunk = match in_place {
         true => OUT_FLOATS / g.m,
         false => (OUT_FLOATS / g.m).min(COL_FLOATS / ckk),

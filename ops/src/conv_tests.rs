@@ -720,7 +720,9 @@ fn depthwise_sums_taps_in_window_order() {
 /// images, a strided 1x1 and a strided 3x3 through im2col, magika's 5x1 shape (smaller), 40
 /// and 56 channels on 32-wide panels (a 1x1 and a padded 3x3), output channels that end
 /// mid-panel, with and without bias, and Relu; a row range that starts inside an image keeps
-/// `gemm_path` (same values).
+/// `gemm_path` (same values). Planes of more than 384 pixels run as tiles: a 1x1 in place over
+/// two images (420 pixels: a short last tile; two tiles, so two panel groups on two threads),
+/// a padded 3x3 (667 pixels, three tiles) and a strided one.
 #[test]
 fn packed_weights_match_definition() {
     type Case = ([usize; 4], usize, [usize; 2], [usize; 2], [i64; 4]);
@@ -731,6 +733,9 @@ fn packed_weights_match_definition() {
         ([1, 64, 40, 1], 144, [5, 1], [1, 1], [0, 0, 0, 0]),
         ([1, 256, 7, 9], 40, [1, 1], [1, 1], [0, 0, 0, 0]),
         ([1, 32, 7, 7], 56, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([2, 256, 20, 21], 100, [1, 1], [1, 1], [0, 0, 0, 0]),
+        ([1, 32, 23, 29], 40, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 32, 45, 41], 96, [3, 3], [2, 2], [1, 1, 1, 1]),
     ];
     for &(xs, m, k, s, pads) in cases {
         let attrs = conv_attrs(1, s, [1, 1], pads);

@@ -18,6 +18,7 @@
 use crate::cpu_gemm::{MatRef, Threads};
 use crate::kept::Kept;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Accumulators of a micro-kernel call (of the 32 vector registers): rows of A times vectors
 /// of a panel, 12 x 2 for 32 columns, 8 x 3 for 48, 6 x 4 for 64.
@@ -43,8 +44,18 @@ pub struct PackedB {
     pub n: usize,
     /// Columns per panel ([`panel_width`]).
     nr: usize,
-    data: Vec<f32>,
+    /// The panels, one after another, in whole cache lines: each of the kernel's 16-float loads
+    /// reads one line. From an unaligned `Vec<f32>` (16-byte aligned, as the allocator gives
+    /// large blocks) every load spans two lines, which an Intel core pays for: 106 -> 129
+    /// GFLOP/s on one Cascade Lake thread (169 x 576 @ 576 x 256), 108 -> 127 at 3025 x 144
+    /// @ 144 x 64 (docs/bench.md, "Packed panels on cache lines, convs in tiles").
+    lines: Vec<Line>,
 }
+
+/// 16 floats on one 64-byte cache line.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+struct Line([f32; 16]);
 
 impl PackedB {
     /// Pack `b` (`k x n`, any strides), panels in parallel on the current pool: the packed
@@ -55,7 +66,9 @@ impl PackedB {
         assert!(b.fits(k, n), "PackedB: B view {k}x{n} out of bounds");
         let nr = panel_width(n);
         let panels = n.div_ceil(nr);
-        let mut data = vec![0.0; panels * k * nr];
+        // `nr` is a multiple of 16: whole lines.
+        let mut lines = vec![Line([0.0; 16]); panels * k * nr / 16];
+        let data: &mut [f32] = bytemuck::cast_slice_mut(&mut lines);
         let panels_of = data.par_chunks_mut((k * nr).max(1)).enumerate();
         panels_of.take(panels).for_each(|(p, panel)| {
             let cols = (n - p * nr).min(nr);
@@ -66,11 +79,22 @@ impl PackedB {
                 }
             }
         });
-        PackedB { k, n, nr, data }
+        PackedB { k, n, nr, lines }
+    }
+
+    /// Columns per panel: 32, 48 or 64 ([`panel_width`]).
+    pub fn panel_width(&self) -> usize {
+        self.nr
+    }
+
+    /// Panels: `n / nr` rounded up.
+    pub fn panels(&self) -> usize {
+        self.n.div_ceil(self.nr)
     }
 
     fn panel(&self, p: usize) -> &[f32] {
-        &self.data[p * self.k * self.nr..][..self.k * self.nr]
+        let data: &[f32] = bytemuck::cast_slice(&self.lines);
+        &data[p * self.k * self.nr..][..self.k * self.nr]
     }
 }
 
@@ -129,6 +153,35 @@ pub fn sgemm_packed_t(
     run::<true>(m, a, b, c, ldc, threads);
 }
 
+/// [`sgemm_packed_t`] on the calling thread, for the columns of `panels` only (a conv task's
+/// output channels: `panel * nr ..`, below `n`), into C at `c` (element `(i, j)` at
+/// `c + j * ldc + i`, `j` counted from column 0).
+///
+/// # Safety
+/// For every column `j` of those panels below `n`, the `m` floats from `c + j * ldc` are valid
+/// and written by no one else during the call.
+///
+/// Panics if AVX-512 is absent ([`available`]) or A's view does not lie inside its slice.
+pub unsafe fn sgemm_packed_t_panels(
+    m: usize,
+    a: MatRef,
+    b: &PackedB,
+    panels: Range<usize>,
+    c: *mut f32,
+    ldc: usize,
+) {
+    assert!(available(), "sgemm_packed without AVX-512");
+    assert!(
+        a.fits(m, b.k),
+        "sgemm_packed: A view {m}x{} out of bounds",
+        b.k
+    );
+    for p in panels.start..panels.end.min(b.panels()) {
+        // SAFETY: AVX-512F checked; A checked; C's columns forwarded from the caller.
+        unsafe { panel_band::<true>(a, b, p, 0..m, CPtr(c), ldc) };
+    }
+}
+
 /// [`sgemm_packed`] (`T` false) and [`sgemm_packed_t`] (`T` true): views checked, then the
 /// tasks.
 fn run<const T: bool>(
@@ -177,37 +230,57 @@ fn run<const T: bool>(
             true => (t / bands, (t % bands) * band),
             false => (t % panels, (t / panels) * band),
         };
-        let cols = (n - p * nr).min(nr);
-        let panel = b.panel(p);
-        let end = (r0 + band).min(m);
-        // The band's rows in blocks of equal size (to a row): a tail block of one or two rows
-        // runs its few accumulators' dependency chains at a fraction of the FMA rate (49
-        // pixels as 4 x 12 + 1 rows: 102 GF/s on one thread; as 4 x 10 + 9: 116).
-        let per = (end - r0).div_ceil((end - r0).div_ceil(mr));
-        let mut i = r0;
-        while i < end {
-            let rows = (end - i).min(per);
-            let ai = MatRef {
-                offset: a.offset + i * a.rs,
-                ..a
-            };
-            let at = match T {
-                false => i * ldc + p * nr,
-                true => p * nr * ldc + i,
-            };
-            // SAFETY: AVX-512F checked above; A's rows i..i+rows and the panel are in bounds
-            // (checked views); C's block (rows i.., columns p*nr.. +cols, or transposed) is in
-            // bounds (checked), written by this task only (tasks are distinct (panel, band)
-            // pairs) and, transposed, up to `end - i` rows from `i` (the task's band).
-            unsafe { block::<T>(rows, ai, (panel, nr), cptr.at(at), ldc, (cols, end - i)) };
-            i += rows;
-        }
+        // SAFETY: AVX-512F checked above; A and the panel are in bounds (checked views); C's
+        // block (rows r0.., columns p*nr.., or transposed) is in bounds (checked) and written
+        // by this task only (tasks are distinct (panel, band) pairs).
+        unsafe { panel_band::<T>(a, b, p, r0..(r0 + band).min(m), cptr, ldc) };
     };
     let tasks = panels * bands;
     if workers > 1 && tasks > 1 {
         (0..tasks).into_par_iter().for_each(task);
     } else {
         (0..tasks).for_each(task);
+    }
+}
+
+/// Rows `rows` of A times panel `p` into C (`T`: transposed) at `c`, in blocks of at most the
+/// panel's rows per micro-kernel call.
+///
+/// # Safety
+/// AVX-512F present; `a` covers rows `rows` x `b.k`; C's block of those rows and the panel's
+/// columns below `b.n` is valid (transposed: `rows.len()` floats from `c + j * ldc +
+/// rows.start` for each such column `j`) and written by no one else during the call.
+unsafe fn panel_band<const T: bool>(
+    a: MatRef,
+    b: &PackedB,
+    p: usize,
+    rows: Range<usize>,
+    c: CPtr,
+    ldc: usize,
+) {
+    let (nr, mr) = (b.nr, ACCUMULATORS / (b.nr / 16));
+    let cols = (b.n - p * nr).min(nr);
+    let panel = b.panel(p);
+    let (r0, end) = (rows.start, rows.end);
+    // The rows in blocks of equal size (to a row): a tail block of one or two rows runs its
+    // few accumulators' dependency chains at a fraction of the FMA rate (49 pixels as
+    // 4 x 12 + 1 rows: 102 GF/s on one thread; as 4 x 10 + 9: 116).
+    let per = (end - r0).div_ceil((end - r0).div_ceil(mr).max(1)).max(1);
+    let mut i = r0;
+    while i < end {
+        let n_rows = (end - i).min(per);
+        let ai = MatRef {
+            offset: a.offset + i * a.rs,
+            ..a
+        };
+        let at = match T {
+            false => i * ldc + p * nr,
+            true => p * nr * ldc + i,
+        };
+        // SAFETY: forwarded from the caller: A's rows i..i+n_rows and the panel are in
+        // bounds; C's block is the caller's and, transposed, up to `end - i` rows from `i`.
+        unsafe { block::<T>(n_rows, ai, (panel, nr), c.at(at), ldc, (cols, end - i)) };
+        i += n_rows;
     }
 }
 
@@ -428,13 +501,15 @@ mod tests {
     }
 
     #[test]
-    fn packing_keeps_every_element_and_zeroes_the_last_panel_past_n() {
+    fn packing_keeps_every_element_on_cache_lines_and_zeroes_the_last_panel_past_n() {
         // 90 columns: two panels of 48 (the second holds 42); 120: two of 64 (the second 56).
         for (n, nr, last) in [(90, 48, 42), (120, 64, 56)] {
             let k = 3;
             let b = fill(k * n, 1);
             let p = PackedB::pack(MatRef::row_major(&b, 0, n), k, n);
-            assert_eq!((p.nr, p.data.len()), (nr, 2 * k * nr));
+            assert_eq!((p.nr, 16 * p.lines.len()), (nr, 2 * k * nr));
+            // Both panels start on a cache line (module docs: split loads).
+            assert!((0..2).all(|q| (p.panel(q).as_ptr() as usize).is_multiple_of(64)));
             for kk in 0..k {
                 for j in 0..n {
                     assert_eq!(p.panel(j / nr)[kk * nr + j % nr], b[kk * n + j]);
