@@ -144,14 +144,11 @@ pub(in crate::conv) fn packed_path(
         }
         if b.is_some() || ep != Epilogue::default() {
             for c in ch {
-                let at = (n * g.m + c) * plane + p0;
-                // SAFETY: in bounds (checked above); this task's line.
-                let line = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), p1 - p0) };
-                epilogue(
-                    line,
-                    b.map(|b| b[c]),
-                    z.map(|z| &z[at..at + line.len()]),
-                    ep,
+                finish_line(
+                    optr,
+                    (n * g.m + c) * plane + p0,
+                    p1 - p0,
+                    (b.map(|b| b[c]), z, ep),
                 );
             }
         }
@@ -208,19 +205,24 @@ fn whole_plane_path(
             if b.is_some() || ep != Epilogue::default() {
                 (0..g.m).into_par_iter().for_each(|c| {
                     let at = (n * g.m + c) * plane + p0;
-                    assert!(at + (p1 - p0) <= optr.1, "Conv bias block out of bounds");
-                    // SAFETY: in bounds (checked); each channel's line is one task's.
-                    let line =
-                        unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), p1 - p0) };
-                    epilogue(
-                        line,
-                        b.map(|b| b[c]),
-                        z.map(|z| &z[at..at + line.len()]),
-                        ep,
-                    );
+                    finish_line(optr, at, p1 - p0, (b.map(|b| b[c]), z, ep));
                 });
             }
             p0 = p1;
         }
     }
+}
+
+/// The bias, residual (`z`, at the same offset) and epilogue of the `len` outputs at `at`: one
+/// channel's line of a block of pixels.
+fn finish_line(
+    out: OutPtr,
+    at: usize,
+    len: usize,
+    (bias, z, ep): (Option<f32>, Option<&[f32]>, Epilogue),
+) {
+    assert!(at + len <= out.1, "Conv output line out of bounds");
+    // SAFETY: in bounds (checked); each line is one caller's task's, written by no one else.
+    let line = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(at), len) };
+    epilogue(line, bias, z.map(|z| &z[at..at + len]), ep);
 }
