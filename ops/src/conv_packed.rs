@@ -102,8 +102,6 @@ pub(in crate::conv) fn packed_path(
     if plane <= WHOLE_PLANE_MAX {
         return whole_plane_path(g, x, (w, b, ep), z, out, rows);
     }
-    let in_place =
-        (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl) == (1, 1, 1, 1, 0, 0) && (g.oh, g.ow) == (g.h, g.w);
     let tile = (TILE_FLOATS / ckk).clamp(MIN_TILE, MAX_TILE).min(plane);
     let tiles = plane.div_ceil(tile);
     let images = rows.start / img..rows.end / img;
@@ -134,14 +132,7 @@ pub(in crate::conv) fn packed_path(
                 sgemm_packed_t_panels(p1 - p0, a, w, pr.clone(), c, plane)
             }
         };
-        if in_place {
-            product(MatRef::row_major(xn, p0, plane).t());
-        } else {
-            with_scratch(ckk * (p1 - p0), |col| {
-                im2col(g, xn, p0, p1, col);
-                product(MatRef::row_major(col, 0, p1 - p0).t());
-            });
-        }
+        with_a(g, xn, (p0, p1), false, product);
         if b.is_some() || ep != Epilogue::default() {
             for c in ch {
                 finish_line(
@@ -173,9 +164,7 @@ fn whole_plane_path(
     rows: Range<usize>,
 ) {
     let (plane, ckk, img) = (g.oh * g.ow, g.ckk(), g.m * g.oh);
-    let in_place =
-        (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl) == (1, 1, 1, 1, 0, 0) && (g.oh, g.ow) == (g.h, g.w);
-    let chunk = match in_place {
+    let chunk = match in_place(g) {
         true => OUT_FLOATS / g.m,
         false => (OUT_FLOATS / g.m).min(COL_FLOATS / ckk),
     }
@@ -194,14 +183,7 @@ fn whole_plane_path(
                 let c = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(first), len) };
                 sgemm_packed_t(p1 - p0, a, w, c, plane, Threads::Pool);
             };
-            if in_place {
-                block(MatRef::row_major(xn, p0, plane).t());
-            } else {
-                with_scratch(ckk * (p1 - p0), |col| {
-                    im2col_par(g, xn, p0, p1, col);
-                    block(MatRef::row_major(col, 0, p1 - p0).t());
-                });
-            }
+            with_a(g, xn, (p0, p1), true, block);
             if b.is_some() || ep != Epilogue::default() {
                 (0..g.m).into_par_iter().for_each(|c| {
                     let at = (n * g.m + c) * plane + p0;
@@ -225,4 +207,24 @@ fn finish_line(
     // SAFETY: in bounds (checked); each line is one caller's task's, written by no one else.
     let line = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(at), len) };
     epilogue(line, bias, z.map(|z| &z[at..at + len]), ep);
+}
+
+/// Whether a conv reads its input planes in place as A (1x1, stride 1, unpadded).
+fn in_place(g: &Geom2) -> bool {
+    (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl) == (1, 1, 1, 1, 0, 0) && (g.oh, g.ow) == (g.h, g.w)
+}
+
+/// `f` on A for pixels `p0..p1` of image `xn`: its input planes in place ([`in_place`]), else
+/// their im2col in this thread's scratch (built on the pool where `par`).
+fn with_a(g: &Geom2, xn: &[f32], (p0, p1): (usize, usize), par: bool, f: impl FnOnce(MatRef)) {
+    if in_place(g) {
+        return f(MatRef::row_major(xn, p0, g.oh * g.ow).t());
+    }
+    with_scratch(g.ckk() * (p1 - p0), |col| {
+        match par {
+            true => im2col_par(g, xn, p0, p1, col),
+            false => im2col(g, xn, p0, p1, col),
+        }
+        f(MatRef::row_major(col, 0, p1 - p0).t());
+    });
 }
