@@ -12,6 +12,14 @@
 //! whose multiply-adds went to zero columns). AVX-512 only: without it ([`available`] false)
 //! callers keep the `gemm` crate.
 //!
+//! A band's rows of A are read once per panel and a panel once per block of rows: when both
+//! outgrow L2 (a 512 -> 512 3x3 conv on 7x7: 49 pixels x 4608 of im2col and a 1.2 MB panel),
+//! every block streams the panel from L3. [`panel_band`] then runs K in chunks of at most
+//! [`CHUNK_BYTES`] of both, keeping each block's partial sums between chunks (2 threads, Intel
+//! Xeon: that conv 4.05 -> 2.65 ms; 32 x 4096 @ 4096 x 1024 101 -> 141 GFLOP/s). A read along
+//! its rows streams and is not counted (counted, 1024^3 lost a third to chunks of 61).
+//! docs/bench.md, "K in chunks".
+//!
 //! Sits between `matmul.rs` (which keeps a [`KeptPacking`] per constant-weight MatMul, set by
 //! the runtime's load-time `layout` pass) and the CPU's vector units.
 
@@ -23,6 +31,10 @@ use std::ops::Range;
 /// Accumulators of a micro-kernel call (of the 32 vector registers): rows of A times vectors
 /// of a panel, 12 x 2 for 32 columns, 8 x 3 for 48, 6 x 4 for 64.
 const ACCUMULATORS: usize = 24;
+
+/// Bytes of A's rows and a panel's K-chunk that [`panel_band`] keeps in L2 (a quarter of the
+/// 1 MiB of the cores measured); it splits K only where they outgrow twice this.
+const CHUNK_BYTES: usize = 1 << 18;
 
 /// Products of fewer rows than this keep `sgemm` (its single-row kernels read B in place).
 pub const MIN_ROWS: usize = 8;
@@ -244,7 +256,8 @@ fn run<const T: bool>(
 }
 
 /// Rows `rows` of A times panel `p` into C (`T`: transposed) at `c`, in blocks of at most the
-/// panel's rows per micro-kernel call.
+/// panel's rows per micro-kernel call; where those rows of A and the panel outgrow L2, over K
+/// in chunks, each block's sums kept row-major in `partial` for the next chunk to start from.
 ///
 /// # Safety
 /// AVX-512F present; `a` covers rows `rows` x `b.k`; C's block of those rows and the panel's
@@ -262,25 +275,63 @@ unsafe fn panel_band<const T: bool>(
     let cols = (b.n - p * nr).min(nr);
     let panel = b.panel(p);
     let (r0, end) = (rows.start, rows.end);
+    let len = end - r0;
     // The rows in blocks of equal size (to a row): a tail block of one or two rows runs its
     // few accumulators' dependency chains at a fraction of the FMA rate (49 pixels as
     // 4 x 12 + 1 rows: 102 GF/s on one thread; as 4 x 10 + 9: 116).
-    let per = (end - r0).div_ceil((end - r0).div_ceil(mr).max(1)).max(1);
-    let mut i = r0;
-    while i < end {
-        let n_rows = (end - i).min(per);
-        let ai = MatRef {
-            offset: a.offset + i * a.rs,
-            ..a
-        };
-        let at = match T {
-            false => i * ldc + p * nr,
-            true => p * nr * ldc + i,
-        };
-        // SAFETY: forwarded from the caller: A's rows i..i+n_rows and the panel are in
-        // bounds; C's block is the caller's and, transposed, up to `end - i` rows from `i`.
-        unsafe { block::<T>(n_rows, ai, (panel, nr), c.at(at), ldc, (cols, end - i)) };
-        i += n_rows;
+    let blocks = len.div_ceil(mr).max(1);
+    // K in chunks where the panel, and A's rows where read down their columns (a conv's
+    // im2col block: each k step a new cache line, which the next blocks read again), outgrow
+    // half an L2 (module docs). A read along its rows streams through once.
+    let a_down = if a.cs == 1 { 0 } else { len };
+    let set = (a_down + nr) * b.k * size_of::<f32>();
+    let chunks = match blocks > 1 && set > 2 * CHUNK_BYTES {
+        true => set.div_ceil(CHUNK_BYTES),
+        false => 1,
+    };
+    let kc = b.k.div_ceil(chunks).max(1);
+    let mut partial = vec![0.0f32; if chunks > 1 { len * nr } else { 0 }];
+    let mut k0 = 0;
+    loop {
+        let k1 = (k0 + kc).min(b.k);
+        let chunk = &panel[k0 * nr..k1 * nr];
+        let mut i = r0;
+        for blk in 0..blocks {
+            let n_rows = len / blocks + usize::from(blk < len % blocks);
+            let ai = MatRef {
+                offset: a.offset + i * a.rs + k0 * a.cs,
+                ..a
+            };
+            // The block's partial sums (read only after the first chunk wrote them).
+            let sums = partial.as_mut_ptr().wrapping_add((i - r0) * nr);
+            let init = (k0 > 0).then_some(sums.cast_const());
+            let at = match T {
+                false => i * ldc + p * nr,
+                true => p * nr * ldc + i,
+            };
+            // SAFETY: forwarded from the caller: A's rows i..i+n_rows and the panel are in
+            // bounds; C's block is the caller's and, transposed, up to `end - i` rows from
+            // `i`. `partial` holds `len x nr` floats whenever a chunk ends before K.
+            unsafe {
+                match k1 == b.k {
+                    true => block::<T>(
+                        n_rows,
+                        ai,
+                        (chunk, nr),
+                        c.at(at),
+                        ldc,
+                        (cols, end - i),
+                        init,
+                    ),
+                    false => block::<false>(n_rows, ai, (chunk, nr), sums, nr, (nr, n_rows), init),
+                }
+            }
+            i += n_rows;
+        }
+        if k1 == b.k {
+            return;
+        }
+        k0 = k1;
     }
 }
 
@@ -303,10 +354,12 @@ impl CPtr {
 /// <= nr` columns; transposed (`T`), `room` rows from the first may be written (a store of 8
 /// rows runs into the next block's, which overwrites them after).
 ///
+/// The sums start from `init`'s (`rows` rows of `nr`, row-major) where given, else zero.
+///
 /// # Safety
 /// AVX-512F present; `a` covers `rows x panel.len() / nr`; `c` covers `rows` rows of `cols`
 /// at stride `ldc` (transposed: `cols` columns of `room` rows at stride `ldc`), written by no
-/// one else during the call.
+/// one else during the call; `init`, where given, covers `rows x nr` floats (it may be `c`).
 unsafe fn block<const T: bool>(
     rows: usize,
     a: MatRef,
@@ -314,42 +367,43 @@ unsafe fn block<const T: bool>(
     c: *mut f32,
     ldc: usize,
     cols: (usize, usize),
+    init: Option<*const f32>,
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {
         use avx512::kernel as k;
         match (nr, rows) {
-            (32, 12) => k::<2, 12, T>(a, panel, c, ldc, cols),
-            (32, 11) => k::<2, 11, T>(a, panel, c, ldc, cols),
-            (32, 10) => k::<2, 10, T>(a, panel, c, ldc, cols),
-            (32, 9) => k::<2, 9, T>(a, panel, c, ldc, cols),
-            (32, 8) => k::<2, 8, T>(a, panel, c, ldc, cols),
-            (32, 7) => k::<2, 7, T>(a, panel, c, ldc, cols),
-            (32, 6) => k::<2, 6, T>(a, panel, c, ldc, cols),
-            (32, 5) => k::<2, 5, T>(a, panel, c, ldc, cols),
-            (32, 4) => k::<2, 4, T>(a, panel, c, ldc, cols),
-            (32, 3) => k::<2, 3, T>(a, panel, c, ldc, cols),
-            (32, 2) => k::<2, 2, T>(a, panel, c, ldc, cols),
-            (32, _) => k::<2, 1, T>(a, panel, c, ldc, cols),
-            (64, 6) => k::<4, 6, T>(a, panel, c, ldc, cols),
-            (64, 5) => k::<4, 5, T>(a, panel, c, ldc, cols),
-            (64, 4) => k::<4, 4, T>(a, panel, c, ldc, cols),
-            (64, 3) => k::<4, 3, T>(a, panel, c, ldc, cols),
-            (64, 2) => k::<4, 2, T>(a, panel, c, ldc, cols),
-            (64, _) => k::<4, 1, T>(a, panel, c, ldc, cols),
-            (_, 8) => k::<3, 8, T>(a, panel, c, ldc, cols),
-            (_, 7) => k::<3, 7, T>(a, panel, c, ldc, cols),
-            (_, 6) => k::<3, 6, T>(a, panel, c, ldc, cols),
-            (_, 5) => k::<3, 5, T>(a, panel, c, ldc, cols),
-            (_, 4) => k::<3, 4, T>(a, panel, c, ldc, cols),
-            (_, 3) => k::<3, 3, T>(a, panel, c, ldc, cols),
-            (_, 2) => k::<3, 2, T>(a, panel, c, ldc, cols),
-            _ => k::<3, 1, T>(a, panel, c, ldc, cols),
+            (32, 12) => k::<2, 12, T>(a, panel, c, ldc, cols, init),
+            (32, 11) => k::<2, 11, T>(a, panel, c, ldc, cols, init),
+            (32, 10) => k::<2, 10, T>(a, panel, c, ldc, cols, init),
+            (32, 9) => k::<2, 9, T>(a, panel, c, ldc, cols, init),
+            (32, 8) => k::<2, 8, T>(a, panel, c, ldc, cols, init),
+            (32, 7) => k::<2, 7, T>(a, panel, c, ldc, cols, init),
+            (32, 6) => k::<2, 6, T>(a, panel, c, ldc, cols, init),
+            (32, 5) => k::<2, 5, T>(a, panel, c, ldc, cols, init),
+            (32, 4) => k::<2, 4, T>(a, panel, c, ldc, cols, init),
+            (32, 3) => k::<2, 3, T>(a, panel, c, ldc, cols, init),
+            (32, 2) => k::<2, 2, T>(a, panel, c, ldc, cols, init),
+            (32, _) => k::<2, 1, T>(a, panel, c, ldc, cols, init),
+            (64, 6) => k::<4, 6, T>(a, panel, c, ldc, cols, init),
+            (64, 5) => k::<4, 5, T>(a, panel, c, ldc, cols, init),
+            (64, 4) => k::<4, 4, T>(a, panel, c, ldc, cols, init),
+            (64, 3) => k::<4, 3, T>(a, panel, c, ldc, cols, init),
+            (64, 2) => k::<4, 2, T>(a, panel, c, ldc, cols, init),
+            (64, _) => k::<4, 1, T>(a, panel, c, ldc, cols, init),
+            (_, 8) => k::<3, 8, T>(a, panel, c, ldc, cols, init),
+            (_, 7) => k::<3, 7, T>(a, panel, c, ldc, cols, init),
+            (_, 6) => k::<3, 6, T>(a, panel, c, ldc, cols, init),
+            (_, 5) => k::<3, 5, T>(a, panel, c, ldc, cols, init),
+            (_, 4) => k::<3, 4, T>(a, panel, c, ldc, cols, init),
+            (_, 3) => k::<3, 3, T>(a, panel, c, ldc, cols, init),
+            (_, 2) => k::<3, 2, T>(a, panel, c, ldc, cols, init),
+            _ => k::<3, 1, T>(a, panel, c, ldc, cols, init),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (rows, a, panel, nr, c, ldc, cols);
+    let _ = (rows, a, panel, nr, c, ldc, cols, init);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -357,8 +411,9 @@ mod avx512 {
     use super::MatRef;
     use std::arch::x86_64::*;
 
-    /// `R` rows of A times one panel of `V` vectors into C: `V x R` accumulators over all of K,
-    /// then masked stores of the first `cols` columns, or (`T`) transposed stores.
+    /// `R` rows of A times one panel of `V` vectors into C: `V x R` accumulators (from zero, or
+    /// from `init`'s row-major sums at stride `16 * V`) over the panel's K, then masked stores
+    /// of the first `cols` columns, or (`T`) transposed stores.
     ///
     /// # Safety
     /// As [`super::block`], with `R` rows.
@@ -369,10 +424,18 @@ mod avx512 {
         c: *mut f32,
         ldc: usize,
         (cols, room): (usize, usize),
+        init: Option<*const f32>,
     ) {
         let nr = 16 * V;
         let k = panel.len() / nr;
         let mut acc = [[_mm512_setzero_ps(); V]; R];
+        if let Some(init) = init {
+            for (i, acc) in acc.iter_mut().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_loadu_ps(init.add(i * nr + 16 * v));
+                }
+            }
+        }
         let (ap, bp) = (a.data.as_ptr().add(a.offset), panel.as_ptr());
         for kk in 0..k {
             let mut b = [_mm512_setzero_ps(); V];
@@ -547,8 +610,10 @@ mod tests {
         }
         // Row tails of each width's blocks (12, 8 and 6 rows), column tails inside each vector
         // of 32-, 48- and 64-column panels, K of 1 and odd K, A read in place with row-major and
-        // transposed strides, one thread and the pool.
+        // transposed strides, one thread and the pool; K long enough to run in chunks whose
+        // sums the next chunk adds to (20 x 3000 on one thread).
         for &(m, k, n) in &[
+            (20, 3000, 70),
             (1, 1, 1),
             (3, 7, 17),
             (8, 16, 48),
@@ -599,7 +664,8 @@ mod tests {
         // each panel width (12, 8 and 6 rows a block: the 8-float stores that run into the next
         // block's rows, and a band's last block stored row by row), column tails inside a
         // vector, A read in place transposed (a conv's im2col block) and row-major; one thread
-        // and pools of 2, 3, 8 and 16 (their bands end at other rows, cutting blocks short).
+        // and pools of 2, 3, 8 and 16 (their bands end at other rows, cutting blocks short); K
+        // long enough to run in chunks (49 x 2600: a deep conv's 7x7 plane).
         let pools: Vec<rayon::ThreadPool> = [2, 3, 8, 16]
             .map(|t| {
                 rayon::ThreadPoolBuilder::new()
@@ -616,6 +682,7 @@ mod tests {
             (200, 40, 64),
             (27, 21, 160),
             (100, 12, 224),
+            (49, 2600, 64),
         ] {
             let (a, bv) = (fill(m * k, m + 1), fill(k * n, n + 2));
             let b = MatRef::row_major(&bv, 0, n);
