@@ -242,6 +242,10 @@ impl Cast {
 }
 
 impl Op for Cast {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         if self.to.is_some() {
             "Cast"

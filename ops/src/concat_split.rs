@@ -280,6 +280,10 @@ impl SameTypeKernel for SplitPart {
 }
 
 impl Op for Split {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "Split"
     }

@@ -26,6 +26,7 @@
 use crate::cpu_gemm::{MatRef, Threads};
 use crate::kept::Kept;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 /// Accumulators of a micro-kernel call (of the 32 vector registers): rows of A times vectors
@@ -290,7 +291,8 @@ unsafe fn panel_band<const T: bool>(
         false => 1,
     };
     let kc = b.k.div_ceil(chunks).max(1);
-    let mut partial = vec![0.0f32; if chunks > 1 { len * nr } else { 0 }];
+    // Room for the partial sums, never read before a chunk writes them (so not zeroed).
+    let mut partial = Vec::<MaybeUninit<f32>>::with_capacity(if chunks > 1 { len * nr } else { 0 });
     let mut k0 = 0;
     loop {
         let k1 = (k0 + kc).min(b.k);
@@ -303,7 +305,10 @@ unsafe fn panel_band<const T: bool>(
                 ..a
             };
             // The block's partial sums (read only after the first chunk wrote them).
-            let sums = partial.as_mut_ptr().wrapping_add((i - r0) * nr);
+            let sums = partial
+                .as_mut_ptr()
+                .cast::<f32>()
+                .wrapping_add((i - r0) * nr);
             let init = (k0 > 0).then_some(sums.cast_const());
             let at = match T {
                 false => i * ldc + p * nr,
@@ -311,7 +316,7 @@ unsafe fn panel_band<const T: bool>(
             };
             // SAFETY: forwarded from the caller: A's rows i..i+n_rows and the panel are in
             // bounds; C's block is the caller's and, transposed, up to `end - i` rows from
-            // `i`. `partial` holds `len x nr` floats whenever a chunk ends before K.
+            // `i`. `partial` has room for `len x nr` floats whenever a chunk ends before K.
             unsafe {
                 match k1 == b.k {
                     true => block::<T>(

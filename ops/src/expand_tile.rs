@@ -75,6 +75,10 @@ impl ExpandTile {
 }
 
 impl Op for ExpandTile {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.op()
     }

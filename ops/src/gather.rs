@@ -155,6 +155,10 @@ impl SameTypeKernel for TakeElements<'_> {
 }
 
 impl Op for Gather {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.op()
     }

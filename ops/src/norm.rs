@@ -264,6 +264,10 @@ impl LayerNorm {
 }
 
 impl Op for LayerNorm {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         match self.rms {
             true => "RMSNormalization",
@@ -529,6 +533,10 @@ impl InstanceNorm {
 }
 
 impl Op for InstanceNorm {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "InstanceNormalization"
     }

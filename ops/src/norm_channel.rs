@@ -277,6 +277,10 @@ crate::simd::kernel! {
 }
 
 impl Op for Lrn {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "LRN"
     }

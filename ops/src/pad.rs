@@ -268,6 +268,10 @@ struct PadParams {
 }
 
 impl Op for Pad {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "Pad"
     }

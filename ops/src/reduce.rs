@@ -330,6 +330,10 @@ fn last_axis(outs: &[TensorMeta]) -> Option<usize> {
 }
 
 impl Op for Reduce {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }
@@ -554,6 +558,10 @@ impl ArgReduce {
 }
 
 impl Op for ArgReduce {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }

@@ -132,6 +132,10 @@ impl Slice {
 }
 
 impl Op for Slice {
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "Slice"
     }
