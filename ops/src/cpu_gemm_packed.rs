@@ -374,37 +374,61 @@ unsafe fn block<const T: bool>(
     cols: (usize, usize),
     init: Option<*const f32>,
 ) {
+    // Kernels apart for a start from zero: with the start a run-time choice, LLVM spilled
+    // the 48-column kernel's accumulators (169 x 512 @ 512 x 1000 at half the rate).
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match init {
+            None => by_shape::<T, false>(rows, a, (panel, nr), c, ldc, cols, std::ptr::null()),
+            Some(init) => by_shape::<T, true>(rows, a, (panel, nr), c, ldc, cols, init),
+        }
+    }
+}
+
+/// [`block`] for a start from zero (`I` false) or from `init` (`I` true).
+///
+/// # Safety
+/// As [`block`].
+unsafe fn by_shape<const T: bool, const I: bool>(
+    rows: usize,
+    a: MatRef,
+    (panel, nr): (&[f32], usize),
+    c: *mut f32,
+    ldc: usize,
+    cols: (usize, usize),
+    init: *const f32,
+) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {
         use avx512::kernel as k;
         match (nr, rows) {
-            (32, 12) => k::<2, 12, T>(a, panel, c, ldc, cols, init),
-            (32, 11) => k::<2, 11, T>(a, panel, c, ldc, cols, init),
-            (32, 10) => k::<2, 10, T>(a, panel, c, ldc, cols, init),
-            (32, 9) => k::<2, 9, T>(a, panel, c, ldc, cols, init),
-            (32, 8) => k::<2, 8, T>(a, panel, c, ldc, cols, init),
-            (32, 7) => k::<2, 7, T>(a, panel, c, ldc, cols, init),
-            (32, 6) => k::<2, 6, T>(a, panel, c, ldc, cols, init),
-            (32, 5) => k::<2, 5, T>(a, panel, c, ldc, cols, init),
-            (32, 4) => k::<2, 4, T>(a, panel, c, ldc, cols, init),
-            (32, 3) => k::<2, 3, T>(a, panel, c, ldc, cols, init),
-            (32, 2) => k::<2, 2, T>(a, panel, c, ldc, cols, init),
-            (32, _) => k::<2, 1, T>(a, panel, c, ldc, cols, init),
-            (64, 6) => k::<4, 6, T>(a, panel, c, ldc, cols, init),
-            (64, 5) => k::<4, 5, T>(a, panel, c, ldc, cols, init),
-            (64, 4) => k::<4, 4, T>(a, panel, c, ldc, cols, init),
-            (64, 3) => k::<4, 3, T>(a, panel, c, ldc, cols, init),
-            (64, 2) => k::<4, 2, T>(a, panel, c, ldc, cols, init),
-            (64, _) => k::<4, 1, T>(a, panel, c, ldc, cols, init),
-            (_, 8) => k::<3, 8, T>(a, panel, c, ldc, cols, init),
-            (_, 7) => k::<3, 7, T>(a, panel, c, ldc, cols, init),
-            (_, 6) => k::<3, 6, T>(a, panel, c, ldc, cols, init),
-            (_, 5) => k::<3, 5, T>(a, panel, c, ldc, cols, init),
-            (_, 4) => k::<3, 4, T>(a, panel, c, ldc, cols, init),
-            (_, 3) => k::<3, 3, T>(a, panel, c, ldc, cols, init),
-            (_, 2) => k::<3, 2, T>(a, panel, c, ldc, cols, init),
-            _ => k::<3, 1, T>(a, panel, c, ldc, cols, init),
+            (32, 12) => k::<2, 12, T, I>(a, panel, c, ldc, cols, init),
+            (32, 11) => k::<2, 11, T, I>(a, panel, c, ldc, cols, init),
+            (32, 10) => k::<2, 10, T, I>(a, panel, c, ldc, cols, init),
+            (32, 9) => k::<2, 9, T, I>(a, panel, c, ldc, cols, init),
+            (32, 8) => k::<2, 8, T, I>(a, panel, c, ldc, cols, init),
+            (32, 7) => k::<2, 7, T, I>(a, panel, c, ldc, cols, init),
+            (32, 6) => k::<2, 6, T, I>(a, panel, c, ldc, cols, init),
+            (32, 5) => k::<2, 5, T, I>(a, panel, c, ldc, cols, init),
+            (32, 4) => k::<2, 4, T, I>(a, panel, c, ldc, cols, init),
+            (32, 3) => k::<2, 3, T, I>(a, panel, c, ldc, cols, init),
+            (32, 2) => k::<2, 2, T, I>(a, panel, c, ldc, cols, init),
+            (32, _) => k::<2, 1, T, I>(a, panel, c, ldc, cols, init),
+            (64, 6) => k::<4, 6, T, I>(a, panel, c, ldc, cols, init),
+            (64, 5) => k::<4, 5, T, I>(a, panel, c, ldc, cols, init),
+            (64, 4) => k::<4, 4, T, I>(a, panel, c, ldc, cols, init),
+            (64, 3) => k::<4, 3, T, I>(a, panel, c, ldc, cols, init),
+            (64, 2) => k::<4, 2, T, I>(a, panel, c, ldc, cols, init),
+            (64, _) => k::<4, 1, T, I>(a, panel, c, ldc, cols, init),
+            (_, 8) => k::<3, 8, T, I>(a, panel, c, ldc, cols, init),
+            (_, 7) => k::<3, 7, T, I>(a, panel, c, ldc, cols, init),
+            (_, 6) => k::<3, 6, T, I>(a, panel, c, ldc, cols, init),
+            (_, 5) => k::<3, 5, T, I>(a, panel, c, ldc, cols, init),
+            (_, 4) => k::<3, 4, T, I>(a, panel, c, ldc, cols, init),
+            (_, 3) => k::<3, 3, T, I>(a, panel, c, ldc, cols, init),
+            (_, 2) => k::<3, 2, T, I>(a, panel, c, ldc, cols, init),
+            _ => k::<3, 1, T, I>(a, panel, c, ldc, cols, init),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -417,24 +441,24 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     /// `R` rows of A times one panel of `V` vectors into C: `V x R` accumulators (from zero, or
-    /// from `init`'s row-major sums at stride `16 * V`) over the panel's K, then masked stores
+    /// with `I` from `init`'s row-major sums at stride `16 * V`) over the panel's K, then masked stores
     /// of the first `cols` columns, or (`T`) transposed stores.
     ///
     /// # Safety
     /// As [`super::block`], with `R` rows.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn kernel<const V: usize, const R: usize, const T: bool>(
+    pub(super) unsafe fn kernel<const V: usize, const R: usize, const T: bool, const I: bool>(
         a: MatRef,
         panel: &[f32],
         c: *mut f32,
         ldc: usize,
         (cols, room): (usize, usize),
-        init: Option<*const f32>,
+        init: *const f32,
     ) {
         let nr = 16 * V;
         let k = panel.len() / nr;
         let mut acc = [[_mm512_setzero_ps(); V]; R];
-        if let Some(init) = init {
+        if I {
             for (i, acc) in acc.iter_mut().enumerate() {
                 for (v, acc) in acc.iter_mut().enumerate() {
                     *acc = _mm512_loadu_ps(init.add(i * nr + 16 * v));
