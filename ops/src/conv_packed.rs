@@ -16,6 +16,12 @@
 //! 67 -> 58 alone; strided ones (64 -> 64 3x3/2 on 56x56) stayed 3 % slower
 //! (docs/bench.md, "Light-zoo weights marked constant").
 //!
+//! Planes of more than [`WHOLE_PLANE_MAX`] pixels (tiles) need K of 512: below it the crate
+//! was faster on the Intel Xeon, the product alone interleaved in one process (2 threads):
+//! resnet50's 256 -> 64 and 256 -> 128 1x1 on 56x56 1.07-1.24x and 1.12-1.24x, its 256 -> 512
+//! 1x1/2 on 56x56 1.17-1.46x; at K of 288 to 480 on 28x28 the two were within noise of each
+//! other (docs/bench.md, "Tiles of a short K on the crate").
+//!
 //! On an Intel core (Cascade Lake, two 512-bit FMA pipes) the kernel's A reads decide: a
 //! transposed im2col view steps `pixels` floats from one k to the next, one new cache line per
 //! step, and past a page's worth of pixels no prefetcher follows (one thread, the product alone,
@@ -37,10 +43,12 @@ use std::ops::Range;
 
 /// Fewest output channels, and fewest `K = C * kh * kw`, where the packed path was measured
 /// faster than `gemm_path` (module docs): 32 output channels (a 32-column panel) for convs of
-/// stride 1, 96 for strided ones, whose im2col the crate's own packing reads better.
+/// stride 1, 96 for strided ones, whose im2col the crate's own packing reads better; K of 256
+/// on planes of at most [`WHOLE_PLANE_MAX`] pixels, of 512 on larger ones.
 const MIN_OUT_CHANNELS: usize = 32;
 const MIN_OUT_CHANNELS_STRIDED: usize = 96;
 const MIN_K: usize = 256;
+const MIN_K_TILED: usize = 512;
 
 /// im2col floats of a task's tile of pixels (at most 256 KiB, in L2 while each panel of the
 /// task reads it, one cache line per k step at a stride the prefetchers follow), within
@@ -65,7 +73,7 @@ fn enabled() -> bool {
 }
 
 /// Whether a Conv whose W is kept (a model constant) takes the packed path for rows `rows`:
-/// one group, enough output channels (for the stride) and K, whole images (a CPU/GPU split's
+/// one group, enough output channels (for the stride) and K (for the plane), whole images (a CPU/GPU split's
 /// part keeps `gemm_path`), AVX-512, and not turned off ([`enabled`]).
 pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
     let img = g.m * g.oh;
@@ -76,7 +84,11 @@ pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
                 (1, 1) => MIN_OUT_CHANNELS,
                 _ => MIN_OUT_CHANNELS_STRIDED,
             }
-        && g.ckk() >= MIN_K
+        && g.ckk()
+            >= match g.oh * g.ow > WHOLE_PLANE_MAX {
+                true => MIN_K_TILED,
+                false => MIN_K,
+            }
         && rows.start.is_multiple_of(img)
         && rows.end.is_multiple_of(img)
         && cpu_gemm_packed::available()

@@ -733,9 +733,10 @@ fn packed_weights_match_definition() {
         ([1, 64, 40, 1], 144, [5, 1], [1, 1], [0, 0, 0, 0]),
         ([1, 256, 7, 9], 40, [1, 1], [1, 1], [0, 0, 0, 0]),
         ([1, 32, 7, 7], 56, [3, 3], [1, 1], [1, 1, 1, 1]),
-        ([2, 256, 20, 21], 100, [1, 1], [1, 1], [0, 0, 0, 0]),
-        ([1, 32, 23, 29], 40, [3, 3], [1, 1], [1, 1, 1, 1]),
-        ([1, 32, 45, 41], 96, [3, 3], [2, 2], [1, 1, 1, 1]),
+        // Planes of more than 384 pixels (tiles) need K of 512.
+        ([2, 512, 20, 21], 100, [1, 1], [1, 1], [0, 0, 0, 0]),
+        ([1, 64, 23, 29], 40, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 64, 45, 41], 96, [3, 3], [2, 2], [1, 1, 1, 1]),
     ];
     for &(xs, m, k, s, pads) in cases {
         let attrs = conv_attrs(1, s, [1, 1], pads);
@@ -778,5 +779,25 @@ fn packed_weights_match_definition() {
                 "{xs:?} m {m}"
             );
         }
+    }
+    // K of 256 takes the packed path on a plane of 384 pixels, not on one of 385 (tiles).
+    for (hw, taken) in [([16, 24], true), ([5, 77], false)] {
+        let op = Conv {
+            attrs: ConvAttrs::parse("Conv", &conv_attrs(1, [1, 1], [1, 1], [0; 4])).unwrap(),
+            activation: Activation::None,
+            post: None,
+            residual: Residual::None,
+            absorbed: Vec::new(),
+            constant_weight: None,
+        };
+        let (g2, out) = op
+            .geom(&[&[1, 256, hw[0], hw[1]], &[64, 256, 1, 1]])
+            .unwrap();
+        let on = std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
+        assert_eq!(
+            cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2])),
+            taken && on && crate::cpu_gemm_packed::available(),
+            "{hw:?}"
+        );
     }
 }
