@@ -612,8 +612,8 @@ fn conv_cpu_takes_winograd_where_it_applies() {
     }
 }
 
-/// Speed of Winograd against im2col + GEMM on the 3x3 stride-1 shapes of the models (not a
-/// test: `cargo test --release -p tandem-ops --lib winograd_speed -- --ignored --nocapture`).
+/// Speed of Winograd (W transformed per call and kept) and of the packed GEMM path against
+/// im2col + GEMM on the 3x3 stride-1 shapes of the models (not a test: `cargo test --release -p tandem-ops --lib winograd_speed -- --ignored --nocapture`).
 #[test]
 #[ignore]
 fn winograd_speed() {
@@ -634,6 +634,8 @@ fn winograd_speed() {
         (32, 32, 40),
         (64, 64, 20),
         (128, 128, 10),
+        (64, 256, 13),
+        (256, 256, 12),
         (32, 32, 14),
         (16, 32, 28),
     ];
@@ -658,15 +660,28 @@ fn winograd_speed() {
         let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu.into());
         let mut u = vec![0.0f32; m * c * 16];
         cpu::winograd::transform_weights(&w, c, 0..m, &mut u);
-        // The paths alternate, so a change of machine load hits all three; best of `reps`.
-        let mut best = [f64::MAX; 3];
+        // W packed once for the packed GEMM path (AVX-512 only; else its column repeats im2col).
+        let ckk = c * 9;
+        let packed = crate::cpu_gemm_packed::available().then(|| {
+            crate::cpu_gemm_packed::PackedB::pack(
+                crate::cpu_gemm::MatRef::row_major(&w, 0, ckk).t(),
+                ckk,
+                m,
+            )
+        });
+        // The paths alternate, so a change of machine load hits all four; best of `reps`.
+        let mut best = [f64::MAX; 4];
         for i in 0..=reps {
             for (k, t) in best.iter_mut().enumerate() {
                 let start = std::time::Instant::now();
-                match k {
-                    0 => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
-                    1 => cpu::winograd::winograd_path(&g, &x, ab, None, &mut out, 0..rows),
-                    _ => cpu::winograd::winograd_path(&g, &x, ab, Some(&u), &mut out, 0..rows),
+                match (k, &packed) {
+                    (1, _) => cpu::winograd::winograd_path(&g, &x, ab, None, &mut out, 0..rows),
+                    (2, _) => cpu::winograd::winograd_path(&g, &x, ab, Some(&u), &mut out, 0..rows),
+                    (3, Some(p)) => {
+                        let pab = (p, Some(b.as_slice()), Activation::Relu.into());
+                        cpu::packed::packed_path(&g, &x, pab, None, &mut out, 0..rows)
+                    }
+                    _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
                 }
                 if i > 0 {
                     *t = t.min(start.elapsed().as_secs_f64());
@@ -674,15 +689,17 @@ fn winograd_speed() {
             }
         }
         let gf = 2.0 * (m * c * 9 * hw * hw) as f64 / 1e9;
-        let [tg, tw, tk] = best;
+        let [tg, tw, tk, tp] = best;
         println!(
-            "C {c:4} M {m:4} {hw:3}x{hw:<3} im2col {:8.1} us {:4.0} GF/s | winograd {:8.1} us x{:.2} | kept W {:8.1} us x{:.2}",
+            "C {c:4} M {m:4} {hw:3}x{hw:<3} im2col {:8.1} us {:4.0} GF/s | winograd {:8.1} us x{:.2} | kept W {:8.1} us x{:.2} | packed W {:8.1} us x{:.2}",
             tg * 1e6,
             gf / tg,
             tw * 1e6,
             tg / tw,
             tk * 1e6,
-            tg / tk
+            tg / tk,
+            tp * 1e6,
+            tg / tp
         );
     }
 }
