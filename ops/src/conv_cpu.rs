@@ -166,7 +166,13 @@ crate::simd::kernel! {
     /// The `kh * kw` im2col rows of one input plane for pixels `p0..p1`. A kernel, so that
     /// a strided conv's row segments (7 to 56 floats, one per output row and tap) are copied
     /// inline on the CPU's widest vectors, not by a dispatched call each.
-    pub(super) fn im2col_channel(g: &Geom2, xplane: &[f32], p0: usize, p1: usize, rows: &mut [f32]) {
+    pub(super) fn im2col_channel(
+        g: &Geom2,
+        xplane: &[f32],
+        p0: usize,
+        p1: usize,
+        rows: &mut [f32],
+    ) {
         let np = p1 - p0;
         for ki in 0..g.kh {
             for kj in 0..g.kw {

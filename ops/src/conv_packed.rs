@@ -73,8 +73,8 @@ fn enabled() -> bool {
 }
 
 /// Whether a Conv whose W is kept (a model constant) takes the packed path for rows `rows`:
-/// one group, enough output channels (for the stride) and K (for the plane), whole images (a CPU/GPU split's
-/// part keeps `gemm_path`), AVX-512, and not turned off ([`enabled`]).
+/// one group, enough output channels (for the stride) and K (for the plane), whole images (a
+/// CPU/GPU split's part keeps `gemm_path`), AVX-512, and not turned off ([`enabled`]).
 pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
     let img = g.m * g.oh;
     enabled()

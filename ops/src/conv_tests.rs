@@ -613,7 +613,8 @@ fn conv_cpu_takes_winograd_where_it_applies() {
 }
 
 /// Speed of Winograd (W transformed per call and kept) and of the packed GEMM path against
-/// im2col + GEMM on the 3x3 stride-1 shapes of the models (not a test: `cargo test --release -p tandem-ops --lib winograd_speed -- --ignored --nocapture`).
+/// im2col + GEMM on the 3x3 stride-1 shapes of the models (not a test: `cargo test --release
+/// -p tandem-ops --lib winograd_speed -- --ignored --nocapture`).
 #[test]
 #[ignore]
 fn winograd_speed() {

@@ -302,8 +302,8 @@ crate::simd::kernel! {
 }
 
 /// [`strided_copy`] inlined into the caller's SIMD level (the phase planes' short rows and a
-/// strided conv's im2col segments, where a dispatched call per row cost more than the copy). Stride 2 reads pairs (a vectorised
-/// deinterleave) for all but the last element.
+/// strided conv's im2col segments, where a dispatched call per row cost more than the copy).
+/// Stride 2 reads pairs (a vectorised deinterleave) for all but the last element.
 #[inline(always)]
 pub(crate) fn copy_every(dst: &mut [f32], src: &[f32], s: usize) {
     let n = dst.len();
