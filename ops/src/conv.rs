@@ -467,17 +467,22 @@ impl ConstantWeight {
 
 /// Registry constructor.
 pub fn conv(attrs: &Attrs) -> Result<Box<dyn Op>> {
-    Ok(Box::new(Conv {
-        attrs: ConvAttrs::parse("Conv", attrs)?,
-        activation: Activation::None,
-        post: None,
-        residual: Residual::None,
-        absorbed: Vec::new(),
-        constant_weight: None,
-    }))
+    Ok(Box::new(Conv::plain(attrs)?))
 }
 
 impl Conv {
+    /// A Conv as the model states it: its attributes, nothing fused, W not known constant.
+    pub fn plain(attrs: &Attrs) -> Result<Conv> {
+        Ok(Conv {
+            attrs: ConvAttrs::parse("Conv", attrs)?,
+            activation: Activation::None,
+            post: None,
+            residual: Residual::None,
+            absorbed: Vec::new(),
+            constant_weight: None,
+        })
+    }
+
     /// This Conv, told that its W is a constant of the model (the runtime's load-time
     /// `layout` pass): the CPU then keeps W's Winograd transform instead of redoing it on
     /// every call.

@@ -471,12 +471,8 @@ fn winograd_case(xs: [usize; 4], m: usize, pads: [i64; 4], bias: bool, act: Acti
     let b = random(m, 3);
     let attrs = Attrs::new(11).with("pads", AttrValue::Ints(pads.to_vec()));
     let op = Conv {
-        attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
         activation: act,
-        post: None,
-        residual: Residual::None,
-        absorbed: Vec::new(),
-        constant_weight: None,
+        ..Conv::plain(&attrs).unwrap()
     };
     let (g, oshape) = op.geom(&[&xs, &ws]).unwrap();
     assert!(cpu::winograd::supports(&g));
@@ -572,12 +568,8 @@ fn conv_cpu_takes_winograd_where_it_applies() {
     let (xs, ws) = ([2, 64, 21, 20], [64, 64, 3, 3]);
     let attrs = Attrs::new(11).with("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
     let op = Conv {
-        attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
         activation: Activation::Relu,
-        post: None,
-        residual: Residual::None,
-        absorbed: Vec::new(),
-        constant_weight: None,
+        ..Conv::plain(&attrs).unwrap()
     };
     let (g, oshape) = op.geom(&[&xs, &ws]).unwrap();
     assert_eq!(cpu::winograd::applies(&g, false), cpu::winograd::enabled());
@@ -648,12 +640,8 @@ fn winograd_speed() {
         let b = random(m, 3);
         let attrs = Attrs::new(11).with("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
         let op = Conv {
-            attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
             activation: Activation::Relu,
-            post: None,
-            residual: Residual::None,
-            absorbed: Vec::new(),
-            constant_weight: None,
+            ..Conv::plain(&attrs).unwrap()
         };
         let (g, _) = op.geom(&[&xs, &[m, c, 3, 3]]).unwrap();
         let rows = m * hw;
@@ -756,6 +744,7 @@ fn packed_weights_match_definition() {
         ([1, 64, 23, 29], 40, [3, 3], [1, 1], [1, 1, 1, 1]),
         ([1, 64, 45, 41], 96, [3, 3], [2, 2], [1, 1, 1, 1]),
     ];
+    let on = std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
     for &(xs, m, k, s, pads) in cases {
         let attrs = conv_attrs(1, s, [1, 1], pads);
         for (bias, relu) in [(true, false), (false, false), (true, true)] {
@@ -765,15 +754,7 @@ fn packed_weights_match_definition() {
                 } else {
                     Activation::None
                 },
-                ..Conv {
-                    attrs: ConvAttrs::parse("Conv", &attrs).unwrap(),
-                    activation: Activation::None,
-                    post: None,
-                    residual: Residual::None,
-                    absorbed: Vec::new(),
-                    constant_weight: None,
-                }
-                .with_constant_weight()
+                ..Conv::plain(&attrs).unwrap().with_constant_weight()
             };
             let (got, mut want) = outputs_of(&op, xs, m, k, 1, s, [1, 1], pads, bias);
             if relu {
@@ -790,7 +771,6 @@ fn packed_weights_match_definition() {
             // Every one of these takes the packed path where the CPU has AVX-512.
             let (g2, out) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
             let taken = cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2]));
-            let on = std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
             assert_eq!(
                 taken,
                 on && crate::cpu_gemm_packed::available(),
@@ -800,18 +780,10 @@ fn packed_weights_match_definition() {
     }
     // K of 256 takes the packed path on a plane of 384 pixels, not on one of 385 (tiles).
     for (hw, taken) in [([16, 24], true), ([5, 77], false)] {
-        let op = Conv {
-            attrs: ConvAttrs::parse("Conv", &conv_attrs(1, [1, 1], [1, 1], [0; 4])).unwrap(),
-            activation: Activation::None,
-            post: None,
-            residual: Residual::None,
-            absorbed: Vec::new(),
-            constant_weight: None,
-        };
+        let op = Conv::plain(&conv_attrs(1, [1, 1], [1, 1], [0; 4])).unwrap();
         let (g2, out) = op
             .geom(&[&[1, 256, hw[0], hw[1]], &[64, 256, 1, 1]])
             .unwrap();
-        let on = std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
         assert_eq!(
             cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2])),
             taken && on && crate::cpu_gemm_packed::available(),

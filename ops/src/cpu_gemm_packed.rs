@@ -441,8 +441,8 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     /// `R` rows of A times one panel of `V` vectors into C: `V x R` accumulators (from zero, or
-    /// with `I` from `init`'s row-major sums at stride `16 * V`) over the panel's K, then masked stores
-    /// of the first `cols` columns, or (`T`) transposed stores.
+    /// with `I` from `init`'s row-major sums at stride `16 * V`) over the panel's K, then
+    /// masked stores of the first `cols` columns, or (`T`) transposed stores.
     ///
     /// # Safety
     /// As [`super::block`], with `R` rows.
