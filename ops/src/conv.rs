@@ -13,7 +13,8 @@
 //! CPU paths (`conv_cpu.rs`): `cg == 1` (depthwise and single-input-channel convs) is direct
 //! (GEMM with K = kh*kw is wasteful): undilated ones a plane at a time, one long multiply-add
 //! per tap over zero-padded phase planes (`conv_planes.rs`, `phase_planes.rs`), dilated ones a loop over output
-//! lines; 3x3 stride-1 convs with enough channels and pixels take Winograd F(2x2, 3x3)
+//! lines; 3x3 stride-1 convs with enough channels and pixels take Winograd (F(4x4, 3x3) on
+//! large planes, F(2x2, 3x3) on small ones)
 //! (`conv_winograd.rs`); everything else is a GEMM per (image, group) on pixel chunks:
 //! `out[oc, p] = W[oc, (c,kh,kw)] x col[(c,kh,kw), p]`, with `col` built by im2col for the
 //! chunk (bounded scratch, parallel over chunks), or read straight from X for 1x1 stride-1
@@ -436,7 +437,8 @@ pub struct Conv {
 /// never a fed input.
 #[derive(Clone, Default, Debug)]
 pub struct ConstantWeight {
-    winograd: crate::kept::Kept<Vec<f32>>,
+    /// Transformed weights per Winograd variant (`Variant as usize`).
+    winograd: [crate::kept::Kept<Vec<f32>>; 2],
     packed: crate::cpu_gemm_packed::KeptPacking,
 }
 
@@ -444,10 +446,11 @@ impl ConstantWeight {
     /// The transform of `w` for geometry `g`: computed on the first call (with no lock held, so
     /// racing first calls each compute it and one result is kept), then the kept one.
     fn winograd(&self, g: &Geom2, w: &[f32]) -> &[f32] {
-        let len = g.m * cpu::winograd::POINTS * g.c;
-        let u = self.winograd.get_or_make(|| {
+        let v = cpu::winograd::Variant::of(g);
+        let len = g.m * v.points() * g.c;
+        let u = self.winograd[v as usize].get_or_make(|| {
             let mut u = vec![0.0; len];
-            cpu::winograd::transform_weights(w, g.c, 0..g.m, &mut u);
+            cpu::winograd::transform_weights(v, w, g.c, 0..g.m, &mut u);
             u
         });
         assert_eq!(

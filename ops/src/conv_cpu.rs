@@ -7,7 +7,7 @@
 //! still in cache; the direct and Winograd paths add a residual in a pass after their blocks.
 //!
 //! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
-//! 3x3 stride-1 convs with enough channels take Winograd F(2x2, 3x3) instead
+//! 3x3 stride-1 convs with enough channels take Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
 //! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off), and
 //! other convs of a constant W with many output channels and a long K the GEMM on W packed
 //! once (`conv_packed.rs`, [`packed::applies`]).
@@ -722,7 +722,8 @@ pub fn conv_cpu(
     if g.cg == 1 {
         direct_path(g, x, (w, b, first), out, rows.clone());
     } else if winograd::applies(g, kept.is_some()) {
-        winograd::winograd_path(g, x, (w, b, first), kept, out, rows.clone());
+        let v = winograd::Variant::of(g);
+        winograd::winograd_path(v, g, x, (w, b, first), kept, out, rows.clone());
     } else {
         return gemm_path(g, x, (w, b, ep), z, out, rows);
     }
