@@ -89,7 +89,8 @@ pub fn cost_key<'a>(op: &'a str, variant: &str) -> Cow<'a, str> {
 /// The kernel path an op takes for these shapes and attributes, where one op type runs kernels
 /// whose time per flop differs a lot, so that they get separate cost entries: Conv is
 /// `depthwise`, `grouped`, `1x1`, `winograd` (a 3x3 stride-1 convolution the CPU computes by
-/// Winograd F(2x2, 3x3), `Conv::cpu_takes_winograd`, about 1.5x faster per flop than im2col) or
+/// Winograd, F(4x4, 3x3) or F(2x2, 3x3), `Conv::cpu_takes_winograd`, about 1.5x faster per flop
+/// than im2col) or
 /// `kxk` (every other dense kernel); MatMul and Gemm with a single output row are `gemv`
 /// (bandwidth-bound, and a tiled GPU kernel computes a whole tile of rows for it); Gemm with a
 /// transposed B and few rows is `dot` (the CPU's dot-product tiles, 5-10x faster per flop than
