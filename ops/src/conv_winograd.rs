@@ -400,6 +400,25 @@ fn with_tmp<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     r
 }
 
+/// Row `ih` of input plane `xp` (`h x w`) as a zero-padded row of `row.len()` floats: padded
+/// column `p` holds input column `p - pl`; zeros outside the input (all of it for a row
+/// outside `0..h`). Inlined into the transforms' kernels.
+#[inline(always)]
+fn padded_row(t: &Tiles, xp: &[f32], ih: i64, row: &mut [f32]) {
+    let wp = row.len() as i64;
+    let c0 = t.pl.clamp(0, wp) as usize;
+    let c1 = (t.pl + t.w as i64).clamp(c0 as i64, wp) as usize;
+    if ih < 0 || ih >= t.h as i64 || c0 >= c1 {
+        row.fill(0.0);
+        return;
+    }
+    let src = &xp[ih as usize * t.w..][..t.w];
+    row[..c0].fill(0.0);
+    row[c1..].fill(0.0);
+    let s0 = (c0 as i64 - t.pl) as usize;
+    row[c0..c1].copy_from_slice(&src[s0..s0 + (c1 - c0)]);
+}
+
 /// `N` disjoint rows of `len` floats, `stride` apart, from the start of `buf`.
 #[inline(always)]
 fn rows_mut<const N: usize>(buf: &mut [f32], stride: usize, len: usize) -> [&mut [f32]; N] {

@@ -7,7 +7,7 @@
 //! columns, so every transform step is one pass over the whole block. Coefficients are 0, +-1
 //! and 1/2.
 
-use super::Tiles;
+use super::{padded_row, Tiles};
 use std::ops::Range;
 
 /// Output pixels per tile side.
@@ -65,21 +65,9 @@ crate::simd::kernel! {
         let (comb, rest) = rest.split_at_mut(bt * wp);
         let (e, rest) = rest.split_at_mut(ts);
         let o = &mut rest[..ts];
-        // Padded columns p read input column p - pl.
-        let c0 = t.pl.clamp(0, wp as i64) as usize;
-        let c1 = (t.pl + t.w as i64).clamp(c0 as i64, wp as i64) as usize;
         for (r, (er, or)) in ev.chunks_exact_mut(wp).zip(od.chunks_exact_mut(wp)).enumerate() {
             for (dy, pr) in [er, or].into_iter().enumerate() {
-                let ih = (2 * (tys.start + r) + dy) as i64 - t.pt;
-                if ih < 0 || ih >= t.h as i64 || c0 >= c1 {
-                    pr.fill(0.0);
-                    continue;
-                }
-                let src = &xp[ih as usize * t.w..][..t.w];
-                pr[..c0].fill(0.0);
-                pr[c1..].fill(0.0);
-                let s0 = (c0 as i64 - t.pl) as usize;
-                pr[c0..c1].copy_from_slice(&src[s0..s0 + (c1 - c0)]);
+                padded_row(t, xp, (2 * (tys.start + r) + dy) as i64 - t.pt, pr);
             }
         }
         let n = bt * wp;

@@ -7,7 +7,7 @@
 //! ("phases"), so that the six rows (columns) a tile reads are four phases at its own index
 //! and two at the next: every transform step is one pass over the whole block.
 
-use super::{rows_mut, Tiles};
+use super::{padded_row, rows_mut, Tiles};
 use std::ops::Range;
 
 /// Output pixels per tile side.
@@ -112,22 +112,10 @@ crate::simd::kernel! {
         let (halves, rest) = rest.split_at_mut(16 * plane);
         let (ph, rest) = rest.split_at_mut(16 * plane);
         let comb = &mut rest[..24 * ts];
-        let wp = TILE * s;
-        // rows[k][r]: padded row 4 (tys.start + r) + k; padded column p reads input column p - pl.
-        let c0 = t.pl.clamp(0, wp as i64) as usize;
-        let c1 = (t.pl + t.w as i64).clamp(c0 as i64, wp as i64) as usize;
-        for (kr, row) in rows.chunks_exact_mut(wp).enumerate() {
+        // rows[k][r]: padded row 4 (tys.start + r) + k.
+        for (kr, row) in rows.chunks_exact_mut(TILE * s).enumerate() {
             let (k, r) = (kr / (bt + 1), kr % (bt + 1));
-            let ih = (TILE * (tys.start + r) + k) as i64 - t.pt;
-            if ih < 0 || ih >= t.h as i64 || c0 >= c1 {
-                row.fill(0.0);
-                continue;
-            }
-            let src = &xp[ih as usize * t.w..][..t.w];
-            row[..c0].fill(0.0);
-            row[c1..].fill(0.0);
-            let s0 = (c0 as i64 - t.pl) as usize;
-            row[c0..c1].copy_from_slice(&src[s0..s0 + (c1 - c0)]);
+            padded_row(t, xp, (TILE * (tys.start + r) + k) as i64 - t.pt, row);
         }
         // ph[q][k][r]: columns mod 4 of all rows at once, as two rounds of even/odd (pairs
         // vectorise; quads did not).
