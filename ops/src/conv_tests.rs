@@ -727,15 +727,15 @@ fn winograd_speed() {
             }
         }
         let gf = 2.0 * (m * c * 9 * hw * hw) as f64 / 1e9;
-        let [tg, tw, tk, tp] = best;
+        let [tg, t2, t4, tp] = best;
         println!(
             "C {c:4} M {m:4} {hw:3}x{hw:<3} im2col {:8.1} us {:4.0} GF/s | F2 {:8.1} us x{:.2} | F4 {:8.1} us x{:.2} | packed W {:8.1} us x{:.2}",
             tg * 1e6,
             gf / tg,
-            tw * 1e6,
-            tg / tw,
-            tk * 1e6,
-            tg / tk,
+            t2 * 1e6,
+            tg / t2,
+            t4 * 1e6,
+            tg / t4,
             tp * 1e6,
             tg / tp
         );

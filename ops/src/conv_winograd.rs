@@ -130,11 +130,11 @@ const BLOCK_FLOATS: usize = 1 << 20;
 /// weights kept", both F(2x2, 3x3)). With W transformed on every call, planes below 20x20 do
 /// not amortise the transform (16 floats per (oc, c) written, then read by the GEMMs): 14x14
 /// measured 0.95-1.03x inside inception_v2, 7x7 0.5x. With W kept (a model constant), 14x14
-/// planes measured 1.42-1.79x inside resnet50 and inception_v2 and 10x10 1.45x in a loop; 7x7 0.98-1.06x stays
-/// on im2col. 16 and 32 input channels lose on small planes (GEMMs too thin). Output channels
-/// from 16 win where the inputs are deep (docs/bench.md, "Winograd from 16 output channels"):
-/// ppocr_det's 96 -> 24 conv on 160x160 9.6-10.0 -> 5.2 ms, densenet121's 128 -> 32 convs
-/// (56x56 to 14x14) 26.9 -> 18.5 ms.
+/// planes measured 1.42-1.79x inside resnet50 and inception_v2 and 10x10 1.45x in a loop; 7x7
+/// 0.98-1.06x stays on im2col. 16 and 32 input channels lose on small planes (GEMMs too thin).
+/// Output channels from 16 win where the inputs are deep (docs/bench.md, "Winograd from 16
+/// output channels"): ppocr_det's 96 -> 24 conv on 160x160 9.6-10.0 -> 5.2 ms, densenet121's
+/// 128 -> 32 convs (56x56 to 14x14) 26.9 -> 18.5 ms.
 const MIN_CHANNELS: usize = 64;
 const MIN_OUT_CHANNELS: usize = 16;
 const MIN_PIXELS: usize = 400;
@@ -234,7 +234,7 @@ pub(in crate::conv) fn winograd_path(
         for r in rects(g, 0, q) {
             let orow = r.pix.start / g.ow..r.pix.end / g.ow;
             let tys = orow.start / tile..orow.end.div_ceil(tile);
-            let bt = (budget / (points * (g.c + r.oc.len()) * (t.tw + 1))).clamp(1, tys.len());
+            let bt = (budget / (points * (g.c + r.oc.len()) * t.row_slots())).clamp(1, tys.len());
             let mut ty = tys.start;
             while ty < tys.end {
                 let te = (ty + bt).min(tys.end);
