@@ -419,6 +419,30 @@ fn padded_row(t: &Tiles, xp: &[f32], ih: i64, row: &mut [f32]) {
     row[c0..c1].copy_from_slice(&src[s0..s0 + (c1 - c0)]);
 }
 
+/// `a[i] = src[2 i]`, `b[i] = src[2 i + 1]` (`src` holds `2 a.len()` values). Both variants'
+/// column splits go through this pair and [`interleave`]: these loops vectorise, 4-wide ones
+/// and `chunks_exact(2)` ones did not.
+#[inline(always)]
+fn deinterleave(src: &[f32], a: &mut [f32], b: &mut [f32]) {
+    let n = a.len().min(b.len()).min(src.len() / 2);
+    let (src, a, b) = (&src[..2 * n], &mut a[..n], &mut b[..n]);
+    for i in 0..n {
+        a[i] = src[2 * i];
+        b[i] = src[2 * i + 1];
+    }
+}
+
+/// `dst[2 i] = a[i]`, `dst[2 i + 1] = b[i]`.
+#[inline(always)]
+fn interleave(a: &[f32], b: &[f32], dst: &mut [f32]) {
+    let n = a.len().min(b.len()).min(dst.len() / 2);
+    let (a, b, dst) = (&a[..n], &b[..n], &mut dst[..2 * n]);
+    for i in 0..n {
+        dst[2 * i] = a[i];
+        dst[2 * i + 1] = b[i];
+    }
+}
+
 /// `N` disjoint rows of `len` floats, `stride` apart, from the start of `buf`.
 #[inline(always)]
 fn rows_mut<const N: usize>(buf: &mut [f32], stride: usize, len: usize) -> [&mut [f32]; N] {

@@ -7,7 +7,7 @@
 //! columns, so every transform step is one pass over the whole block. Coefficients are 0, +-1
 //! and 1/2.
 
-use super::{padded_row, Tiles};
+use super::{deinterleave, interleave, padded_row, Tiles};
 use std::ops::Range;
 
 /// Output pixels per tile side.
@@ -79,10 +79,7 @@ crate::simd::kernel! {
                 2 => zip2(comb, e1, o0, |a, b| a - b),
                 _ => zip2(comb, o0, o1, |a, b| a - b),
             }
-            for ((ev, ov), pair) in e.iter_mut().zip(o.iter_mut()).zip(comb.chunks_exact(2)) {
-                *ev = pair[0];
-                *ov = pair[1];
-            }
+            deinterleave(comb, e, o);
             let l = ts - 1;
             let at = |a: usize| (bi * 4 + a) * ts;
             zip2(&mut dst[at(0)..at(0) + l], &e[..l], &e[1..], |a, b| a - b);
@@ -113,7 +110,9 @@ crate::simd::kernel! {
         let ts = t.slots(tys.len());
         let (s, rest) = tmp.split_at_mut(8 * ts);
         let (y0, rest) = rest.split_at_mut(2 * ts);
-        let y1 = &mut rest[..2 * ts];
+        let (y1, rest) = rest.split_at_mut(2 * ts);
+        let (e, rest) = rest.split_at_mut(ts);
+        let o = &mut rest[..ts];
         let m = |p: usize| &mk[p * ts..][..ts];
         // s[0][a] = m0a + m1a + m2a, s[1][a] = m1a - m2a - m3a.
         for a in 0..4 {
@@ -131,16 +130,17 @@ crate::simd::kernel! {
         }
         for (half, y) in [&mut *y0, &mut *y1].into_iter().enumerate() {
             let sa = |a: usize| &s[(half * 4 + a) * ts..][..ts];
-            for ((((pair, v0), v1), v2), v3) in y
-                .chunks_exact_mut(2)
+            for ((((ev, ov), v0), v1), (v2, v3)) in e
+                .iter_mut()
+                .zip(o.iter_mut())
                 .zip(sa(0))
                 .zip(sa(1))
-                .zip(sa(2))
-                .zip(sa(3))
+                .zip(sa(2).iter().zip(sa(3)))
             {
-                pair[0] = v0 + v1 + v2;
-                pair[1] = v1 - v2 - v3;
+                *ev = v0 + v1 + v2;
+                *ov = v1 - v2 - v3;
             }
+            interleave(e, o, y);
         }
         let yw = 2 * (t.tw + 1);
         for (li, ty) in tys.enumerate() {

@@ -7,7 +7,7 @@
 //! ("phases"), so that the six rows (columns) a tile reads are four phases at its own index
 //! and two at the next: every transform step is one pass over the whole block.
 
-use super::{padded_row, rows_mut, Tiles};
+use super::{deinterleave, interleave, padded_row, rows_mut, Tiles};
 use std::ops::Range;
 
 /// Output pixels per tile side.
@@ -75,28 +75,6 @@ fn bt_times(y: [f32; 6]) -> [f32; 6] {
     ]
 }
 
-/// `a[i] = src[2 i]`, `b[i] = src[2 i + 1]` (`src` holds `2 a.len()` values).
-#[inline(always)]
-fn deinterleave(src: &[f32], a: &mut [f32], b: &mut [f32]) {
-    let n = a.len().min(b.len()).min(src.len() / 2);
-    let (src, a, b) = (&src[..2 * n], &mut a[..n], &mut b[..n]);
-    for i in 0..n {
-        a[i] = src[2 * i];
-        b[i] = src[2 * i + 1];
-    }
-}
-
-/// `dst[2 i] = a[i]`, `dst[2 i + 1] = b[i]`.
-#[inline(always)]
-fn interleave(a: &[f32], b: &[f32], dst: &mut [f32]) {
-    let n = a.len().min(b.len()).min(dst.len() / 2);
-    let (a, b, dst) = (&a[..n], &b[..n], &mut dst[..2 * n]);
-    for i in 0..n {
-        dst[2 * i] = a[i];
-        dst[2 * i + 1] = b[i];
-    }
-}
-
 crate::simd::kernel! {
     /// One input channel's transformed tiles `dst` (`[p][slot]`) for tile rows `tys`. The
     /// zero-padded input rows they read are split by row mod 4 and, within a row, by column
@@ -160,6 +138,20 @@ fn at_times(m: [f32; 6]) -> [f32; 4] {
     [m0 + p + r, q + 2.0 * u, p + 4.0 * r, q + 8.0 * u + m5]
 }
 
+/// `out[.][i] = A^T (m[.][i])` for every slot `i` (all slices cut to one length first, so the
+/// loop has no bounds checks and vectorises).
+#[inline(always)]
+fn at_rows(m: [&[f32]; 6], out: [&mut [f32]; 4]) {
+    let [o0, o1, o2, o3] = out;
+    let n = o0.len();
+    let (o1, o2, o3) = (&mut o1[..n], &mut o2[..n], &mut o3[..n]);
+    let [m0, m1, m2, m3, m4, m5] = m.map(|r| &r[..n]);
+    for i in 0..n {
+        let v = at_times([m0[i], m1[i], m2[i], m3[i], m4[i], m5[i]]);
+        (o0[i], o1[i], o2[i], o3[i]) = (v[0], v[1], v[2], v[3]);
+    }
+}
+
 crate::simd::kernel! {
     /// One output channel's rows `orow` (`op` holds exactly those rows) from its `mk`
     /// (`[p][slot]`, tile rows `tys`): `A^T m` across the transform's rows (`s[a][j]`), then
@@ -173,21 +165,13 @@ crate::simd::kernel! {
         let halves = &mut rest[..4 * ts];
         let m = |p: usize| &mk[p * ts..][..ts];
         for j in 0..6 {
-            let [m0, m1, m2, m3, m4, m5] = [0, 6, 12, 18, 24, 30].map(|i| m(i + j));
-            let [s0, s1, s2, s3] = rows_mut(&mut s[j * ts..], 6 * ts, ts);
-            for i in 0..ts {
-                let v = at_times([m0[i], m1[i], m2[i], m3[i], m4[i], m5[i]]);
-                (s0[i], s1[i], s2[i], s3[i]) = (v[0], v[1], v[2], v[3]);
-            }
+            let col = [0, 6, 12, 18, 24, 30].map(|i| m(i + j));
+            at_rows(col, rows_mut(&mut s[j * ts..], 6 * ts, ts));
         }
         for (a, ya) in y.chunks_exact_mut(4 * ts).enumerate() {
-            let sa = |j: usize| &s[(a * 6 + j) * ts..][..ts];
-            let (s0, s1, s2, s3, s4, s5) = (sa(0), sa(1), sa(2), sa(3), sa(4), sa(5));
+            let row = [0, 1, 2, 3, 4, 5].map(|j| &s[(a * 6 + j) * ts..][..ts]);
+            at_rows(row, rows_mut(vb, ts, ts));
             let [b0, b1, b2, b3] = rows_mut(vb, ts, ts);
-            for i in 0..ts {
-                let v = at_times([s0[i], s1[i], s2[i], s3[i], s4[i], s5[i]]);
-                (b0[i], b1[i], b2[i], b3[i]) = (v[0], v[1], v[2], v[3]);
-            }
             // Columns 4 t + b as two rounds of pairs (pairs vectorise; quads did not).
             let (e, o) = halves.split_at_mut(2 * ts);
             interleave(b0, b2, e);
