@@ -503,6 +503,13 @@ impl Conv {
         cpu::winograd::applies(g, self.constant_weight.is_some())
     }
 
+    /// Whether the CPU kernel computes geometry `g` of this Conv as a sum over its taps of
+    /// shifted input lines (`conv_taps.rs`: stride 1, few channels, AVX-512): the cost model
+    /// gives these their own entry too.
+    pub fn cpu_takes_taps(&self, g: &Geom2) -> bool {
+        g.cg > 1 && !self.cpu_takes_winograd(g) && cpu::taps::applies(g)
+    }
+
     /// What this Conv applies to each output element after the bias.
     pub fn epilogue(&self) -> Epilogue {
         Epilogue {
@@ -696,7 +703,9 @@ impl Op for Conv {
         let out = f32_out("Conv", &mut outs[0])?;
         let (kept, packed) = match &self.constant_weight {
             Some(u) if self.cpu_takes_winograd(&g) => (Some(u.winograd(&g, w)), None),
-            Some(u) if cpu::packed::applies(&g, &rows) => (None, Some(u.packed(&g, w))),
+            Some(u) if !self.cpu_takes_taps(&g) && cpu::packed::applies(&g, &rows) => {
+                (None, Some(u.packed(&g, w)))
+            }
             _ => (None, None),
         };
         conv_cpu(&g, x, (w, kept, packed), (b, z), self.epilogue(), out, rows);

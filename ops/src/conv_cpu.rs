@@ -8,9 +8,10 @@
 //!
 //! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
 //! 3x3 stride-1 convs with enough channels take Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
-//! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off), and
-//! other convs of a constant W with many output channels and a long K the GEMM on W packed
-//! once (`conv_packed.rs`, [`packed::applies`]).
+//! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off),
+//! stride-1 convs of few channels the sum over taps of shifted input lines (`conv_taps.rs`,
+//! [`taps::applies`]; `TANDEM_CONV_TAPS=0`), and other convs of a constant W with many output
+//! channels and a long K the GEMM on W packed once (`conv_packed.rs`, [`packed::applies`]).
 //!
 //! Sits between the Conv operator (`conv.rs`: attributes, geometry `Geom2`, the GPU kernel) and
 //! the shared CPU GEMM (`cpu_gemm.rs`).
@@ -23,6 +24,9 @@ use rayon::prelude::*;
 
 #[path = "conv_winograd.rs"]
 pub(super) mod winograd;
+
+#[path = "conv_taps.rs"]
+pub(super) mod taps;
 
 #[path = "conv_planes.rs"]
 mod planes;
@@ -319,6 +323,22 @@ pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
     if v.len() <= SCRATCH_KEEP {
         SCRATCH.with(|s| s.set(v));
     }
+    r
+}
+
+thread_local! {
+    /// Per-thread temporaries of tasks (Winograd's transforms, the taps path's output lines).
+    static TMP: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Run `f` on `len` floats of this thread's task temporaries (taken out for the call).
+pub(super) fn with_tmp<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    let mut v = TMP.with(|s| s.take());
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    let r = f(&mut v[..len]);
+    TMP.with(|s| s.set(v));
     r
 }
 
@@ -691,11 +711,12 @@ fn epilogue_plain(
 }
 
 /// Compute output lines `rows` of a convolution on the CPU (f32), `ep` applied to each
-/// output block right after it is computed. `kept` is W's Winograd transform where the op
+/// output block right after it is computed. The path: W packed where given, the direct loop
+/// for one input channel per group, Winograd, the taps path, else im2col + GEMM. `kept` is W's Winograd transform where the op
 /// keeps one ([`Conv::with_constant_weight`]); without it the Winograd path transforms W on
 /// every call. `packed` is W packed for `conv_packed.rs`, where the op keeps it and that path
 /// applies ([`packed::applies`]). `z` is the residual `ep.residual` places (of the output's
-/// shape): added in a pass over the rows after the direct and Winograd paths, with the rest of
+/// shape): added in a pass over the rows after the direct, Winograd and taps paths, with the rest of
 /// the epilogue where it comes after the residual.
 pub fn conv_cpu(
     g: &Geom2,
@@ -724,6 +745,8 @@ pub fn conv_cpu(
     } else if winograd::applies(g, kept.is_some()) {
         let v = winograd::Variant::of(g);
         winograd::winograd_path(v, g, x, (w, b, first), kept, out, rows.clone());
+    } else if taps::applies(g) {
+        taps::taps_path(g, x, (w, b, first), out, rows.clone());
     } else {
         return gemm_path(g, x, (w, b, ep), z, out, rows);
     }

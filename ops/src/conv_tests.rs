@@ -787,7 +787,7 @@ fn packed_weights_match_definition() {
         ([1, 32, 15, 13], 96, [3, 3], [2, 2], [1, 1, 1, 1]),
         ([1, 64, 40, 1], 144, [5, 1], [1, 1], [0, 0, 0, 0]),
         ([1, 256, 7, 9], 40, [1, 1], [1, 1], [0, 0, 0, 0]),
-        ([1, 32, 7, 7], 56, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 48, 7, 7], 56, [3, 3], [1, 1], [1, 1, 1, 1]),
         // Planes of more than 384 pixels (tiles) need K of 512.
         ([2, 512, 20, 21], 100, [1, 1], [1, 1], [0, 0, 0, 0]),
         ([1, 64, 23, 29], 40, [3, 3], [1, 1], [1, 1, 1, 1]),
@@ -819,7 +819,8 @@ fn packed_weights_match_definition() {
             }
             // Every one of these takes the packed path where the CPU has AVX-512.
             let (g2, out) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
-            let taken = cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2]));
+            let taken = cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2]))
+                && !op.cpu_takes_taps(&g2);
             assert_eq!(
                 taken,
                 on && crate::cpu_gemm_packed::available(),
@@ -838,5 +839,35 @@ fn packed_weights_match_definition() {
             taken && on && crate::cpu_gemm_packed::available(),
             "{hw:?}"
         );
+    }
+}
+
+/// The taps path (`conv_taps.rs`) through `Op::cpu`, whole and in two row ranges that cut
+/// through a channel, against the definition: 3x3 and 5x5, a 3x5 kernel, dilation, asymmetric
+/// and no pads, channel counts not a multiple of the kernel's 8, several images, planes of one
+/// task and of several.
+#[test]
+fn taps_path_matches_definition() {
+    type Case = ([usize; 4], usize, [usize; 2], [usize; 2], [i64; 4]);
+    let cases: &[Case] = &[
+        ([1, 8, 20, 23], 13, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([2, 16, 23, 19], 24, [3, 3], [1, 1], [0, 2, 1, 0]),
+        ([1, 12, 30, 31], 40, [5, 5], [2, 2], [4, 4, 4, 4]),
+        ([1, 32, 19, 40], 96, [3, 5], [1, 1], [1, 2, 1, 2]),
+        ([3, 8, 22, 26], 8, [3, 3], [1, 1], [0, 0, 0, 0]),
+        ([1, 9, 64, 70], 17, [3, 3], [1, 1], [1, 1, 1, 1]),
+    ];
+    for &(xs, m, k, d, pads) in cases {
+        let op = Conv::plain(&conv_attrs(1, [1, 1], d, pads)).unwrap();
+        let (g, _) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
+        let on = std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
+        assert_eq!(
+            cpu::taps::applies(&g),
+            on && crate::cpu_gemm_packed::available(),
+            "{xs:?} m {m} k {k:?}"
+        );
+        for bias in [true, false] {
+            case(xs, m, k, 1, [1, 1], d, pads, bias);
+        }
     }
 }

@@ -24,7 +24,7 @@
 //! only (checked against an f64 loop in the tests; F(4x4, 3x3)'s coefficients up to 8 round a
 //! few times more than F(2x2, 3x3)'s 0, +-1 and 1/2).
 
-use super::{epilogue, rects, with_scratch, OutPtr};
+use super::{epilogue, rects, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
 use rayon::prelude::*;
@@ -382,22 +382,6 @@ thread_local! {
     /// Testing hook: the block budget of calls on this thread (tiny budgets give one tile row
     /// per block, so the one-task-per-block schedule runs on small planes too).
     pub(in crate::conv) static TEST_BLOCK: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-}
-
-thread_local! {
-    /// Per-thread temporaries of the transforms (a few padded rows).
-    static TMP: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// Run `f` on `len` floats of this thread's transform temporaries (taken out for the call).
-fn with_tmp<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    let mut v = TMP.with(|s| s.take());
-    if v.len() < len {
-        v.resize(len, 0.0);
-    }
-    let r = f(&mut v[..len]);
-    TMP.with(|s| s.set(v));
-    r
 }
 
 /// Row `ih` of input plane `xp` (`h x w`) as a zero-padded row of `row.len()` floats: padded

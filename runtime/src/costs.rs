@@ -90,8 +90,9 @@ pub fn cost_key<'a>(op: &'a str, variant: &str) -> Cow<'a, str> {
 /// whose time per flop differs a lot, so that they get separate cost entries: Conv is
 /// `depthwise`, `grouped`, `1x1`, `winograd` (a 3x3 stride-1 convolution the CPU computes by
 /// Winograd, F(4x4, 3x3) or F(2x2, 3x3), `Conv::cpu_takes_winograd`, about 1.5x faster per flop
-/// than im2col) or
-/// `kxk` (every other dense kernel); MatMul and Gemm with a single output row are `gemv`
+/// than im2col), `taps` (a stride-1 convolution of few channels the CPU computes as a sum over
+/// its taps of shifted input lines, `Conv::cpu_takes_taps`, 1.2-1.9x faster per flop) or `kxk`
+/// (every other dense kernel); MatMul and Gemm with a single output row are `gemv`
 /// (bandwidth-bound, and a tiled GPU kernel computes a whole tile of rows for it); Gemm with a
 /// transposed B and few rows is `dot` (the CPU's dot-product tiles, 5-10x faster per flop than
 /// the `gemm` crate on that layout). "" for
@@ -114,6 +115,8 @@ pub fn kernel_variant(op: &dyn Op, ins: &[&TensorMeta], outs: &[TensorMeta]) -> 
                 "1x1"
             } else if takes_winograd(op, ins) {
                 "winograd"
+            } else if takes_taps(op, ins) {
+                "taps"
             } else {
                 "kxk"
             }
@@ -139,6 +142,16 @@ fn takes_winograd(op: &dyn Op, ins: &[&TensorMeta]) -> bool {
         .is_ok_and(|(g, _)| conv.cpu_takes_winograd(&g))
 }
 
+/// Whether `op` is a Conv the CPU computes as a sum over its taps ([`Conv::cpu_takes_taps`]).
+fn takes_taps(op: &dyn Op, ins: &[&TensorMeta]) -> bool {
+    let Some(conv) = op.as_any().and_then(|a| a.downcast_ref::<Conv>()) else {
+        return false;
+    };
+    let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
+    conv.geom(&shapes)
+        .is_ok_and(|(g, _)| conv.cpu_takes_taps(&g))
+}
+
 /// Whether `op` is a Gemm (transA=0, transB=1) whose `m x n` output the CPU computes as
 /// dot-product tiles ([`tandem_ops::cpu_gemm::takes_dot_tiles`]).
 fn takes_dot_tiles(op: &dyn Op, ins: &[&TensorMeta], m: usize, n: usize) -> bool {
@@ -156,11 +169,12 @@ fn takes_dot_tiles(op: &dyn Op, ins: &[&TensorMeta], m: usize, n: usize) -> bool
 }
 
 /// The kernel variant `device` runs for a node whose CPU variant is `variant`: the GPU has no
-/// Winograd kernel, so its `winograd` convolutions are its `kxk` ones (one entry, one curve), nor
+/// Winograd or taps kernel, so its `winograd` and `taps` convolutions are its `kxk` ones (one
+/// entry, one curve), nor
 /// dot-product tiles, so its `Gemm/dot` products are plain tiled `Gemm`.
 pub fn device_variant(variant: &'static str, device: Device) -> &'static str {
     match (variant, device) {
-        ("winograd", Device::Gpu) => "kxk",
+        ("winograd" | "taps", Device::Gpu) => "kxk",
         ("dot", Device::Gpu) => "",
         _ => variant,
     }
@@ -215,7 +229,7 @@ mod tests {
             assert_eq!(conv_variant(64, 64, 32, 1, kept), winograd, "kept {kept}");
             assert_eq!(conv_variant(64, 64, 32, 2, kept), "kxk", "stride 2");
             assert_eq!(
-                conv_variant(32, 64, 32, 1, kept),
+                conv_variant(48, 64, 32, 1, kept),
                 "kxk",
                 "too few input channels"
             );
@@ -235,6 +249,26 @@ mod tests {
         assert_eq!(device_variant("winograd", Device::Gpu), "kxk");
         assert_eq!(device_variant("winograd", Device::Cpu), "winograd");
         assert_eq!(device_variant("depthwise", Device::Gpu), "depthwise");
+    }
+
+    #[test]
+    fn few_channel_convs_get_the_taps_variant() {
+        // conv_taps.rs takes stride-1 group-1 2-D convs of 8 to 32 input and at most 96 output
+        // channels, with output pixels x taps from 3600, on AVX-512; TANDEM_CONV_TAPS=0 turns
+        // it off (then they are im2col's).
+        let on = tandem_ops::cpu_gemm_packed::available()
+            && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
+        let taps = if on { "taps" } else { "kxk" };
+        for kept in [false, true] {
+            assert_eq!(conv_variant(16, 16, 40, 1, kept), taps, "kept {kept}");
+            assert_eq!(conv_variant(32, 96, 20, 1, kept), taps, "kept {kept}");
+            assert_eq!(conv_variant(32, 96, 19, 1, kept), "kxk", "3x3 on 19x19");
+            assert_eq!(conv_variant(16, 16, 40, 2, kept), "kxk", "stride 2");
+            assert_eq!(conv_variant(32, 128, 27, 1, kept), "kxk", "128 outputs");
+            assert_eq!(conv_variant(4, 16, 40, 1, kept), "kxk", "4 inputs");
+        }
+        assert_eq!(device_variant("taps", Device::Gpu), "kxk");
+        assert_eq!(device_variant("taps", Device::Cpu), "taps");
     }
 
     #[test]

@@ -1,0 +1,302 @@
+//! Conv as a sum over its taps of shifted input lines, for stride-1 convs of few input
+//! channels (squeezenet's 16 -> 64 3x3 on 55x55, yolov8n's 16- and 32-channel 3x3 convs,
+//! inception_v1's 5x5 ones), on AVX-512 (elsewhere these stay on im2col + GEMM).
+//!
+//! The input planes are copied zero-padded to `wp = ow + (kw - 1) dw` columns, so output
+//! pixel `(oy, ox)` sits at line position `p = oy wp + ox` and tap `(a, b)` reads the padded
+//! plane at `p + a dh wp + b dw`: every tap is the same plane shifted, and a run of output
+//! positions is a run of input floats. The kernel keeps `MR` output channels x `NV` vectors
+//! of 16 positions in registers over all `C x taps`, loading `NV` vectors of the plane and
+//! broadcasting `MR` weights per (channel, tap): no im2col, no packing of the pixels, one
+//! store per output. The `kw - 1` positions past each row's `ow` are computed and dropped.
+//!
+//! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the CPU's vector units.
+
+use super::{epilogue, rects, with_scratch, with_tmp, OutPtr};
+use crate::conv::{Epilogue, Geom2};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Output channels per kernel call (rows of accumulators).
+const MR: usize = 8;
+/// Vectors of 16 line positions per kernel call.
+const NV: usize = 3;
+/// Line positions per kernel call.
+const NP: usize = 16 * NV;
+
+/// Input channels (at least, at most) and output channels (at most) where this path was
+/// measured faster than im2col + GEMM (docs/bench.md, "Conv as a sum over taps"): 16 -> 16
+/// 3x3 on 80x80 1.76-1.87x, 32 -> 32 3x3 on 40x40 1.44-1.79x, 16 -> 64 3x3 on 55x55
+/// 1.17-1.18x, 32 -> 96 5x5 on 27x27 1.22-1.27x, 16 -> 48 5x5 on 13x13 1.36-1.44x. 32 -> 128
+/// (3x3 on 27x27) measured 0.85-1.08x, 48 -> 192 and 64 -> 256 (3x3 on 13x13) 0.45-0.62x:
+/// the broadcast weights outnumber the positions loaded, and small planes leave more of the
+/// last `NP` positions empty. Small planes need many taps: output pixels x taps from 3600
+/// (3x3 on 20x20 1.03-1.25x, 5x5 on 13x13 1.19-1.56x; 32 -> 96 3x3 on 14x14 0.71-0.82x).
+const MIN_CHANNELS: usize = 8;
+const MAX_CHANNELS: usize = 32;
+const MAX_OUT_CHANNELS: usize = 96;
+const MIN_PIXEL_TAPS: usize = 3600;
+
+/// Whether `TANDEM_CONV_TAPS=0` turned this path off (read once).
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0"))
+}
+
+/// Whether `conv_cpu` takes this path: AVX-512, group 1, stride 1, a 2-D kernel (more than
+/// one tap on both axes), [`MIN_CHANNELS`] to [`MAX_CHANNELS`] input and at most
+/// [`MAX_OUT_CHANNELS`] output channels, [`MIN_PIXEL_TAPS`], enabled.
+pub(in crate::conv) fn applies(g: &Geom2) -> bool {
+    g.group == 1
+        && (g.sh, g.sw) == (1, 1)
+        && g.kh > 1
+        && g.kw > 1
+        && (MIN_CHANNELS..=MAX_CHANNELS).contains(&g.c)
+        && g.m <= MAX_OUT_CHANNELS
+        && g.oh * g.ow * g.kh * g.kw >= MIN_PIXEL_TAPS
+        && crate::cpu_gemm_packed::available()
+        && enabled()
+}
+
+/// Numbers shared by the steps: padded row length, taps and their line offsets.
+struct Lines {
+    wp: usize,
+    offs: Vec<usize>,
+}
+
+impl Lines {
+    fn of(g: &Geom2) -> Lines {
+        let wp = g.ow + (g.kw - 1) * g.dw;
+        let offs = (0..g.kh)
+            .flat_map(|a| (0..g.kw).map(move |b| a * g.dh * wp + b * g.dw))
+            .collect();
+        Lines { wp, offs }
+    }
+}
+
+/// Line positions a task covers at least (where the rectangle has them): fewer leave most of
+/// a task to its last, partly empty, `NP` positions.
+const MIN_TASK_POSITIONS: usize = 8 * NP;
+
+/// Output lines `rows` (`(n, oc, oh)`) of a convolution [`applies`] accepts; `ep` applied
+/// after the bias.
+///
+/// The padded planes of each image the range touches are made first (parallel over
+/// channels); then tasks of output rows x blocks of `MR` channels, about four per thread,
+/// each computing its positions `NP` at a time for every block of its channels (the plane's
+/// floats they read stay in L1 across blocks) and copying the rows out through the epilogue.
+pub(in crate::conv) fn taps_path(
+    g: &Geom2,
+    x: &[f32],
+    (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
+    out: &mut [f32],
+    rows: Range<usize>,
+) {
+    let l = Lines::of(g);
+    let taps = l.offs.len();
+    let img_rows = g.m * g.oh;
+    let threads = rayon::current_num_threads().max(1);
+    // (image, channels, output rows) per rectangle of the range.
+    let mut rs = Vec::new();
+    for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
+        let lo = n * img_rows;
+        let q = rows.start.max(lo) - lo..rows.end.min(lo + img_rows) - lo;
+        if !q.is_empty() {
+            for r in rects(g, 0, q) {
+                rs.push((n, r.oc, r.pix.start / g.ow..r.pix.end / g.ow));
+            }
+        }
+    }
+    let (Some(n_lo), Some(n_hi)) = (rs.first().map(|r| r.0), rs.last().map(|r| r.0 + 1)) else {
+        return;
+    };
+    let oc_lo = rs.iter().map(|r| r.1.start).min().unwrap_or(0);
+    let oc_hi = rs.iter().map(|r| r.1.end).max().unwrap_or(0);
+    // Tasks: each rectangle's rows in chunks of at least MIN_TASK_POSITIONS positions, its
+    // blocks of channels in groups, about four tasks per thread in all.
+    let want = 4 * threads;
+    let mut tasks = Vec::new();
+    for (n, oc, oy) in &rs {
+        let (b0, b1) = ((oc.start - oc_lo) / MR, (oc.end - oc_lo).div_ceil(MR));
+        let min_rows = MIN_TASK_POSITIONS.div_ceil(l.wp).max(1);
+        let chunks = (want.div_ceil(rs.len()))
+            .min(oy.len().div_ceil(min_rows))
+            .max(1);
+        let per_rows = oy.len().div_ceil(chunks);
+        let groups = want.div_ceil(rs.len() * chunks).min(b1 - b0).max(1);
+        let per_blocks = (b1 - b0).div_ceil(groups);
+        for y in (oy.start..oy.end).step_by(per_rows) {
+            for bb in (b0..b1).step_by(per_blocks) {
+                let ks =
+                    (oc_lo + bb * MR).max(oc.start)..(oc_lo + (bb + per_blocks) * MR).min(oc.end);
+                tasks.push((*n, ks, y..(y + per_rows).min(oy.end)));
+            }
+        }
+    }
+    let plane = g.oh * l.wp + (g.kh - 1) * g.dh * l.wp + NP + l.offs[taps - 1];
+    let wlen = (oc_hi - oc_lo).div_ceil(MR) * g.c * taps * MR;
+    let xlen = (n_hi - n_lo) * g.c * plane;
+    let optr = OutPtr(out.as_mut_ptr(), out.len());
+    with_scratch(wlen + xlen, |buf| {
+        let (wk, xp) = buf.split_at_mut(wlen);
+        pack_weights(w, g.c, taps, oc_lo..oc_hi, wk);
+        xp.par_chunks_mut(plane).enumerate().for_each(|(i, dst)| {
+            let src = &x[(n_lo * g.c + i) * g.h * g.w..][..g.h * g.w];
+            pad_plane(g, &l, src, dst);
+        });
+        let (wk, xp) = (&*wk, &*xp);
+        tasks.par_iter().for_each(|(n, oc, oy)| {
+            let span = oy.len() * l.wp;
+            let tiles = span.div_ceil(NP);
+            let ld = tiles * NP;
+            let (mb0, mb1) = ((oc.start - oc_lo) / MR, (oc.end - oc_lo).div_ceil(MR));
+            let x0 = &xp[(n - n_lo) * g.c * plane + oy.start * l.wp..];
+            with_tmp((mb1 - mb0) * MR * ld, |lb| {
+                for t in 0..tiles {
+                    for mb in mb0..mb1 {
+                        let wb = &wk[mb * g.c * taps * MR..][..g.c * taps * MR];
+                        // SAFETY: AVX-512 present (`applies`); every plane has `NP` + the
+                        // largest offset floats past its last row's positions; `lb` holds
+                        // `MR` rows of `ld` floats from block `mb - mb0`.
+                        unsafe {
+                            tile(
+                                x0.as_ptr().add(t * NP),
+                                plane,
+                                g.c,
+                                &l.offs,
+                                wb,
+                                lb.as_mut_ptr().add((mb - mb0) * MR * ld + t * NP),
+                                ld,
+                            )
+                        }
+                    }
+                }
+                for k in oc.clone() {
+                    let row = &lb[(k - oc_lo - mb0 * MR) * ld..][..span];
+                    let at = ((n * g.m + k) * g.oh + oy.start) * g.ow;
+                    let len = oy.len() * g.ow;
+                    assert!(at + len <= optr.1, "taps: output block out of bounds");
+                    // SAFETY: in bounds (checked); tasks write disjoint (channel, row) blocks.
+                    let op = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), len) };
+                    for (line, src) in op.chunks_exact_mut(g.ow).zip(row.chunks(l.wp)) {
+                        line.copy_from_slice(&src[..g.ow]);
+                        epilogue(line, b.map(|b| b[k]), None, ep);
+                    }
+                }
+            })
+        });
+    });
+}
+
+/// W (`[M][C][taps]`) for output channels `ocs` as `[block][c][tap][MR]`, blocks of `MR`
+/// channels, the last padded with zeros.
+fn pack_weights(w: &[f32], c: usize, taps: usize, ocs: Range<usize>, wk: &mut [f32]) {
+    wk.par_chunks_mut(c * taps * MR)
+        .enumerate()
+        .for_each(|(mb, blk)| {
+            for (ct, dst) in blk.chunks_exact_mut(MR).enumerate() {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    let k = ocs.start + mb * MR + i;
+                    *d = if k < ocs.end {
+                        w[k * c * taps + ct]
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        });
+}
+
+/// One input plane (`h x w`) zero-padded into `dst`: `oh + (kh - 1) dh` rows of `wp`
+/// floats, then zeros to the end (the last positions' reads past the last row).
+fn pad_plane(g: &Geom2, l: &Lines, xp: &[f32], dst: &mut [f32]) {
+    let wp = l.wp;
+    let hp = g.oh + (g.kh - 1) * g.dh;
+    let c0 = (g.pl.max(0) as usize).min(wp);
+    let s0 = ((-g.pl).max(0) as usize).min(g.w);
+    let n = (g.w - s0).min(wp - c0);
+    for (r, row) in dst.chunks_exact_mut(wp).take(hp).enumerate() {
+        let ih = r as i64 - g.pt;
+        if ih < 0 || ih >= g.h as i64 {
+            row.fill(0.0);
+            continue;
+        }
+        let src = &xp[ih as usize * g.w..][..g.w];
+        row[..c0].fill(0.0);
+        row[c0..c0 + n].copy_from_slice(&src[s0..s0 + n]);
+        row[c0 + n..].fill(0.0);
+    }
+    dst[hp * wp..].fill(0.0);
+}
+
+/// [`avx512::tile`] where it exists; [`applies`] keeps other targets off this path.
+///
+/// # Safety
+/// As [`avx512::tile`].
+unsafe fn tile(
+    x: *const f32,
+    plane: usize,
+    c: usize,
+    offs: &[usize],
+    wb: &[f32],
+    out: *mut f32,
+    ld: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract.
+    unsafe {
+        avx512::tile(x, plane, c, offs, wb, out, ld)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!(
+        "conv taps path without AVX-512 {:?}",
+        (x, plane, c, offs.len(), wb.len(), out, ld)
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{MR, NV};
+    use std::arch::x86_64::*;
+
+    /// `MR x 16 NV` outputs: `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`.
+    ///
+    /// # Safety
+    /// AVX-512F present; `x` readable at `c plane + offs[t] + j` for every `c`, `t`,
+    /// `j < 16 NV`; `out` writable at `i ld + j` for `i < MR`, `j < 16 NV`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile(
+        x: *const f32,
+        plane: usize,
+        c: usize,
+        offs: &[usize],
+        wb: &[f32],
+        out: *mut f32,
+        ld: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        let mut wp = wb.as_ptr();
+        for ci in 0..c {
+            let xc = x.add(ci * plane);
+            for &o in offs {
+                let xs = xc.add(o);
+                let mut xv = [_mm512_setzero_ps(); NV];
+                for (v, xv) in xv.iter_mut().enumerate() {
+                    *xv = _mm512_loadu_ps(xs.add(16 * v));
+                }
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let wv = _mm512_set1_ps(*wp.add(i));
+                    for (acc, &xv) in acc.iter_mut().zip(&xv) {
+                        *acc = _mm512_fmadd_ps(wv, xv, *acc);
+                    }
+                }
+                wp = wp.add(MR);
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            for (v, acc) in acc.iter().enumerate() {
+                _mm512_storeu_ps(out.add(i * ld + 16 * v), *acc);
+            }
+        }
+    }
+}
