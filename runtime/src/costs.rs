@@ -6,7 +6,7 @@
 
 use crate::plan::Device;
 use std::borrow::Cow;
-use tandem_ops::conv::Conv;
+use tandem_ops::conv::{Conv, Geom2};
 use tandem_ops::cpu_gemm;
 use tandem_ops::gemm_op::Gemm;
 use tandem_ops::{DType, Op, TensorMeta, Work};
@@ -113,9 +113,9 @@ pub fn kernel_variant(op: &dyn Op, ins: &[&TensorMeta], outs: &[TensorMeta]) -> 
                 "grouped"
             } else if w.shape[2..].iter().product::<usize>() == 1 {
                 "1x1"
-            } else if takes_winograd(op, ins) {
+            } else if conv_takes(op, ins, Conv::cpu_takes_winograd) {
                 "winograd"
-            } else if takes_taps(op, ins) {
+            } else if conv_takes(op, ins, Conv::cpu_takes_taps) {
                 "taps"
             } else {
                 "kxk"
@@ -131,25 +131,14 @@ pub fn kernel_variant(op: &dyn Op, ins: &[&TensorMeta], outs: &[TensorMeta]) -> 
     }
 }
 
-/// Whether `op` is a Conv whose CPU kernel takes the Winograd path for these inputs (false for
-/// shapes the Conv rejects).
-fn takes_winograd(op: &dyn Op, ins: &[&TensorMeta]) -> bool {
+/// Whether `op` is a Conv whose CPU kernel takes `path` (`Conv::cpu_takes_winograd`,
+/// `Conv::cpu_takes_taps`) for these inputs (false for shapes the Conv rejects).
+fn conv_takes(op: &dyn Op, ins: &[&TensorMeta], path: fn(&Conv, &Geom2) -> bool) -> bool {
     let Some(conv) = op.as_any().and_then(|a| a.downcast_ref::<Conv>()) else {
         return false;
     };
     let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
-    conv.geom(&shapes)
-        .is_ok_and(|(g, _)| conv.cpu_takes_winograd(&g))
-}
-
-/// Whether `op` is a Conv the CPU computes as a sum over its taps ([`Conv::cpu_takes_taps`]).
-fn takes_taps(op: &dyn Op, ins: &[&TensorMeta]) -> bool {
-    let Some(conv) = op.as_any().and_then(|a| a.downcast_ref::<Conv>()) else {
-        return false;
-    };
-    let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
-    conv.geom(&shapes)
-        .is_ok_and(|(g, _)| conv.cpu_takes_taps(&g))
+    conv.geom(&shapes).is_ok_and(|(g, _)| path(conv, &g))
 }
 
 /// Whether `op` is a Gemm (transA=0, transB=1) whose `m x n` output the CPU computes as
