@@ -342,6 +342,25 @@ pub(super) fn with_tmp<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     r
 }
 
+/// Row `ih` of input plane `xp` (`h x w`) as a zero-padded row of `row.len()` floats: padded
+/// column `p` holds input column `p - pl`; zeros outside the input (all of it for a row
+/// outside `0..h`). Inlined into Winograd's transform kernels and the taps path's padding.
+#[inline(always)]
+pub(super) fn padded_row(xp: &[f32], (h, w, pl): (usize, usize, i64), ih: i64, row: &mut [f32]) {
+    let wp = row.len() as i64;
+    let c0 = pl.clamp(0, wp) as usize;
+    let c1 = (pl + w as i64).clamp(c0 as i64, wp) as usize;
+    if ih < 0 || ih >= h as i64 || c0 >= c1 {
+        row.fill(0.0);
+        return;
+    }
+    let src = &xp[ih as usize * w..][..w];
+    row[..c0].fill(0.0);
+    row[c1..].fill(0.0);
+    let s0 = (c0 as i64 - pl) as usize;
+    row[c0..c1].copy_from_slice(&src[s0..s0 + (c1 - c0)]);
+}
+
 /// One rectangle of a row range inside a group: output channels `oc` (absolute) x pixels.
 #[derive(Debug, Clone)]
 pub(super) struct Rect {

@@ -12,7 +12,7 @@
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the CPU's vector units.
 
-use super::{epilogue, rects, with_scratch, with_tmp, OutPtr};
+use super::{epilogue, padded_row, rects, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -210,23 +210,11 @@ fn pack_weights(w: &[f32], c: usize, taps: usize, ocs: Range<usize>, wk: &mut [f
 /// One input plane (`h x w`) zero-padded into `dst`: `oh + (kh - 1) dh` rows of `wp`
 /// floats, then zeros to the end (the last positions' reads past the last row).
 fn pad_plane(g: &Geom2, l: &Lines, xp: &[f32], dst: &mut [f32]) {
-    let wp = l.wp;
     let hp = g.oh + (g.kh - 1) * g.dh;
-    let c0 = (g.pl.max(0) as usize).min(wp);
-    let s0 = ((-g.pl).max(0) as usize).min(g.w);
-    let n = (g.w - s0).min(wp - c0);
-    for (r, row) in dst.chunks_exact_mut(wp).take(hp).enumerate() {
-        let ih = r as i64 - g.pt;
-        if ih < 0 || ih >= g.h as i64 {
-            row.fill(0.0);
-            continue;
-        }
-        let src = &xp[ih as usize * g.w..][..g.w];
-        row[..c0].fill(0.0);
-        row[c0..c0 + n].copy_from_slice(&src[s0..s0 + n]);
-        row[c0 + n..].fill(0.0);
+    for (r, row) in dst.chunks_exact_mut(l.wp).take(hp).enumerate() {
+        padded_row(xp, (g.h, g.w, g.pl), r as i64 - g.pt, row);
     }
-    dst[hp * wp..].fill(0.0);
+    dst[hp * l.wp..].fill(0.0);
 }
 
 /// [`avx512::tile`] where it exists; [`applies`] keeps other targets off this path.

@@ -384,25 +384,6 @@ thread_local! {
     pub(in crate::conv) static TEST_BLOCK: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
-/// Row `ih` of input plane `xp` (`h x w`) as a zero-padded row of `row.len()` floats: padded
-/// column `p` holds input column `p - pl`; zeros outside the input (all of it for a row
-/// outside `0..h`). Inlined into the transforms' kernels.
-#[inline(always)]
-fn padded_row(t: &Tiles, xp: &[f32], ih: i64, row: &mut [f32]) {
-    let wp = row.len() as i64;
-    let c0 = t.pl.clamp(0, wp) as usize;
-    let c1 = (t.pl + t.w as i64).clamp(c0 as i64, wp) as usize;
-    if ih < 0 || ih >= t.h as i64 || c0 >= c1 {
-        row.fill(0.0);
-        return;
-    }
-    let src = &xp[ih as usize * t.w..][..t.w];
-    row[..c0].fill(0.0);
-    row[c1..].fill(0.0);
-    let s0 = (c0 as i64 - t.pl) as usize;
-    row[c0..c1].copy_from_slice(&src[s0..s0 + (c1 - c0)]);
-}
-
 /// `a[i] = src[2 i]`, `b[i] = src[2 i + 1]` (`src` holds `2 a.len()` values). Both variants'
 /// column splits go through this pair and [`interleave`]: these loops vectorise, 4-wide ones
 /// and `chunks_exact(2)` ones did not.

@@ -7,7 +7,8 @@
 //! columns, so every transform step is one pass over the whole block. Coefficients are 0, +-1
 //! and 1/2.
 
-use super::{deinterleave, interleave, padded_row, Tiles};
+use super::{deinterleave, interleave, Tiles};
+use crate::conv::cpu::padded_row;
 use std::ops::Range;
 
 /// Output pixels per tile side.
@@ -67,7 +68,7 @@ crate::simd::kernel! {
         let o = &mut rest[..ts];
         for (r, (er, or)) in ev.chunks_exact_mut(wp).zip(od.chunks_exact_mut(wp)).enumerate() {
             for (dy, pr) in [er, or].into_iter().enumerate() {
-                padded_row(t, xp, (2 * (tys.start + r) + dy) as i64 - t.pt, pr);
+                padded_row(xp, (t.h, t.w, t.pl), (2 * (tys.start + r) + dy) as i64 - t.pt, pr);
             }
         }
         let n = bt * wp;

@@ -7,7 +7,8 @@
 //! ("phases"), so that the six rows (columns) a tile reads are four phases at its own index
 //! and two at the next: every transform step is one pass over the whole block.
 
-use super::{deinterleave, interleave, padded_row, rows_mut, Tiles};
+use super::{deinterleave, interleave, rows_mut, Tiles};
+use crate::conv::cpu::padded_row;
 use std::ops::Range;
 
 /// Output pixels per tile side.
@@ -93,7 +94,7 @@ crate::simd::kernel! {
         // rows[k][r]: padded row 4 (tys.start + r) + k.
         for (kr, row) in rows.chunks_exact_mut(TILE * s).enumerate() {
             let (k, r) = (kr / (bt + 1), kr % (bt + 1));
-            padded_row(t, xp, (TILE * (tys.start + r) + k) as i64 - t.pt, row);
+            padded_row(xp, (t.h, t.w, t.pl), (TILE * (tys.start + r) + k) as i64 - t.pt, row);
         }
         // ph[q][k][r]: columns mod 4 of all rows at once, as two rounds of even/odd (pairs
         // vectorise; quads did not).
