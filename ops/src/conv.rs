@@ -507,7 +507,9 @@ impl Conv {
     /// shifted input lines (`conv_taps.rs`: stride 1, few channels, AVX-512): the cost model
     /// gives these their own entry too.
     pub fn cpu_takes_taps(&self, g: &Geom2) -> bool {
-        g.cg > 1 && !self.cpu_takes_winograd(g) && cpu::taps::applies(g)
+        g.cg > 1
+            && !self.cpu_takes_winograd(g)
+            && cpu::taps::applies(g, self.constant_weight.is_some())
     }
 
     /// What this Conv applies to each output element after the bias.

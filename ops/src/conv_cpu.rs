@@ -11,7 +11,10 @@
 //! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off),
 //! stride-1 convs of few channels the sum over taps of shifted input lines (`conv_taps.rs`,
 //! [`taps::applies`]; `TANDEM_CONV_TAPS=0`), and other convs of a constant W with many output
-//! channels and a long K the GEMM on W packed once (`conv_packed.rs`, [`packed::applies`]).
+//! channels the GEMM on W packed once (`conv_packed.rs`, [`packed::applies`]), which reads
+//! the im2col of a kernel of several taps in place (`conv_implicit.rs`;
+//! `TANDEM_CONV_IMPLICIT=0`). On planes below 14x14 (Winograd) and 40x40 (taps) a kept W
+//! takes the packed path rather than those two.
 //!
 //! Sits between the Conv operator (`conv.rs`: attributes, geometry `Geom2`, the GPU kernel) and
 //! the shared CPU GEMM (`cpu_gemm.rs`).
@@ -33,6 +36,9 @@ mod planes;
 
 #[path = "conv_packed.rs"]
 pub(super) mod packed;
+
+#[path = "conv_implicit.rs"]
+pub(super) mod implicit;
 
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -764,7 +770,7 @@ pub fn conv_cpu(
     } else if winograd::applies(g, kept.is_some()) {
         let v = winograd::Variant::of(g);
         winograd::winograd_path(v, g, x, (w, b, first), kept, out, rows.clone());
-    } else if taps::applies(g) {
+    } else if taps::applies(g, false) {
         taps::taps_path(g, x, (w, b, first), out, rows.clone());
     } else {
         return gemm_path(g, x, (w, b, ep), z, out, rows);

@@ -29,6 +29,11 @@
 //! planes therefore run as tiles of at most 384 pixels, one task each (docs/bench.md, "Packed
 //! panels on cache lines, convs in tiles").
 //!
+//! Convs of more than one tap with at least 8 input and 32 output channels read their
+//! im2col in place from padded input planes instead (`conv_implicit.rs`, whatever K and the
+//! stride): the thresholds above are for the im2col written here (1x1s, and 3-channel
+//! first convs).
+//!
 //! The packed copy is as large as W (resnet50's peak RSS 232 -> 325 MB); `TANDEM_CONV_PACKED=0`
 //! turns the path off.
 //!
@@ -67,28 +72,30 @@ const COL_FLOATS: usize = 1 << 20;
 
 /// Whether `TANDEM_CONV_PACKED=0` turned the packed path off (read once): the packed copy of
 /// W is as large as W (resnet50's peak RSS 232 -> 325 MB), and A/B timing in one binary.
-fn enabled() -> bool {
+pub(super) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0"))
 }
 
 /// Whether a Conv whose W is kept (a model constant) takes the packed path for rows `rows`:
-/// one group, enough output channels (for the stride) and K (for the plane), whole images (a
-/// CPU/GPU split's part keeps `gemm_path`), AVX-512, and not turned off ([`enabled`]).
+/// one group, its im2col read in place (`conv_implicit.rs`) or enough output channels (for
+/// the stride) and K (for the plane) to pay for writing it, whole images (a CPU/GPU split's
+/// part keeps `gemm_path`), AVX-512, and not turned off ([`enabled`]).
 pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
     let img = g.m * g.oh;
-    enabled()
-        && g.group == 1
-        && g.m
-            >= match (g.sh, g.sw) {
-                (1, 1) => MIN_OUT_CHANNELS,
-                _ => MIN_OUT_CHANNELS_STRIDED,
-            }
-        && g.ckk()
+    let through_im2col = || {
+        g.m >= match (g.sh, g.sw) {
+            (1, 1) => MIN_OUT_CHANNELS,
+            _ => MIN_OUT_CHANNELS_STRIDED,
+        } && g.ckk()
             >= match g.oh * g.ow > WHOLE_PLANE_MAX {
                 true => MIN_K_TILED,
                 false => MIN_K,
             }
+    };
+    enabled()
+        && g.group == 1
+        && (super::implicit::applies(g) || through_im2col())
         && rows.start.is_multiple_of(img)
         && rows.end.is_multiple_of(img)
         && cpu_gemm_packed::available()
@@ -110,6 +117,9 @@ pub(in crate::conv) fn packed_path(
     out: &mut [f32],
     rows: Range<usize>,
 ) {
+    if super::implicit::applies(g) {
+        return super::implicit::implicit_path(g, x, (w, b, ep), z, out, rows);
+    }
     let (plane, ckk, img) = (g.oh * g.ow, g.ckk(), g.m * g.oh);
     if plane <= WHOLE_PLANE_MAX {
         return whole_plane_path(g, x, (w, b, ep), z, out, rows);
@@ -209,7 +219,7 @@ fn whole_plane_path(
 
 /// The bias, residual (`z`, at the same offset) and epilogue of the `len` outputs at `at`: one
 /// channel's line of a block of pixels.
-fn finish_line(
+pub(super) fn finish_line(
     out: OutPtr,
     at: usize,
     len: usize,

@@ -10,6 +10,9 @@
 //! broadcasting `MR` weights per (channel, tap): no im2col, no packing of the pixels, one
 //! store per output. The `kw - 1` positions past each row's `ow` are computed and dropped.
 //!
+//! A conv of a kept W on a plane under 40x40 ([`MIN_PIXELS_BESIDE_IMPLICIT`]) takes the packed
+//! path's im2col read in place instead (`conv_implicit.rs`), measured faster there.
+//!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the CPU's vector units.
 
 use super::{epilogue, padded_row, rects, with_scratch, with_tmp, OutPtr};
@@ -37,6 +40,13 @@ const MAX_CHANNELS: usize = 32;
 const MAX_OUT_CHANNELS: usize = 96;
 const MIN_PIXEL_TAPS: usize = 3600;
 
+/// Fewest output pixels per image where the packed path reads a conv of a kept W in place
+/// (`conv_implicit.rs`): on smaller planes that path was measured faster (32 -> 96 5x5 on
+/// 27x27 1.60x of im2col against 1.19x here, 16 -> 48 5x5 on 13x13 1.76x against 1.24x, 24 ->
+/// 64 3x3 on 28x28 1.29x against 1.05x); from 40x40 this one (16 -> 16 3x3 on 80x80 2.25x
+/// against 1.00x, 16 -> 64 on 55x55 1.22x against 1.13x; 32 -> 64 on 40x40 1.37x against 1.35x).
+const MIN_PIXELS_BESIDE_IMPLICIT: usize = 1600;
+
 /// Whether `TANDEM_CONV_TAPS=0` turned this path off (read once).
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -46,8 +56,13 @@ fn enabled() -> bool {
 /// Whether `conv_cpu` takes this path: AVX-512, group 1, stride 1, a 2-D kernel (more than
 /// one tap on both axes), [`MIN_CHANNELS`] to [`MAX_CHANNELS`] input and at most
 /// [`MAX_OUT_CHANNELS`] output channels, [`MIN_PIXEL_TAPS`], enabled.
-pub(in crate::conv) fn applies(g: &Geom2) -> bool {
-    g.group == 1
+pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
+    let min_pixels = match kept && super::implicit::takes_kept(g) {
+        true => MIN_PIXELS_BESIDE_IMPLICIT,
+        false => 0,
+    };
+    g.oh * g.ow >= min_pixels
+        && g.group == 1
         && (g.sh, g.sw) == (1, 1)
         && g.kh > 1
         && g.kw > 1

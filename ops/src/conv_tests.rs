@@ -772,7 +772,9 @@ fn depthwise_sums_taps_in_window_order() {
 
 /// Convs whose W is kept packed (`conv_packed.rs`: constant W, at least 32 output channels (96
 /// strided) and K of 256, AVX-512) against the definition: a 1x1 read in place over two
-/// images, a strided 1x1 and a strided 3x3 through im2col, magika's 5x1 shape (smaller), 40
+/// images, a strided 1x1 through im2col and a strided 3x3 (its im2col read in place,
+/// `conv_implicit.rs`, as for every kernel of several taps here), magika's 5x1 shape (a
+/// one-column conv: through im2col), 40
 /// and 56 channels on 32-wide panels (a 1x1 and a padded 3x3), output channels that end
 /// mid-panel, with and without bias, and Relu; a row range that starts inside an image keeps
 /// `gemm_path` (same values). Planes of more than 384 pixels run as tiles: a 1x1 in place over
@@ -842,6 +844,68 @@ fn packed_weights_match_definition() {
     }
 }
 
+/// Convs of a kept W whose im2col the packed path reads in place (`conv_implicit.rs`: more
+/// than one tap, at least 8 input and 32 output channels, AVX-512) against the definition,
+/// with bias and Relu: the fewest input channels on rows of 30 pixels (three blocks a row),
+/// two images of 7-pixel rows (stores that would run past the band) with asymmetric pads, a
+/// dilated 5x5 ending mid-panel, a strided 3x5, and K in chunks (384 -> 64 3x3: a 884 KB
+/// panel in four chunks; 250 -> 50 on 13x13: three); on the global pool and on 7 threads
+/// (bands of one or two rows).
+#[test]
+fn implicit_im2col_matches_definition() {
+    type Case = (
+        [usize; 4],
+        usize,
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        [i64; 4],
+    );
+    let cases: &[Case] = &[
+        ([1, 8, 9, 30], 32, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+        ([2, 24, 11, 7], 40, [3, 3], [1, 1], [1, 1], [0, 1, 2, 1]),
+        ([1, 16, 19, 17], 100, [5, 5], [1, 1], [2, 2], [4, 4, 4, 4]),
+        ([1, 20, 14, 15], 70, [3, 5], [2, 2], [1, 1], [1, 2, 1, 2]),
+        ([1, 384, 6, 5], 64, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+        ([1, 250, 13, 13], 50, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+    ];
+    let on = std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
+        && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
+    let seven = rayon::ThreadPoolBuilder::new()
+        .num_threads(7)
+        .build()
+        .unwrap();
+    for &(xs, m, k, s, d, pads) in cases {
+        let op = Conv {
+            activation: Activation::Relu,
+            ..Conv::plain(&conv_attrs(1, s, d, pads))
+                .unwrap()
+                .with_constant_weight()
+        };
+        let (g, out) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
+        let whole = 0..out[0] * out[1] * out[2];
+        let taken = cpu::implicit::applies(&g)
+            && cpu::packed::applies(&g, &whole)
+            && !op.cpu_takes_winograd(&g)
+            && !op.cpu_takes_taps(&g);
+        let avx512 = crate::cpu_gemm_packed::available();
+        assert_eq!(taken, on && avx512, "{xs:?} m {m} k {k:?}");
+        for pool in [None, Some(&seven)] {
+            let run = || outputs_of(&op, xs, m, k, 1, s, d, pads, true);
+            let (got, mut want) = pool.map_or_else(run, |p| p.install(run));
+            want.iter_mut().for_each(|v| *v = v.max(0.0));
+            for g in got {
+                for (i, (gv, wv)) in g.iter().zip(&want).enumerate() {
+                    assert!(
+                        (gv - wv).abs() < 1e-4 * (1.0 + wv.abs()),
+                        "{xs:?} m {m} k {k:?} s {s:?} d {d:?} ({pool:?}): [{i}] {gv} vs {wv}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The taps path (`conv_taps.rs`) through `Op::cpu`, whole and in two row ranges that cut
 /// through a channel, against the definition: 3x3 and 5x5, a 3x5 kernel, dilation, asymmetric
 /// and no pads, channel counts not a multiple of the kernel's 8, several images, planes of one
@@ -862,7 +926,7 @@ fn taps_path_matches_definition() {
         let (g, _) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
         let on = std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
         assert_eq!(
-            cpu::taps::applies(&g),
+            cpu::taps::applies(&g, false),
             on && crate::cpu_gemm_packed::available(),
             "{xs:?} m {m} k {k:?}"
         );

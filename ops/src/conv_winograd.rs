@@ -140,6 +140,17 @@ const MIN_OUT_CHANNELS: usize = 16;
 const MIN_PIXELS: usize = 400;
 const MIN_PIXELS_KEPT: usize = 100;
 
+/// Fewest output pixels per image with W kept, and fewest input channels, where the packed
+/// path reads the conv's im2col in place (`conv_implicit.rs`, AVX-512) and Winograd still
+/// runs: below 14x14 that path was measured faster from fewer channels (64 -> 256 on 13x13
+/// 1.10-1.36x of im2col against F(2x2, 3x3)'s 0.69-0.85x, 128 -> 256 1.11-1.15x against
+/// 0.84-0.92x, 128 -> 128 on 10x10 1.56x against 1.04x); at 14x14 and up (256 -> 256 F(2x2)
+/// 1.45-1.65x, in place 1.23-1.38x), and from 256 channels (384 -> 256 on 13x13 1.15-1.24x
+/// against 1.09-1.10x; alexnet's 256 -> 384 1.22x slower in place in the model) Winograd
+/// stays.
+const MIN_PIXELS_BESIDE_IMPLICIT: usize = 196;
+const MAX_CHANNELS_BESIDE_IMPLICIT: usize = 255;
+
 /// Whether `TANDEM_CONV_WINOGRAD=0` turned Winograd off (read once).
 pub(in crate::conv) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -156,7 +167,13 @@ pub(in crate::conv) fn supports(g: &Geom2) -> bool {
 /// large enough to be measured faster than im2col + GEMM, with W transformed per call or
 /// `kept` ([`Conv::with_constant_weight`](crate::conv::Conv::with_constant_weight)).
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
-    let min_pixels = if kept { MIN_PIXELS_KEPT } else { MIN_PIXELS };
+    let min_pixels = match kept {
+        true if g.c <= MAX_CHANNELS_BESIDE_IMPLICIT && super::implicit::takes_kept(g) => {
+            MIN_PIXELS_BESIDE_IMPLICIT
+        }
+        true => MIN_PIXELS_KEPT,
+        false => MIN_PIXELS,
+    };
     supports(g)
         && g.c >= MIN_CHANNELS
         && g.m >= MIN_OUT_CHANNELS

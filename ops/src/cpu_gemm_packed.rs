@@ -35,7 +35,7 @@ const ACCUMULATORS: usize = 24;
 
 /// Bytes of A's rows and a panel's K-chunk that [`panel_band`] keeps in L2 (a quarter of the
 /// 1 MiB of the cores measured); it splits K only where they outgrow twice this.
-const CHUNK_BYTES: usize = 1 << 18;
+pub const CHUNK_BYTES: usize = 1 << 18;
 
 /// Products of fewer rows than this keep `sgemm` (its single-row kernels read B in place).
 pub const MIN_ROWS: usize = 8;
@@ -98,6 +98,11 @@ impl PackedB {
     /// Columns per panel: 32, 48 or 64 ([`panel_width`]).
     pub fn panel_width(&self) -> usize {
         self.nr
+    }
+
+    /// Rows of A per micro-kernel block: 12, 8 or 6 for panels of 32, 48 or 64 columns.
+    pub fn block_rows(&self) -> usize {
+        ACCUMULATORS / (self.nr / 16)
     }
 
     /// Panels: `n / nr` rounded up.
@@ -321,14 +326,22 @@ unsafe fn panel_band<const T: bool>(
                 match k1 == b.k {
                     true => block::<T>(
                         n_rows,
-                        ai,
+                        Lhs::plain(ai),
                         (chunk, nr),
                         c.at(at),
                         ldc,
                         (cols, end - i),
                         init,
                     ),
-                    false => block::<false>(n_rows, ai, (chunk, nr), sums, nr, (nr, n_rows), init),
+                    false => block::<false>(
+                        n_rows,
+                        Lhs::plain(ai),
+                        (chunk, nr),
+                        sums,
+                        nr,
+                        (nr, n_rows),
+                        init,
+                    ),
                 }
             }
             i += n_rows;
@@ -337,6 +350,94 @@ unsafe fn panel_band<const T: bool>(
             return;
         }
         k0 = k1;
+    }
+}
+
+/// A as the micro-kernel reads it: column `c * taps.len() + t` is column `c` of `view`
+/// shifted by `taps[t]` floats. A plain matrix has one tap, at 0; a conv read in place
+/// (`conv_implicit.rs`) has one per kernel position, offsets into its padded input planes.
+#[derive(Clone, Copy)]
+struct Lhs<'a> {
+    view: MatRef<'a>,
+    taps: &'a [usize],
+}
+
+impl<'a> Lhs<'a> {
+    fn plain(view: MatRef<'a>) -> Lhs<'a> {
+        Lhs { view, taps: &[0] }
+    }
+}
+
+/// Where [`taps_block`] puts its block: stored transposed at `c` (element `(i, j)` at
+/// `c + j * ldc + i`, `j` counted from the panel's first column; `room` rows from the first
+/// may be written, at least the block's: an 8-row store runs into the next block's), or as
+/// partial sums (`rows x` the panel width, row-major) for the next chunk of K.
+#[derive(Clone, Copy)]
+pub enum BlockOut {
+    Transposed {
+        c: *mut f32,
+        ldc: usize,
+        room: usize,
+    },
+    Partial(*mut f32),
+}
+
+/// One block of `rows` rows of `A @ B` for panel `p` of B over columns `chunk` of `a`, where
+/// column `k * taps.len() + t` of A is column `k` of `a` shifted by `taps[t]` floats: a
+/// conv's im2col read in place from its padded input planes (`conv_implicit.rs`), K in chunks
+/// of input channels. The sums start from `init`'s partial sums where given, else zero.
+///
+/// Panics if AVX-512 is absent, `rows` exceeds [`PackedB::block_rows`], the taps do not
+/// divide K, `chunk` is empty or past K, or a read of A would leave `a.data`.
+///
+/// # Safety
+/// `init` (where given) and a partial `out` cover `rows x b.panel_width()` floats (they may
+/// be the same); a transposed `out` covers, for every column `j` of panel `p` below `b.n`,
+/// the `room` floats from `c + j * ldc`; what `out` covers is written by no one else during
+/// the call.
+pub unsafe fn taps_block(
+    rows: usize,
+    (a, taps): (MatRef, &[usize]),
+    (b, p, chunk): (&PackedB, usize, Range<usize>),
+    init: Option<*const f32>,
+    out: BlockOut,
+) {
+    assert!(available(), "sgemm_packed without AVX-512");
+    let steps = taps.len();
+    assert!(
+        steps > 0 && b.k.is_multiple_of(steps) && !chunk.is_empty() && chunk.end <= b.k / steps,
+        "taps_block: {steps} taps, columns {chunk:?} for K {}",
+        b.k
+    );
+    assert!(
+        (1..=b.block_rows()).contains(&rows),
+        "taps_block: {rows} rows for blocks of at most {}",
+        b.block_rows()
+    );
+    let last = taps.iter().max().map_or(0, |&t| t) + (rows - 1) * a.rs + (chunk.end - 1) * a.cs;
+    assert!(
+        a.offset + last < a.data.len(),
+        "taps_block: A read out of bounds"
+    );
+    let nr = b.nr;
+    let cols = (b.n - p * nr).min(nr);
+    let lhs = Lhs {
+        view: MatRef {
+            offset: a.offset + chunk.start * a.cs,
+            ..a
+        },
+        taps,
+    };
+    let panel = &b.panel(p)[chunk.start * steps * nr..chunk.end * steps * nr];
+    // SAFETY: AVX-512F and A's reads checked; the rest forwarded from the caller.
+    unsafe {
+        match out {
+            BlockOut::Transposed { c, ldc, room } => {
+                assert!(room >= rows, "taps_block: room {room} for {rows} rows");
+                block::<true>(rows, lhs, (panel, nr), c, ldc, (cols, room), init)
+            }
+            BlockOut::Partial(c) => block::<false>(rows, lhs, (panel, nr), c, nr, (nr, rows), init),
+        }
     }
 }
 
@@ -367,7 +468,7 @@ impl CPtr {
 /// one else during the call; `init`, where given, covers `rows x nr` floats (it may be `c`).
 unsafe fn block<const T: bool>(
     rows: usize,
-    a: MatRef,
+    a: Lhs,
     (panel, nr): (&[f32], usize),
     c: *mut f32,
     ldc: usize,
@@ -378,9 +479,12 @@ unsafe fn block<const T: bool>(
     // the 48-column kernel's accumulators (169 x 512 @ 512 x 1000 at half the rate).
     // SAFETY: forwarded from the caller.
     unsafe {
-        match init {
-            None => by_shape::<T, false>(rows, a, (panel, nr), c, ldc, cols, std::ptr::null()),
-            Some(init) => by_shape::<T, true>(rows, a, (panel, nr), c, ldc, cols, init),
+        let null = std::ptr::null();
+        match (init, a.taps != [0]) {
+            (None, false) => by_shape::<T, false, false>(rows, a, (panel, nr), c, ldc, cols, null),
+            (None, true) => by_shape::<T, false, true>(rows, a, (panel, nr), c, ldc, cols, null),
+            (Some(i), false) => by_shape::<T, true, false>(rows, a, (panel, nr), c, ldc, cols, i),
+            (Some(i), true) => by_shape::<T, true, true>(rows, a, (panel, nr), c, ldc, cols, i),
         }
     }
 }
@@ -389,9 +493,9 @@ unsafe fn block<const T: bool>(
 ///
 /// # Safety
 /// As [`block`].
-unsafe fn by_shape<const T: bool, const I: bool>(
+unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
     rows: usize,
-    a: MatRef,
+    a: Lhs,
     (panel, nr): (&[f32], usize),
     c: *mut f32,
     ldc: usize,
@@ -403,41 +507,41 @@ unsafe fn by_shape<const T: bool, const I: bool>(
     unsafe {
         use avx512::kernel as k;
         match (nr, rows) {
-            (32, 12) => k::<2, 12, T, I>(a, panel, c, ldc, cols, init),
-            (32, 11) => k::<2, 11, T, I>(a, panel, c, ldc, cols, init),
-            (32, 10) => k::<2, 10, T, I>(a, panel, c, ldc, cols, init),
-            (32, 9) => k::<2, 9, T, I>(a, panel, c, ldc, cols, init),
-            (32, 8) => k::<2, 8, T, I>(a, panel, c, ldc, cols, init),
-            (32, 7) => k::<2, 7, T, I>(a, panel, c, ldc, cols, init),
-            (32, 6) => k::<2, 6, T, I>(a, panel, c, ldc, cols, init),
-            (32, 5) => k::<2, 5, T, I>(a, panel, c, ldc, cols, init),
-            (32, 4) => k::<2, 4, T, I>(a, panel, c, ldc, cols, init),
-            (32, 3) => k::<2, 3, T, I>(a, panel, c, ldc, cols, init),
-            (32, 2) => k::<2, 2, T, I>(a, panel, c, ldc, cols, init),
-            (32, _) => k::<2, 1, T, I>(a, panel, c, ldc, cols, init),
-            (64, 6) => k::<4, 6, T, I>(a, panel, c, ldc, cols, init),
-            (64, 5) => k::<4, 5, T, I>(a, panel, c, ldc, cols, init),
-            (64, 4) => k::<4, 4, T, I>(a, panel, c, ldc, cols, init),
-            (64, 3) => k::<4, 3, T, I>(a, panel, c, ldc, cols, init),
-            (64, 2) => k::<4, 2, T, I>(a, panel, c, ldc, cols, init),
-            (64, _) => k::<4, 1, T, I>(a, panel, c, ldc, cols, init),
-            (_, 8) => k::<3, 8, T, I>(a, panel, c, ldc, cols, init),
-            (_, 7) => k::<3, 7, T, I>(a, panel, c, ldc, cols, init),
-            (_, 6) => k::<3, 6, T, I>(a, panel, c, ldc, cols, init),
-            (_, 5) => k::<3, 5, T, I>(a, panel, c, ldc, cols, init),
-            (_, 4) => k::<3, 4, T, I>(a, panel, c, ldc, cols, init),
-            (_, 3) => k::<3, 3, T, I>(a, panel, c, ldc, cols, init),
-            (_, 2) => k::<3, 2, T, I>(a, panel, c, ldc, cols, init),
-            _ => k::<3, 1, T, I>(a, panel, c, ldc, cols, init),
+            (32, 12) => k::<2, 12, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 11) => k::<2, 11, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 10) => k::<2, 10, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 9) => k::<2, 9, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 8) => k::<2, 8, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 7) => k::<2, 7, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 6) => k::<2, 6, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 5) => k::<2, 5, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 4) => k::<2, 4, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 3) => k::<2, 3, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 2) => k::<2, 2, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, _) => k::<2, 1, T, I, S>(a, panel, c, ldc, cols, init),
+            (64, 6) => k::<4, 6, T, I, S>(a, panel, c, ldc, cols, init),
+            (64, 5) => k::<4, 5, T, I, S>(a, panel, c, ldc, cols, init),
+            (64, 4) => k::<4, 4, T, I, S>(a, panel, c, ldc, cols, init),
+            (64, 3) => k::<4, 3, T, I, S>(a, panel, c, ldc, cols, init),
+            (64, 2) => k::<4, 2, T, I, S>(a, panel, c, ldc, cols, init),
+            (64, _) => k::<4, 1, T, I, S>(a, panel, c, ldc, cols, init),
+            (_, 8) => k::<3, 8, T, I, S>(a, panel, c, ldc, cols, init),
+            (_, 7) => k::<3, 7, T, I, S>(a, panel, c, ldc, cols, init),
+            (_, 6) => k::<3, 6, T, I, S>(a, panel, c, ldc, cols, init),
+            (_, 5) => k::<3, 5, T, I, S>(a, panel, c, ldc, cols, init),
+            (_, 4) => k::<3, 4, T, I, S>(a, panel, c, ldc, cols, init),
+            (_, 3) => k::<3, 3, T, I, S>(a, panel, c, ldc, cols, init),
+            (_, 2) => k::<3, 2, T, I, S>(a, panel, c, ldc, cols, init),
+            _ => k::<3, 1, T, I, S>(a, panel, c, ldc, cols, init),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (rows, a, panel, nr, c, ldc, cols, init);
+    let _ = (rows, a.view, panel, nr, c, ldc, cols, init);
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::MatRef;
+    use super::Lhs;
     use std::arch::x86_64::*;
 
     /// `R` rows of A times one panel of `V` vectors into C: `V x R` accumulators (from zero, or
@@ -447,8 +551,14 @@ mod avx512 {
     /// # Safety
     /// As [`super::block`], with `R` rows.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn kernel<const V: usize, const R: usize, const T: bool, const I: bool>(
-        a: MatRef,
+    pub(super) unsafe fn kernel<
+        const V: usize,
+        const R: usize,
+        const T: bool,
+        const I: bool,
+        const S: bool,
+    >(
+        a: Lhs,
         panel: &[f32],
         c: *mut f32,
         ldc: usize,
@@ -465,17 +575,32 @@ mod avx512 {
                 }
             }
         }
-        let (ap, bp) = (a.data.as_ptr().add(a.offset), panel.as_ptr());
+        let (v, taps) = (a.view, a.taps);
+        let (ap, bp) = (v.data.as_ptr().add(v.offset), panel.as_ptr());
+        let (mut line, mut t) = (ap, 0);
         for kk in 0..k {
             let mut b = [_mm512_setzero_ps(); V];
             for (v, b) in b.iter_mut().enumerate() {
                 *b = _mm512_loadu_ps(bp.add(kk * nr + 16 * v));
             }
-            let col = ap.add(kk * a.cs);
+            // With taps (`S`), tap `t` of column `line`: one loop over K (nested loops over
+            // columns and taps left the accumulators stored to the stack every step). The
+            // plain kernel keeps its two instructions fewer per step.
+            let col = match S {
+                true => line.add(*taps.get_unchecked(t)),
+                false => ap.add(kk * v.cs),
+            };
             for (i, acc) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*col.add(i * a.rs));
+                let av = _mm512_set1_ps(*col.add(i * v.rs));
                 for (acc, &b) in acc.iter_mut().zip(&b) {
                     *acc = _mm512_fmadd_ps(av, b, *acc);
+                }
+            }
+            if S {
+                t += 1;
+                if t == taps.len() {
+                    t = 0;
+                    line = line.add(v.cs);
                 }
             }
         }

@@ -244,13 +244,19 @@ mod tests {
     fn few_channel_convs_get_the_taps_variant() {
         // conv_taps.rs takes stride-1 group-1 2-D convs of 8 to 32 input and at most 96 output
         // channels, with output pixels x taps from 3600, on AVX-512; TANDEM_CONV_TAPS=0 turns
-        // it off (then they are im2col's).
+        // it off (then they are im2col's). A kept W of 32 output channels or more on a plane
+        // under 40x40 takes the packed path's im2col read in place instead (`kxk`).
         let on = tandem_ops::cpu_gemm_packed::available()
             && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
+        let implicit = tandem_ops::cpu_gemm_packed::available()
+            && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
+            && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
         let taps = if on { "taps" } else { "kxk" };
         for kept in [false, true] {
             assert_eq!(conv_variant(16, 16, 40, 1, kept), taps, "kept {kept}");
-            assert_eq!(conv_variant(32, 96, 20, 1, kept), taps, "kept {kept}");
+            assert_eq!(conv_variant(16, 64, 40, 1, kept), taps, "kept {kept}");
+            let small = if kept && implicit { "kxk" } else { taps };
+            assert_eq!(conv_variant(32, 96, 20, 1, kept), small, "kept {kept}");
             assert_eq!(conv_variant(32, 96, 19, 1, kept), "kxk", "3x3 on 19x19");
             assert_eq!(conv_variant(16, 16, 40, 2, kept), "kxk", "stride 2");
             assert_eq!(conv_variant(32, 128, 27, 1, kept), "kxk", "128 outputs");

@@ -1,0 +1,215 @@
+//! Conv as the GEMM on W packed once with its im2col read in place: the packed path
+//! (`conv_packed.rs`) for kernels of more than one tap, on AVX-512.
+//!
+//! The input planes of an image are copied zero-padded once, `hp x wp` each, so output pixel
+//! `(y, x)` at tap `(a, b)` reads padded float `(y sh + a dh) wp + x sw + b dw`: column
+//! `c * taps + t` of the im2col is input plane `c` shifted by tap `t`'s offset, and a run of
+//! one output row's pixels is a run of that plane at stride `sw`. The packed kernel
+//! (`cpu_gemm_packed::taps_block`) reads A so, broadcasting each pixel against 16-channel
+//! vectors of a panel of W and storing the block transposed into the NCHW output: no im2col
+//! is written or read back, and the padded copy is `taps` times smaller than it. Blocks never
+//! cross an output row, whose pixels are contiguous in the output. Where a panel outgrows a
+//! quarter of L2, K runs in chunks of input channels, each block's sums kept between them.
+//!
+//! Measured against im2col + GEMM (the kernel alone, 2 threads, interleaved): 1.1-1.8x on
+//! 3x3 convs of 32 to 256 channels on 7x7 to 56x56 planes, 1.3-1.8x strided (docs/bench.md,
+//! "Conv im2col read in place"). Winograd stays ahead from 14x14 planes, the taps path from
+//! 40x40 ones of few channels; `TANDEM_CONV_IMPLICIT=0` turns this path off.
+//!
+//! Sits between `conv_packed.rs`'s path (which W is packed for) and `cpu_gemm_packed.rs`.
+
+use super::packed::finish_line;
+use super::{padded_row, with_scratch, with_tmp, OutPtr};
+use crate::conv::{Epilogue, Geom2};
+use crate::cpu_gemm::MatRef;
+use crate::cpu_gemm_packed::{taps_block, BlockOut, PackedB, CHUNK_BYTES};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Whether `TANDEM_CONV_IMPLICIT=0` turned this path off (read once).
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0"))
+}
+
+/// Fewest input and output channels where this path was measured faster than im2col + GEMM
+/// (docs/bench.md, "Conv im2col read in place"): 3 -> 64 7x7/2 and 3x3/2 first convs ran
+/// 0.64-0.92x (a K of 147 or 27 over 3 planes), 16 -> 16 3x3 on 80x80 1.00x (half of each
+/// 32-column panel empty). One-column convs keep im2col: magika's 256 -> 512 5x1 over 2044
+/// pixels ran 1.13-1.2x slower read in place, even as one line of blocks (each k step of a
+/// block reads another channel's plane, 8 KB on; im2col's tiles are compact).
+const MIN_CHANNELS: usize = 8;
+const MIN_OUT_CHANNELS: usize = 32;
+
+/// Whether the packed path reads this conv's im2col in place: more than one tap,
+/// [`MIN_CHANNELS`], [`MIN_OUT_CHANNELS`], more than one output column, enabled.
+pub(in crate::conv) fn applies(g: &Geom2) -> bool {
+    g.kh * g.kw > 1 && g.ow > 1 && g.c >= MIN_CHANNELS && g.m >= MIN_OUT_CHANNELS && enabled()
+}
+
+/// Whether a conv of a kept W (whole images) takes this path: [`applies`], where the packed
+/// path runs (AVX-512, `TANDEM_CONV_PACKED` not 0). Winograd and the taps path yield to it
+/// on small planes.
+pub(in crate::conv) fn takes_kept(g: &Geom2) -> bool {
+    applies(g) && g.group == 1 && super::packed::enabled() && crate::cpu_gemm_packed::available()
+}
+
+/// The padded planes' size and the offset of each tap (`a * kw + b`) in them.
+struct Padded {
+    hp: usize,
+    wp: usize,
+    offs: Vec<usize>,
+}
+
+impl Padded {
+    fn of(g: &Geom2) -> Padded {
+        let hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+        let wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+        let offs = (0..g.kh)
+            .flat_map(|a| (0..g.kw).map(move |b| a * g.dh * wp + b * g.dw))
+            .collect();
+        Padded { hp, wp, offs }
+    }
+
+    fn plane(&self) -> usize {
+        self.hp * self.wp
+    }
+}
+
+/// Whole images `rows / (M * OH)` of the convolution into `out`, `ep` (and the residual `z`)
+/// applied to each channel's lines of a task's band right after its panel. The padded planes
+/// of the images first (parallel over channels); then tasks of a band of output rows x a
+/// group of W's panels, about four per thread, panels split first (the padded image is the
+/// smaller operand and every task reads its band of it).
+pub(in crate::conv) fn implicit_path(
+    g: &Geom2,
+    x: &[f32],
+    (w, b, ep): (&PackedB, Option<&[f32]>, Epilogue),
+    z: Option<&[f32]>,
+    out: &mut [f32],
+    rows: Range<usize>,
+) {
+    let pd = Padded::of(g);
+    let (plane, pplane, img) = (g.oh * g.ow, pd.plane(), g.m * g.oh);
+    let images = rows.start / img..rows.end / img;
+    let (panels, nr) = (w.panels(), w.panel_width());
+    let want = 4 * rayon::current_num_threads().max(1);
+    let groups = want.div_ceil(images.len().max(1)).min(panels);
+    let per_group = panels.div_ceil(groups);
+    let groups = panels.div_ceil(per_group);
+    let bands = want.div_ceil(images.len() * groups).min(g.oh).max(1);
+    let per_band = g.oh.div_ceil(bands);
+    let bands = g.oh.div_ceil(per_band);
+    let optr = OutPtr(out.as_mut_ptr(), out.len());
+    with_scratch(images.len() * g.c * pplane, |xp| {
+        xp.par_chunks_mut(pplane).enumerate().for_each(|(i, dst)| {
+            let src = &x[(images.start * g.c + i) * g.h * g.w..][..g.h * g.w];
+            for (py, row) in dst.chunks_exact_mut(pd.wp).enumerate() {
+                padded_row(src, (g.h, g.w, g.pl), py as i64 - g.pt, row);
+            }
+        });
+        let xp = &*xp;
+        (0..images.len() * groups * bands)
+            .into_par_iter()
+            .for_each(|t| {
+                let (i, t) = (t / (groups * bands), t % (groups * bands));
+                let (group, band) = (t / bands, t % bands);
+                let n = images.start + i;
+                let ys = band * per_band..((band + 1) * per_band).min(g.oh);
+                let ps = group * per_group..((group + 1) * per_group).min(panels);
+                let at = Band {
+                    xp,
+                    x0: i * g.c * pplane,
+                    pplane,
+                    wp: pd.wp,
+                    offs: &pd.offs,
+                    ys: ys.clone(),
+                };
+                with_tmp(ys.len() * g.ow * nr, |partial| {
+                    for p in ps {
+                        let ch = p * nr..((p + 1) * nr).min(g.m);
+                        let c0 = (n * g.m + ch.start) * plane;
+                        assert!(
+                            c0 + (ch.len() - 1) * plane + ys.end * g.ow <= optr.1,
+                            "Conv output band out of bounds"
+                        );
+                        band_product(g, w, p, &at, partial, (optr, c0));
+                        if b.is_some() || ep != Epilogue::default() {
+                            for c in ch {
+                                let at = (n * g.m + c) * plane + ys.start * g.ow;
+                                let line = (b.map(|b| b[c]), z, ep);
+                                finish_line(optr, at, ys.len() * g.ow, line);
+                            }
+                        }
+                    }
+                })
+            });
+    });
+}
+
+/// A task's band of output rows `ys` of one image: its padded planes (`pplane` floats, rows
+/// of `wp`) from `x0` in `xp`, and the taps' offsets in them.
+struct Band<'a> {
+    xp: &'a [f32],
+    x0: usize,
+    pplane: usize,
+    wp: usize,
+    offs: &'a [usize],
+    ys: Range<usize>,
+}
+
+/// Panel `p`'s channels of the band into the output at `c0` (the panel's first channel),
+/// over the input channels in chunks whose part of the panel stays in L2 while every block
+/// of the band reads it ([`CHUNK_BYTES`]; a 256 -> 384 conv's 442 KB panel on 13x13 streamed
+/// from L3 for every 7-pixel block), each block's sums kept in `partial` between chunks.
+/// Each output row in blocks of equal size (to a pixel) of at most the panel's block rows.
+fn band_product(
+    g: &Geom2,
+    w: &PackedB,
+    p: usize,
+    at: &Band,
+    partial: &mut [f32],
+    (optr, c0): (OutPtr, usize),
+) {
+    let (nr, taps) = (w.panel_width(), at.offs.len());
+    let chunks = (g.c * taps * nr * size_of::<f32>()).div_ceil(CHUNK_BYTES);
+    let per_chunk = g.c.div_ceil(chunks);
+    let blocks = g.ow.div_ceil(w.block_rows());
+    let end = at.ys.end * g.ow;
+    for k0 in (0..g.c).step_by(per_chunk) {
+        let chunk = k0..(k0 + per_chunk).min(g.c);
+        let (first_chunk, last_chunk) = (k0 == 0, chunk.end == g.c);
+        for y in at.ys.clone() {
+            let row = at.x0 + y * g.sh * at.wp;
+            let mut x0 = 0;
+            for blk in 0..blocks {
+                let r = g.ow / blocks + usize::from(blk < g.ow % blocks);
+                let a = MatRef {
+                    data: at.xp,
+                    offset: row + x0 * g.sw,
+                    rs: g.sw,
+                    cs: at.pplane,
+                };
+                let first = y * g.ow + x0;
+                let sums = partial[(first - at.ys.start * g.ow) * nr..][..r * nr].as_mut_ptr();
+                let init = (!first_chunk).then_some(sums.cast_const());
+                let out = match last_chunk {
+                    // SAFETY (of the pointer): in bounds, the caller's check.
+                    true => BlockOut::Transposed {
+                        c: unsafe { optr.ptr().add(c0 + first) },
+                        ldc: g.oh * g.ow,
+                        room: end - first,
+                    },
+                    false => BlockOut::Partial(sums),
+                };
+                // SAFETY: AVX-512 (the packed path's `applies`); the panel's channels' floats
+                // from `first` to the band's end are in bounds (the caller's check) and
+                // written by this task only (tasks are distinct (image, band, panel group)
+                // triples); `sums` is this block's `r x nr` of the task's partial sums. A's
+                // reads are checked by the callee.
+                unsafe { taps_block(r, (a, at.offs), (w, p, chunk.clone()), init, out) };
+                x0 += r;
+            }
+        }
+    }
+}
