@@ -18,7 +18,7 @@
 //!
 //! Sits between `conv_packed.rs`'s path (which W is packed for) and `cpu_gemm_packed.rs`.
 
-use super::packed::finish_line;
+use super::packed::finish_lines;
 use super::{padded_row, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::MatRef;
@@ -134,13 +134,8 @@ pub(in crate::conv) fn implicit_path(
                             "Conv output band out of bounds"
                         );
                         band_product(g, w, p, &at, partial, (optr, c0));
-                        if b.is_some() || ep != Epilogue::default() {
-                            for c in ch {
-                                let at = (n * g.m + c) * plane + ys.start * g.ow;
-                                let line = (b.map(|b| b[c]), z, ep);
-                                finish_line(optr, at, ys.len() * g.ow, line);
-                            }
-                        }
+                        let pixels = (ys.start * g.ow, ys.len() * g.ow);
+                        finish_lines(g, optr, (n, ch), pixels, (b, z, ep));
                     }
                 })
             });

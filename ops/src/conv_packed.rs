@@ -155,16 +155,7 @@ pub(in crate::conv) fn packed_path(
             }
         };
         with_a(g, xn, (p0, p1), false, product);
-        if b.is_some() || ep != Epilogue::default() {
-            for c in ch {
-                finish_line(
-                    optr,
-                    (n * g.m + c) * plane + p0,
-                    p1 - p0,
-                    (b.map(|b| b[c]), z, ep),
-                );
-            }
-        }
+        finish_lines(g, optr, (n, ch), (p0, p1 - p0), (b, z, ep));
     };
     (0..images.len() * tiles * groups)
         .into_par_iter()
@@ -208,8 +199,7 @@ fn whole_plane_path(
             with_a(g, xn, (p0, p1), true, block);
             if b.is_some() || ep != Epilogue::default() {
                 (0..g.m).into_par_iter().for_each(|c| {
-                    let at = (n * g.m + c) * plane + p0;
-                    finish_line(optr, at, p1 - p0, (b.map(|b| b[c]), z, ep));
+                    finish_lines(g, optr, (n, c..c + 1), (p0, p1 - p0), (b, z, ep));
                 });
             }
             p0 = p1;
@@ -217,9 +207,32 @@ fn whole_plane_path(
     }
 }
 
+/// The bias, residual and epilogue ([`finish_line`]) of channels `ch` of image `n` over pixels
+/// `p0..p0 + len` of their planes, a line each; nothing without a bias or an epilogue.
+pub(super) fn finish_lines(
+    g: &Geom2,
+    out: OutPtr,
+    (n, ch): (usize, Range<usize>),
+    (p0, len): (usize, usize),
+    (b, z, ep): (Option<&[f32]>, Option<&[f32]>, Epilogue),
+) {
+    if b.is_none() && ep == Epilogue::default() {
+        return;
+    }
+    let plane = g.oh * g.ow;
+    for c in ch {
+        finish_line(
+            out,
+            (n * g.m + c) * plane + p0,
+            len,
+            (b.map(|b| b[c]), z, ep),
+        );
+    }
+}
+
 /// The bias, residual (`z`, at the same offset) and epilogue of the `len` outputs at `at`: one
 /// channel's line of a block of pixels.
-pub(super) fn finish_line(
+fn finish_line(
     out: OutPtr,
     at: usize,
     len: usize,
