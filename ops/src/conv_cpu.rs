@@ -367,6 +367,21 @@ pub(super) fn padded_row(xp: &[f32], (h, w, pl): (usize, usize, i64), ih: i64, r
     row[c0..c1].copy_from_slice(&src[s0..s0 + (c1 - c0)]);
 }
 
+/// Input plane `xp` (`h x w`) zero-padded into `dst`: its first `rows` rows of `wp` floats
+/// from input row `-pt` on ([`padded_row`]), then zeros to the end of `dst`. The padded
+/// planes of the taps path and of the packed path's im2col read in place.
+pub(super) fn padded_plane(
+    xp: &[f32],
+    (h, w, pt, pl): (usize, usize, i64, i64),
+    (wp, rows): (usize, usize),
+    dst: &mut [f32],
+) {
+    for (r, row) in dst.chunks_exact_mut(wp).take(rows).enumerate() {
+        padded_row(xp, (h, w, pl), r as i64 - pt, row);
+    }
+    dst[rows * wp..].fill(0.0);
+}
+
 /// One rectangle of a row range inside a group: output channels `oc` (absolute) x pixels.
 #[derive(Debug, Clone)]
 pub(super) struct Rect {

@@ -19,7 +19,7 @@
 //! Sits between `conv_packed.rs`'s path (which W is packed for) and `cpu_gemm_packed.rs`.
 
 use super::packed::finish_lines;
-use super::{padded_row, with_scratch, with_tmp, OutPtr};
+use super::{padded_plane, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::MatRef;
 use crate::cpu_gemm_packed::{taps_block, BlockOut, PackedB, CHUNK_BYTES};
@@ -104,9 +104,7 @@ pub(in crate::conv) fn implicit_path(
     with_scratch(images.len() * g.c * pplane, |xp| {
         xp.par_chunks_mut(pplane).enumerate().for_each(|(i, dst)| {
             let src = &x[(images.start * g.c + i) * g.h * g.w..][..g.h * g.w];
-            for (py, row) in dst.chunks_exact_mut(pd.wp).enumerate() {
-                padded_row(src, (g.h, g.w, g.pl), py as i64 - g.pt, row);
-            }
+            padded_plane(src, (g.h, g.w, g.pt, g.pl), (pd.wp, pd.hp), dst);
         });
         let xp = &*xp;
         (0..images.len() * groups * bands)

@@ -15,7 +15,7 @@
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the CPU's vector units.
 
-use super::{epilogue, padded_row, rects, with_scratch, with_tmp, OutPtr};
+use super::{epilogue, padded_plane, rects, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -55,7 +55,8 @@ fn enabled() -> bool {
 
 /// Whether `conv_cpu` takes this path: AVX-512, group 1, stride 1, a 2-D kernel (more than
 /// one tap on both axes), [`MIN_CHANNELS`] to [`MAX_CHANNELS`] input and at most
-/// [`MAX_OUT_CHANNELS`] output channels, [`MIN_PIXEL_TAPS`], enabled.
+/// [`MAX_OUT_CHANNELS`] output channels, [`MIN_PIXEL_TAPS`], enabled; for a `kept` W the
+/// packed path reads in place, planes of [`MIN_PIXELS_BESIDE_IMPLICIT`] or more.
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
     let min_pixels = match kept && super::implicit::takes_kept(g) {
         true => MIN_PIXELS_BESIDE_IMPLICIT,
@@ -157,7 +158,9 @@ pub(in crate::conv) fn taps_path(
         pack_weights(w, g.c, taps, oc_lo..oc_hi, wk);
         xp.par_chunks_mut(plane).enumerate().for_each(|(i, dst)| {
             let src = &x[(n_lo * g.c + i) * g.h * g.w..][..g.h * g.w];
-            pad_plane(g, &l, src, dst);
+            // `oh + (kh - 1) dh` rows, then zeros (the last positions' reads past them).
+            let hp = g.oh + (g.kh - 1) * g.dh;
+            padded_plane(src, (g.h, g.w, g.pt, g.pl), (l.wp, hp), dst);
         });
         let (wk, xp) = (&*wk, &*xp);
         tasks.par_iter().for_each(|(n, oc, oy)| {
@@ -220,16 +223,6 @@ fn pack_weights(w: &[f32], c: usize, taps: usize, ocs: Range<usize>, wk: &mut [f
                 }
             }
         });
-}
-
-/// One input plane (`h x w`) zero-padded into `dst`: `oh + (kh - 1) dh` rows of `wp`
-/// floats, then zeros to the end (the last positions' reads past the last row).
-fn pad_plane(g: &Geom2, l: &Lines, xp: &[f32], dst: &mut [f32]) {
-    let hp = g.oh + (g.kh - 1) * g.dh;
-    for (r, row) in dst.chunks_exact_mut(l.wp).take(hp).enumerate() {
-        padded_row(xp, (g.h, g.w, g.pl), r as i64 - g.pt, row);
-    }
-    dst[hp * l.wp..].fill(0.0);
 }
 
 /// [`avx512::tile`] where it exists; [`applies`] keeps other targets off this path.

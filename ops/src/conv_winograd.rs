@@ -165,7 +165,8 @@ pub(in crate::conv) fn supports(g: &Geom2) -> bool {
 
 /// Whether `conv_cpu` takes the Winograd path: supported, enabled, and channels and plane
 /// large enough to be measured faster than im2col + GEMM, with W transformed per call or
-/// `kept` ([`Conv::with_constant_weight`](crate::conv::Conv::with_constant_weight)).
+/// `kept` ([`Conv::with_constant_weight`](crate::conv::Conv::with_constant_weight)); a kept
+/// W the packed path reads in place needs [`MIN_PIXELS_BESIDE_IMPLICIT`] below 256 channels.
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
     let min_pixels = match kept {
         true if g.c <= MAX_CHANNELS_BESIDE_IMPLICIT && super::implicit::takes_kept(g) => {
