@@ -71,6 +71,13 @@ pub struct Args {
     /// Skip the CPU GEMM comparison.
     #[arg(long)]
     pub no_gemm: bool,
+    /// Rows of a model take turns this many times, each turn with its share of the run rule
+    /// (iterations, seconds and caps divided), and pool their samples: a host whose speed
+    /// drifts over minutes (a shared VM's 2x swings) then slows every row alike, not the row
+    /// that ran during the slow minute. Cold start, where nodes ran and per-op times come
+    /// from the first turn. `--quick` takes at most 2.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Folder for report.json, report.md, report.html.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
@@ -226,7 +233,7 @@ fn bench_model(
     peers_on: &[String],
     cpu_rule: &RunRule,
     gpu_rule: &RunRule,
-    threads: usize,
+    (threads, rounds): (usize, usize),
     work: &Path,
     pb: &ProgressBar,
 ) -> Result<ModelResult> {
@@ -246,7 +253,95 @@ fn bench_model(
         rows: Vec::new(),
     };
     let mut reference: Option<Named> = stored;
-    let finish = |row: Row, result: &mut ModelResult| {
+    let ticker = |label: String| {
+        let pb = pb.clone();
+        move |n: usize| pb.set_message(format!("{label}: {n} runs"))
+    };
+    // Each round runs every row once with its share of the rule; later rounds' rows pool
+    // into the first's (same order).
+    for round in 0..rounds.max(1) {
+        let (cpu_share, gpu_share) = (cpu_rule.share(rounds), gpu_rule.share(rounds));
+        let tag = match rounds {
+            0 | 1 => String::new(),
+            n => format!(" (round {}/{n})", round + 1),
+        };
+        // Each row with the whole rule it runs a share of (its samples pool under that).
+        let mut rows: Vec<(Row, RunRule)> = Vec::new();
+        if peers_on.iter().any(|p| p == "onnxruntime") {
+            pb.set_message(format!("{} onnxruntime{tag}", case.name));
+            let (row, outs) = peers::ort::bench(
+                &case.path,
+                &inputs,
+                reference.as_ref(),
+                threads,
+                &cpu_share,
+                round == 0,
+                work,
+            );
+            if reference.is_none() {
+                reference = outs;
+            }
+            rows.push((row, *cpu_rule));
+        }
+        if peers_on.iter().any(|p| p == "tract") {
+            let mut tick = ticker(format!("{} tract{tag}", case.name));
+            let (row, _) = peers::tract::bench(
+                &case.path,
+                &inputs,
+                reference.as_ref(),
+                threads,
+                &cpu_share,
+                &mut tick,
+            );
+            rows.push((row, *cpu_rule));
+        }
+        for target in targets(variants, adapters) {
+            let rule = |cpu: &RunRule, gpu: &RunRule| match target.variant {
+                Variant::Cpu => *cpu,
+                Variant::Gpu => *gpu,
+                Variant::Auto | Variant::AutoNoSplit => cpu.capped(gpu.max_secs),
+            };
+            let mut tick = ticker(format!("{} tandem {}{tag}", case.name, target.placement()));
+            tick(0);
+            let row = tandem_row::bench(
+                &case.path,
+                &inputs,
+                reference.as_ref(),
+                target,
+                threads,
+                &rule(&cpu_share, &gpu_share),
+                &mut tick,
+            );
+            rows.push((row, rule(cpu_rule, gpu_rule)));
+        }
+        if peers_on.iter().any(|p| p == "burn") {
+            let burn = peers::burn::bench(
+                &case.name,
+                &inputs,
+                reference.as_ref(),
+                threads,
+                &cpu_share,
+                &gpu_share,
+                work,
+            );
+            rows.extend(burn.into_iter().map(|row| {
+                let whole = if row.placement == "cpu" {
+                    *cpu_rule
+                } else {
+                    *gpu_rule
+                };
+                (row, whole)
+            }));
+        }
+        if round == 0 {
+            result.rows = rows.into_iter().map(|(row, _)| row).collect();
+            continue;
+        }
+        for (first, (later, whole)) in result.rows.iter_mut().zip(rows) {
+            first.pool(later, round, &whole);
+        }
+    }
+    for row in &result.rows {
         let l = row.latency.as_ref();
         say(
             pb,
@@ -267,70 +362,6 @@ fn bench_model(
             ),
         );
         pb.inc(1);
-        result.rows.push(row);
-    };
-    let ticker = |label: String| {
-        let pb = pb.clone();
-        move |n: usize| pb.set_message(format!("{label}: {n} runs"))
-    };
-    if peers_on.iter().any(|p| p == "onnxruntime") {
-        pb.set_message(format!("{} onnxruntime", case.name));
-        let (row, outs) = peers::ort::bench(
-            &case.path,
-            &inputs,
-            reference.as_ref(),
-            threads,
-            cpu_rule,
-            work,
-        );
-        if reference.is_none() {
-            reference = outs;
-        }
-        finish(row, &mut result);
-    }
-    if peers_on.iter().any(|p| p == "tract") {
-        let mut tick = ticker(format!("{} tract", case.name));
-        let (row, _) = peers::tract::bench(
-            &case.path,
-            &inputs,
-            reference.as_ref(),
-            threads,
-            cpu_rule,
-            &mut tick,
-        );
-        finish(row, &mut result);
-    }
-    for target in targets(variants, adapters) {
-        let rule = match target.variant {
-            Variant::Cpu => *cpu_rule,
-            Variant::Gpu => *gpu_rule,
-            Variant::Auto | Variant::AutoNoSplit => cpu_rule.capped(gpu_rule.max_secs),
-        };
-        let mut tick = ticker(format!("{} tandem {}", case.name, target.placement()));
-        tick(0);
-        let row = tandem_row::bench(
-            &case.path,
-            &inputs,
-            reference.as_ref(),
-            target,
-            threads,
-            &rule,
-            &mut tick,
-        );
-        finish(row, &mut result);
-    }
-    if peers_on.iter().any(|p| p == "burn") {
-        for row in peers::burn::bench(
-            &case.name,
-            &inputs,
-            reference.as_ref(),
-            threads,
-            cpu_rule,
-            gpu_rule,
-            work,
-        ) {
-            finish(row, &mut result);
-        }
     }
     Ok(result)
 }
@@ -344,6 +375,7 @@ pub fn main(mut args: Args) -> Result<()> {
         args.gpu_iters = args.gpu_iters.min(2);
         args.gpu_max_secs = args.gpu_max_secs.min(10.0);
         args.no_gemm = true;
+        args.rounds = args.rounds.min(2);
     }
     let variants: Vec<Variant> = args
         .placements
@@ -391,6 +423,7 @@ pub fn main(mut args: Args) -> Result<()> {
             gpu_rule,
             threads: args.threads,
             quick: args.quick,
+            rounds: args.rounds,
         },
         models: Vec::new(),
         gemm: None,
@@ -418,7 +451,7 @@ pub fn main(mut args: Args) -> Result<()> {
             &args.peers,
             &cpu_rule,
             &gpu_rule,
-            args.threads,
+            (args.threads, args.rounds),
             &work.join(&case.name),
             &pb,
         );

@@ -61,6 +61,14 @@ pub struct Config {
     /// CPU threads of tandem and of every CPU peer.
     pub threads: usize,
     pub quick: bool,
+    /// Turns each model's rows took (`run --rounds`), each with its share of the rules;
+    /// reports from before rounds existed read as 1.
+    #[serde(default = "one_round")]
+    pub rounds: usize,
+}
+
+fn one_round() -> usize {
+    1
 }
 
 /// Every row of one model.
@@ -131,6 +139,37 @@ impl Row {
             op_times: Vec::new(),
             timeline: Vec::new(),
             notes: Vec::new(),
+        }
+    }
+
+    /// Fold a later round's row of the same runtime and placement into this one (`run
+    /// --rounds`): the samples pooled and their statistics taken under the whole `rule`, the
+    /// larger of each peak and of max |diff|, notes not yet here added. Cold start, where nodes
+    /// ran, per-op times and the timeline stay the first round's. A round that failed fails
+    /// the row, naming the round.
+    pub fn pool(&mut self, later: Row, round: usize, rule: &RunRule) {
+        if self.error.is_none() {
+            if let Some(e) = later.error {
+                self.error = Some(format!("round {}: {e}", round + 1));
+            }
+        }
+        if let (Some(a), Some(b)) = (&self.latency, later.latency) {
+            let samples = a.samples_ms.iter().copied().chain(b.samples_ms).collect();
+            let pooled = Latency::from_samples(samples, rule);
+            self.throughput_per_s = Some(pooled.throughput());
+            self.latency = Some(pooled);
+        }
+        let larger = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) => Some(if y > x || y.is_nan() { y } else { x }),
+            (a, b) => a.or(b),
+        };
+        self.peak_rss_mib = larger(self.peak_rss_mib, later.peak_rss_mib);
+        self.gpu_buffers_mib = larger(self.gpu_buffers_mib, later.gpu_buffers_mib);
+        self.max_abs_diff = larger(self.max_abs_diff, later.max_abs_diff);
+        for n in later.notes {
+            if !self.notes.contains(&n) {
+                self.notes.push(n);
+            }
         }
     }
 
@@ -213,4 +252,55 @@ pub struct Peak {
     #[serde(default)]
     pub cpuinfo_ghz: Option<f64>,
     pub gflops: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timed(samples: Vec<f64>, rss: f64, diff: f64, note: &str) -> Row {
+        let rule = RunRule {
+            min_iters: 1,
+            min_secs: 0.0,
+            max_secs: 1.0,
+        };
+        let mut row = Row::failed("tandem", "cpu", "0", String::new());
+        row.error = None;
+        row.latency = Some(Latency::from_samples(samples, &rule));
+        row.peak_rss_mib = Some(rss);
+        row.max_abs_diff = Some(diff);
+        row.notes.push(note.into());
+        row
+    }
+
+    #[test]
+    fn pooled_rounds_keep_every_sample_and_the_larger_peaks() {
+        let rule = RunRule {
+            min_iters: 4,
+            min_secs: 0.0,
+            max_secs: 10.0,
+        };
+        let mut row = timed(vec![5.0, 1.0], 100.0, 1e-6, "a");
+        row.pool(timed(vec![3.0, 4.0], 90.0, 2e-6, "b"), 1, &rule);
+        let l = row.latency.as_ref().unwrap();
+        assert_eq!(l.samples_ms, vec![5.0, 1.0, 3.0, 4.0]);
+        assert_eq!(
+            (l.min_ms, l.p50_ms, l.max_ms, l.iterations),
+            (1.0, 3.0, 5.0, 4)
+        );
+        assert!(!l.capped, "four samples meet the whole rule's four");
+        assert_eq!(row.throughput_per_s, Some(1e3 / 3.25));
+        assert_eq!(
+            (row.peak_rss_mib, row.max_abs_diff),
+            (Some(100.0), Some(2e-6))
+        );
+        assert_eq!(row.notes, vec!["a", "b"]);
+        assert!(row.error.is_none());
+
+        let mut failed = Row::failed("tandem", "cpu", "0", "out of memory".into());
+        failed.notes.push("a".into());
+        row.pool(failed, 2, &rule);
+        assert_eq!(row.error.as_deref(), Some("round 3: out of memory"));
+        assert_eq!(row.latency.as_ref().unwrap().iterations, 4);
+    }
 }

@@ -27,6 +27,17 @@ impl RunRule {
         }
     }
 
+    /// One round's share of this rule when a row runs in `rounds` turns (at least one
+    /// iteration each): iterations, seconds and the cap divided among them.
+    pub fn share(self, rounds: usize) -> RunRule {
+        let n = rounds.max(1);
+        RunRule {
+            min_iters: self.min_iters.div_ceil(n).max(1),
+            min_secs: self.min_secs / n as f64,
+            max_secs: self.max_secs / n as f64,
+        }
+    }
+
     /// True when a loop that has done `iters` iterations in `elapsed` should stop.
     pub fn done(&self, iters: usize, elapsed: Duration) -> bool {
         let s = elapsed.as_secs_f64();
@@ -160,5 +171,23 @@ mod tests {
         assert!(r.done(1, s(5.0)));
         assert!(!r.done(0, s(9.0)));
         assert_eq!(r.capped(1.0).max_secs, 1.0);
+    }
+
+    #[test]
+    fn a_share_divides_the_rule_among_rounds() {
+        let r = RunRule {
+            min_iters: 20,
+            min_secs: 2.0,
+            max_secs: 60.0,
+        };
+        let third = r.share(3);
+        assert_eq!(
+            (third.min_iters, third.min_secs, third.max_secs),
+            (7, 2.0 / 3.0, 20.0)
+        );
+        assert_eq!(r.share(1), r);
+        assert_eq!(r.share(0), r);
+        let one = RunRule { min_iters: 1, ..r };
+        assert_eq!(one.share(5).min_iters, 1);
     }
 }

@@ -40,8 +40,9 @@ struct DriverOut {
     op_times: Vec<OpTime>,
 }
 
-/// Profiled runs for onnxruntime's per-op times: the rule's run count, within 3..=10 (each is
-/// a run beyond the timed ones, in a second session).
+/// Profiled runs for onnxruntime's per-op times: the rule's run count (of the first round's
+/// share, `run --rounds`), within 3..=10 (each is a run beyond the timed ones, in a second
+/// session).
 fn profile_runs(rule: &RunRule) -> usize {
     rule.min_iters.clamp(3, 10)
 }
@@ -87,17 +88,18 @@ fn safe(name: &str) -> String {
 }
 
 /// Measure `model` on onnxruntime with `threads` intra-op threads. Returns the row and
-/// onnxruntime's outputs (the reference where the model has no stored one). `work` is a
-/// scratch folder for the .npy files.
+/// onnxruntime's outputs (the reference where the model has no stored one); its per-op times
+/// where `profile`. `work` is a scratch folder for the .npy files.
 pub fn bench(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
     threads: usize,
     rule: &RunRule,
+    profile: bool,
     work: &Path,
 ) -> (Row, Option<Named>) {
-    match run(model, inputs, reference, threads, rule, work) {
+    match run(model, inputs, reference, threads, rule, profile, work) {
         Ok(r) => r,
         Err(e) => (Row::failed("onnxruntime", "cpu", "?", e), None),
     }
@@ -109,6 +111,7 @@ fn run(
     reference: Option<&Named>,
     threads: usize,
     rule: &RunRule,
+    profile: bool,
     work: &Path,
 ) -> Result<(Row, Option<Named>), String> {
     let in_dir = work.join("in");
@@ -124,7 +127,10 @@ fn run(
         .args(["--secs", &rule.min_secs.to_string()])
         .args(["--max-secs", &rule.max_secs.to_string()])
         .args(["--threads", &threads.to_string()])
-        .args(["--profile-runs", &profile_runs(rule).to_string()]);
+        .args([
+            "--profile-runs",
+            &(usize::from(profile) * profile_runs(rule)).to_string(),
+        ]);
     for (k, (name, t)) in inputs.iter().enumerate() {
         let p = in_dir.join(format!("{k}_{}.npy", safe(name)));
         std::fs::write(&p, tandem::npy::to_npy(t)).map_err(|e| format!("{}: {e}", p.display()))?;

@@ -305,7 +305,7 @@ pub fn all(r: &Report) -> Vec<Table> {
 fn header(r: &Report) -> String {
     let m = &r.machine;
     format!(
-        "{} | CPU {} ({} cores, {}) | GPU {} | {} threads | rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){} | tree {} | load average {} -> {}",
+        "{} | CPU {} ({} cores, {}) | GPU {} | {} threads | rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){}{} | tree {} | load average {} -> {}",
         r.schema,
         m.cpu_model,
         m.cores,
@@ -318,6 +318,10 @@ fn header(r: &Report) -> String {
         r.config.gpu_rule.min_iters,
         r.config.gpu_rule.min_secs,
         r.config.gpu_rule.max_secs,
+        match r.config.rounds {
+            0 | 1 => String::new(),
+            n => format!(", in {n} rounds"),
+        },
         if r.config.quick { " | quick" } else { "" },
         m.git.as_deref().unwrap_or("?"),
         m.load_average_start.map_or("?".into(), |l| format!("{l:.1}")),
