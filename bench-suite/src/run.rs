@@ -259,10 +259,10 @@ fn bench_model(
     };
     // Each round runs every row once with its share of the rule; later rounds' rows pool
     // into the first's (same order).
-    for round in 0..rounds.max(1) {
+    for round in 0..rounds {
         let (cpu_share, gpu_share) = (cpu_rule.share(rounds), gpu_rule.share(rounds));
         let tag = match rounds {
-            0 | 1 => String::new(),
+            1 => String::new(),
             n => format!(" (round {}/{n})", round + 1),
         };
         // Each row with the whole rule it runs a share of (its samples pool under that).
@@ -376,6 +376,9 @@ pub fn main(mut args: Args) -> Result<()> {
         args.gpu_max_secs = args.gpu_max_secs.min(10.0);
         args.no_gemm = true;
         args.rounds = args.rounds.min(2);
+    }
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
     }
     let variants: Vec<Variant> = args
         .placements
