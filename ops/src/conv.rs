@@ -504,8 +504,8 @@ impl Conv {
     }
 
     /// Whether the CPU kernel computes geometry `g` of this Conv as a sum over its taps of
-    /// shifted input lines (`conv_taps.rs`: stride 1, few channels, AVX-512): the cost model
-    /// gives these their own entry too.
+    /// shifted input lines (`conv_taps.rs`: few channels, stride 1 or a large strided kernel,
+    /// AVX-512): the cost model gives these their own entry too.
     pub fn cpu_takes_taps(&self, g: &Geom2) -> bool {
         g.cg > 1
             && !self.cpu_takes_winograd(g)

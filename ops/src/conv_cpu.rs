@@ -9,11 +9,11 @@
 //! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
 //! 3x3 stride-1 convs with enough channels take Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
 //! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off),
-//! stride-1 convs of few channels the sum over taps of shifted input lines (`conv_taps.rs`,
-//! [`taps::applies`]; `TANDEM_CONV_TAPS=0`), and other convs of a constant W with many output
-//! channels the GEMM on W packed once (`conv_packed.rs`, [`packed::applies`]), which reads
-//! the im2col of a kernel of several taps in place (`conv_implicit.rs`;
-//! `TANDEM_CONV_IMPLICIT=0`). On planes below 14x14 (Winograd) and 40x40 (taps) a kept W
+//! convs of few channels (stride 1, or a strided kernel of 100 taps) the sum over taps of
+//! shifted input lines (`conv_taps.rs`, [`taps::applies`]; `TANDEM_CONV_TAPS=0`), and other
+//! convs of a constant W with many output channels the GEMM on W packed once
+//! (`conv_packed.rs`, [`packed::applies`]), which reads the im2col of a kernel of several taps
+//! in place (`conv_implicit.rs`; `TANDEM_CONV_IMPLICIT=0`). On planes below 14x14 (Winograd) and 40x40 (taps) a kept W
 //! takes the packed path rather than those two.
 //!
 //! Sits between the Conv operator (`conv.rs`: attributes, geometry `Geom2`, the GPU kernel) and

@@ -1,6 +1,7 @@
 //! Conv as a sum over its taps of shifted input lines, for stride-1 convs of few input
 //! channels (squeezenet's 16 -> 64 3x3 on 55x55, yolov8n's 16- and 32-channel 3x3 convs,
-//! inception_v1's 5x5 ones), on AVX-512 (elsewhere these stay on im2col + GEMM).
+//! inception_v1's 5x5 ones) and strided convs of large kernels (alexnet's 3 -> 64 11x11/4),
+//! on AVX-512 (elsewhere these stay on im2col + GEMM).
 //!
 //! The input planes are copied zero-padded to `wp = ow + (kw - 1) dw` columns, so output
 //! pixel `(oy, ox)` sits at line position `p = oy wp + ox` and tap `(a, b)` reads the padded
@@ -9,6 +10,8 @@
 //! of 16 positions in registers over all `C x taps`, loading `NV` vectors of the plane and
 //! broadcasting `MR` weights per (channel, tap): no im2col, no packing of the pixels, one
 //! store per output. The `kw - 1` positions past each row's `ow` are computed and dropped.
+//! A strided conv reads `sh x sw` phase planes of each channel instead, where its taps are
+//! shifted lines again ([`Lines`]).
 //!
 //! A conv of a kept W on a plane under 40x40 ([`MIN_PIXELS_BESIDE_IMPLICIT`]) takes the packed
 //! path's im2col read in place instead (`conv_implicit.rs`), measured faster there.
@@ -40,6 +43,14 @@ const MAX_CHANNELS: usize = 32;
 const MAX_OUT_CHANNELS: usize = 96;
 const MIN_PIXEL_TAPS: usize = 3600;
 
+/// Fewest taps of a strided conv here (read as phase planes, [`Lines`]), at any channel
+/// count up to [`MAX_CHANNELS`]: against im2col + GEMM (two threads, the path alone)
+/// alexnet's 3 -> 64 11x11/4 on 224x224 0.90-1.00 ms against 1.42-1.53 (in the model 1.66-1.70
+/// against 2.43-2.48), where 7x7/2 first convs were even (3 -> 64 1.26-1.66 ms against
+/// 1.30-1.60, 3 -> 96 1.76-1.87 against 1.71-1.85) and 3x3/2 ones slower (3 -> 64 0.50-0.86
+/// against 0.36-0.55, 16 -> 32 on 160x160 0.73-0.88 against 0.54-0.65).
+const MIN_STRIDED_TAPS: usize = 100;
+
 /// Fewest output pixels per image where the packed path reads a conv of a kept W in place
 /// (`conv_implicit.rs`): on smaller planes that path was measured faster (32 -> 96 5x5 on
 /// 27x27 1.60x of im2col against 1.19x here, 16 -> 48 5x5 on 13x13 1.76x against 1.24x, 24 ->
@@ -53,10 +64,11 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0"))
 }
 
-/// Whether `conv_cpu` takes this path: AVX-512, group 1, stride 1, a 2-D kernel (more than
-/// one tap on both axes), [`MIN_CHANNELS`] to [`MAX_CHANNELS`] input and at most
-/// [`MAX_OUT_CHANNELS`] output channels, [`MIN_PIXEL_TAPS`], enabled; for a `kept` W the
-/// packed path reads in place, planes of [`MIN_PIXELS_BESIDE_IMPLICIT`] or more.
+/// Whether `conv_cpu` takes this path: AVX-512, group 1, a 2-D kernel (more than one tap on
+/// both axes), at most [`MAX_CHANNELS`] input channels (from [`MIN_CHANNELS`] at stride 1; a
+/// strided kernel of [`MIN_STRIDED_TAPS`]) and [`MAX_OUT_CHANNELS`] output channels,
+/// [`MIN_PIXEL_TAPS`], enabled; for a `kept` W the packed path reads in place, planes of
+/// [`MIN_PIXELS_BESIDE_IMPLICIT`] or more.
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
     let min_pixels = match kept && super::implicit::takes_kept(g) {
         true => MIN_PIXELS_BESIDE_IMPLICIT,
@@ -64,29 +76,89 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
     };
     g.oh * g.ow >= min_pixels
         && g.group == 1
-        && (g.sh, g.sw) == (1, 1)
         && g.kh > 1
         && g.kw > 1
-        && (MIN_CHANNELS..=MAX_CHANNELS).contains(&g.c)
+        && g.c <= MAX_CHANNELS
+        && match (g.sh, g.sw) {
+            (1, 1) => g.c >= MIN_CHANNELS,
+            _ => g.kh * g.kw >= MIN_STRIDED_TAPS,
+        }
         && g.m <= MAX_OUT_CHANNELS
         && g.oh * g.ow * g.kh * g.kw >= MIN_PIXEL_TAPS
         && crate::cpu_gemm_packed::available()
         && enabled()
 }
 
-/// Numbers shared by the steps: padded row length, taps and their line offsets.
+/// Numbers shared by the steps: the phase planes' row length and rows, how many phases each
+/// input channel has, and each tap's line offset (phase plane included).
+///
+/// A strided conv reads its padded input as `sh x sw` phase planes, phase `(pa, pb)` holding
+/// padded pixels `(r sh + pa, c sw + pb)`: tap `(a, b)` of output pixel `(oy, ox)` is then
+/// phase `(a dh % sh, b dw % sw)` at `(oy + a dh / sh, ox + b dw / sw)`, a shifted line again.
+/// Stride 1 has one phase, the padded plane itself.
 struct Lines {
     wp: usize,
+    hp: usize,
+    phases: usize,
     offs: Vec<usize>,
 }
 
 impl Lines {
     fn of(g: &Geom2) -> Lines {
-        let wp = g.ow + (g.kw - 1) * g.dw;
+        let wp = g.ow + (g.kw - 1) * g.dw / g.sw;
+        let hp = g.oh + (g.kh - 1) * g.dh / g.sh;
         let offs = (0..g.kh)
-            .flat_map(|a| (0..g.kw).map(move |b| a * g.dh * wp + b * g.dw))
+            .flat_map(|a| (0..g.kw).map(move |b| (a * g.dh, b * g.dw)))
+            .map(|(ra, cb)| {
+                let phase = (ra % g.sh) * g.sw + cb % g.sw;
+                phase * hp * wp + ra / g.sh * wp + cb / g.sw
+            })
             .collect();
-        Lines { wp, offs }
+        Lines {
+            wp,
+            hp,
+            phases: g.sh * g.sw,
+            offs,
+        }
+    }
+
+    /// Floats per input channel: its phase planes, then zeros for the reads of the last
+    /// positions past them (a tile's `NP` and a row's worth of column offsets).
+    fn channel(&self) -> usize {
+        self.phases * self.hp * self.wp + NP + self.wp
+    }
+
+    /// Input channel `src` (`h x w`) of geometry `g` as its phase planes into `dst`
+    /// ([`Lines::channel`] floats).
+    fn fill(&self, g: &Geom2, src: &[f32], dst: &mut [f32]) {
+        let (pt, pl) = (g.pt, g.pl);
+        if self.phases == 1 {
+            return padded_plane(src, (g.h, g.w, pt, pl), (self.wp, self.hp), dst);
+        }
+        let (sh, sw) = (g.sh as i64, g.sw as i64);
+        let up = |v: i64| (v.max(0) as usize).div_ceil(g.sw);
+        let planes = dst.chunks_exact_mut(self.hp * self.wp).take(self.phases);
+        for (phase, plane) in planes.enumerate() {
+            let (pa, pb) = ((phase / g.sw) as i64, (phase % g.sw) as i64);
+            // Columns `c` whose input column `c sw + pb - pl` lies inside the row.
+            let c0 = up(pl - pb).min(self.wp);
+            let c1 = up(g.w as i64 + pl - pb).clamp(c0, self.wp);
+            for (r, row) in plane.chunks_exact_mut(self.wp).enumerate() {
+                let iy = r as i64 * sh + pa - pt;
+                if !(0..g.h as i64).contains(&iy) || c0 == c1 {
+                    row.fill(0.0);
+                    continue;
+                }
+                let ix0 = (c0 as i64 * sw + pb - pl) as usize;
+                let line = &src[iy as usize * g.w + ix0..(iy as usize + 1) * g.w];
+                row[..c0].fill(0.0);
+                row[c1..].fill(0.0);
+                for (d, v) in row[c0..c1].iter_mut().zip(line.iter().step_by(g.sw)) {
+                    *d = *v;
+                }
+            }
+        }
+        dst[self.phases * self.hp * self.wp..].fill(0.0);
     }
 }
 
@@ -149,7 +221,7 @@ pub(in crate::conv) fn taps_path(
             }
         }
     }
-    let plane = g.oh * l.wp + (g.kh - 1) * g.dh * l.wp + NP + l.offs[taps - 1];
+    let plane = l.channel();
     let wlen = (oc_hi - oc_lo).div_ceil(MR) * g.c * taps * MR;
     let xlen = (n_hi - n_lo) * g.c * plane;
     let optr = OutPtr(out.as_mut_ptr(), out.len());
@@ -157,10 +229,7 @@ pub(in crate::conv) fn taps_path(
         let (wk, xp) = buf.split_at_mut(wlen);
         pack_weights(w, g.c, taps, oc_lo..oc_hi, wk);
         xp.par_chunks_mut(plane).enumerate().for_each(|(i, dst)| {
-            let src = &x[(n_lo * g.c + i) * g.h * g.w..][..g.h * g.w];
-            // `oh + (kh - 1) dh` rows, then zeros (the last positions' reads past them).
-            let hp = g.oh + (g.kh - 1) * g.dh;
-            padded_plane(src, (g.h, g.w, g.pt, g.pl), (l.wp, hp), dst);
+            l.fill(g, &x[(n_lo * g.c + i) * g.h * g.w..][..g.h * g.w], dst);
         });
         let (wk, xp) = (&*wk, &*xp);
         tasks.par_iter().for_each(|(n, oc, oy)| {

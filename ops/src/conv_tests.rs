@@ -909,29 +909,53 @@ fn implicit_im2col_matches_definition() {
 /// The taps path (`conv_taps.rs`) through `Op::cpu`, whole and in two row ranges that cut
 /// through a channel, against the definition: 3x3 and 5x5, a 3x5 kernel, dilation, asymmetric
 /// and no pads, channel counts not a multiple of the kernel's 8, several images, planes of one
-/// task and of several.
+/// task and of several; strided kernels of 100 taps or more (phase planes): alexnet's first
+/// conv, with dilation, strides not dividing the kernel, unequal strides, pads.
 #[test]
 fn taps_path_matches_definition() {
-    type Case = ([usize; 4], usize, [usize; 2], [usize; 2], [i64; 4]);
+    type Case = (
+        [usize; 4],
+        usize,
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        [i64; 4],
+    );
     let cases: &[Case] = &[
-        ([1, 8, 20, 23], 13, [3, 3], [1, 1], [1, 1, 1, 1]),
-        ([2, 16, 23, 19], 24, [3, 3], [1, 1], [0, 2, 1, 0]),
-        ([1, 12, 30, 31], 40, [5, 5], [2, 2], [4, 4, 4, 4]),
-        ([1, 32, 19, 40], 96, [3, 5], [1, 1], [1, 2, 1, 2]),
-        ([3, 8, 22, 26], 8, [3, 3], [1, 1], [0, 0, 0, 0]),
-        ([1, 9, 64, 70], 17, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 8, 20, 23], 13, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+        ([2, 16, 23, 19], 24, [3, 3], [1, 1], [1, 1], [0, 2, 1, 0]),
+        ([1, 12, 30, 31], 40, [5, 5], [1, 1], [2, 2], [4, 4, 4, 4]),
+        ([1, 32, 19, 40], 96, [3, 5], [1, 1], [1, 1], [1, 2, 1, 2]),
+        ([3, 8, 22, 26], 8, [3, 3], [1, 1], [1, 1], [0, 0, 0, 0]),
+        ([1, 9, 64, 70], 17, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+        ([2, 3, 67, 67], 20, [11, 11], [4, 4], [1, 1], [0, 0, 0, 0]),
+        ([1, 3, 83, 80], 64, [11, 11], [4, 4], [1, 1], [2, 2, 2, 2]),
+        ([1, 5, 61, 64], 24, [10, 11], [2, 3], [1, 1], [0, 2, 1, 1]),
+        ([1, 16, 60, 62], 32, [5, 21], [2, 2], [2, 1], [4, 10, 4, 10]),
+        ([1, 2, 70, 66], 8, [11, 11], [3, 3], [1, 1], [5, 5, 5, 5]),
     ];
-    for &(xs, m, k, d, pads) in cases {
-        let op = Conv::plain(&conv_attrs(1, [1, 1], d, pads)).unwrap();
+    for &(xs, m, k, s, d, pads) in cases {
+        let op = Conv::plain(&conv_attrs(1, s, d, pads)).unwrap();
         let (g, _) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
         let on = std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
         assert_eq!(
             cpu::taps::applies(&g, false),
             on && crate::cpu_gemm_packed::available(),
-            "{xs:?} m {m} k {k:?}"
+            "{xs:?} m {m} k {k:?} s {s:?}"
         );
         for bias in [true, false] {
-            case(xs, m, k, 1, [1, 1], d, pads, bias);
+            case(xs, m, k, 1, s, d, pads, bias);
         }
+    }
+    // Measured slower here than im2col + GEMM: 3x3/2 and 7x7/2 first convs, few channels
+    // at stride 1.
+    for (xs, m, k, s) in [
+        ([1, 3, 224, 224], 64, 3, 2),
+        ([1, 3, 224, 224], 64, 7, 2),
+        ([1, 3, 224, 224], 64, 3, 1),
+    ] {
+        let op = Conv::plain(&conv_attrs(1, [s, s], [1, 1], [1, 1, 1, 1])).unwrap();
+        let (g, _) = op.geom(&[&xs, &[m, xs[1], k, k]]).unwrap();
+        assert!(!cpu::taps::applies(&g, false), "{xs:?} m {m} k {k} s {s}");
     }
 }

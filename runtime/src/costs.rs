@@ -90,8 +90,9 @@ pub fn cost_key<'a>(op: &'a str, variant: &str) -> Cow<'a, str> {
 /// whose time per flop differs a lot, so that they get separate cost entries: Conv is
 /// `depthwise`, `grouped`, `1x1`, `winograd` (a 3x3 stride-1 convolution the CPU computes by
 /// Winograd, F(4x4, 3x3) or F(2x2, 3x3), `Conv::cpu_takes_winograd`, about 1.5x faster per flop
-/// than im2col), `taps` (a stride-1 convolution of few channels the CPU computes as a sum over
-/// its taps of shifted input lines, `Conv::cpu_takes_taps`, 1.2-1.9x faster per flop) or `kxk`
+/// than im2col), `taps` (a convolution of few channels, stride 1 or a strided kernel of 100
+/// taps, the CPU computes as a sum over its taps of shifted input lines,
+/// `Conv::cpu_takes_taps`, 1.2-1.9x faster per flop) or `kxk`
 /// (every other dense kernel); MatMul and Gemm with a single output row are `gemv`
 /// (bandwidth-bound, and a tiled GPU kernel computes a whole tile of rows for it); Gemm with a
 /// transposed B and few rows is `dot` (the CPU's dot-product tiles, 5-10x faster per flop than
