@@ -24,10 +24,10 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// The clock of the core this thread runs on, GHz, best of `times` timings: a chain of dependent register-register adds
-/// (`x += x`) retires one add per cycle on every x86-64 core of the last decade. Not `x += 1`:
-/// Intel cores from Golden Cove on fold chains of immediate adds at rename (an H100 host's Xeon
-/// measured "10.4 GHz" that way).
+/// The clock of the core this thread runs on, GHz, best of `times` timings: a chain of
+/// dependent register-register adds (`x += x`) retires one add per cycle on every x86-64 core
+/// of the last decade. Not `x += 1`: Intel cores from Golden Cove on fold chains of immediate
+/// adds at rename (an H100 host's Xeon measured "10.4 GHz" that way).
 #[cfg(target_arch = "x86_64")]
 pub fn measure_clock_ghz(times: usize) -> Option<f64> {
     const ITERS: u64 = 1_000_000;
@@ -190,7 +190,8 @@ const TIMINGS_PER_TURN: usize = 20;
 /// of the add chain then the FMA loop, about a second in all. On the 2-vCPU VMs here the FMA
 /// rate per cycle changes from moment to moment (an Emerald Rapids host, 30 measurements in a
 /// row: 1.49 to 2.01, while the add chain kept its clock), so one short window of FMA
-/// timings read 1 pipe where there are 2 (and put tandem's MatMul at "120 %" of peak, 2026-11-28).
+/// timings read 1 pipe where there are 2 (and put tandem's MatMul at "120 %" of peak,
+/// 2026-11-28).
 pub fn clock_and_fma_per_cycle(simd: &str) -> Option<(f64, Option<f64>)> {
     let (mut clock, mut per_cycle) = (None::<f64>, None::<f64>);
     for _ in 0..TURNS {

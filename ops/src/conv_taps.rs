@@ -20,6 +20,7 @@
 
 use super::{epilogue, padded_plane, rects, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
+use crate::phase_planes::{copy_every, inside_columns};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -45,9 +46,9 @@ const MIN_PIXEL_TAPS: usize = 3600;
 
 /// Fewest taps of a strided conv here (read as phase planes, [`Lines`]), at any channel
 /// count up to [`MAX_CHANNELS`]: against im2col + GEMM (two threads, the path alone)
-/// alexnet's 3 -> 64 11x11/4 on 224x224 0.90-1.00 ms against 1.42-1.53 (in the model 1.66-1.70
-/// against 2.43-2.48), where 7x7/2 first convs were even (3 -> 64 1.26-1.66 ms against
-/// 1.30-1.60, 3 -> 96 1.76-1.87 against 1.71-1.85) and 3x3/2 ones slower (3 -> 64 0.50-0.86
+/// alexnet's 3 -> 64 11x11/4 on 224x224 0.86-1.00 ms against 1.42-1.53 (in the model 1.57-1.70
+/// against 2.10-2.48), where 7x7/2 first convs were even (3 -> 64 1.26-1.66 ms against
+/// 1.30-1.60, 3 -> 96 1.75-1.87 against 1.71-1.85) and 3x3/2 ones slower (3 -> 64 0.50-0.86
 /// against 0.36-0.55, 16 -> 32 on 160x160 0.73-0.88 against 0.54-0.65).
 const MIN_STRIDED_TAPS: usize = 100;
 
@@ -135,27 +136,21 @@ impl Lines {
         if self.phases == 1 {
             return padded_plane(src, (g.h, g.w, pt, pl), (self.wp, self.hp), dst);
         }
-        let (sh, sw) = (g.sh as i64, g.sw as i64);
-        let up = |v: i64| (v.max(0) as usize).div_ceil(g.sw);
         let planes = dst.chunks_exact_mut(self.hp * self.wp).take(self.phases);
         for (phase, plane) in planes.enumerate() {
-            let (pa, pb) = ((phase / g.sw) as i64, (phase % g.sw) as i64);
-            // Columns `c` whose input column `c sw + pb - pl` lies inside the row.
-            let c0 = up(pl - pb).min(self.wp);
-            let c1 = up(g.w as i64 + pl - pb).clamp(c0, self.wp);
+            let (pa, first) = ((phase / g.sw) as i64, (phase % g.sw) as i64 - pl);
+            let Range { start: c0, end: c1 } = inside_columns(g.w, g.sw, first, self.wp);
             for (r, row) in plane.chunks_exact_mut(self.wp).enumerate() {
-                let iy = r as i64 * sh + pa - pt;
+                let iy = r as i64 * g.sh as i64 + pa - pt;
                 if !(0..g.h as i64).contains(&iy) || c0 == c1 {
                     row.fill(0.0);
                     continue;
                 }
-                let ix0 = (c0 as i64 * sw + pb - pl) as usize;
-                let line = &src[iy as usize * g.w + ix0..(iy as usize + 1) * g.w];
+                let line = &src[iy as usize * g.w..][..g.w];
                 row[..c0].fill(0.0);
                 row[c1..].fill(0.0);
-                for (d, v) in row[c0..c1].iter_mut().zip(line.iter().step_by(g.sw)) {
-                    *d = *v;
-                }
+                let ix0 = (c0 as i64 * g.sw as i64 + first) as usize;
+                copy_every(&mut row[c0..c1], &line[ix0..], g.sw);
             }
         }
         dst[self.phases * self.hp * self.wp..].fill(0.0);

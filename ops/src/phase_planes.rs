@@ -90,12 +90,8 @@ impl Window {
         let phases = padded.chunks_exact_mut(rows * cols).take(down * across);
         for (p, phase) in phases.enumerate() {
             let (a, b) = (p / across, p % across);
-            // Columns j whose input column j * sw + b - pl lies in 0..w.
             let first = b as i64 - self.pl;
-            let lo = ((-first).max(0) as usize).div_ceil(self.sw);
-            let hi = ((self.w as i64 - first).max(0) as usize)
-                .div_ceil(self.sw)
-                .min(cols);
+            let Range { start: lo, end: hi } = inside_columns(self.w, self.sw, first, cols);
             if lo >= hi {
                 continue;
             }
@@ -110,6 +106,16 @@ impl Window {
             }
         }
     }
+}
+
+/// Columns `j < cols` of a phase plane's row whose input column `j * sw + first` lies in
+/// `0..w` (empty where none does): the ones copied, the rest pads.
+pub(crate) fn inside_columns(w: usize, sw: usize, first: i64, cols: usize) -> Range<usize> {
+    let lo = ((-first).max(0) as usize).div_ceil(sw).min(cols);
+    let hi = ((w as i64 - first).max(0) as usize)
+        .div_ceil(sw)
+        .clamp(lo, cols);
+    lo..hi
 }
 
 /// A block's scratch: its phase planes and its outputs (see [`fold_block`]).
