@@ -844,6 +844,16 @@ fn packed_weights_match_definition() {
     }
 }
 
+/// A one-group conv case: X's shape, output channels, kernel, strides, dilations, pads.
+type OneGroupCase = (
+    [usize; 4],
+    usize,
+    [usize; 2],
+    [usize; 2],
+    [usize; 2],
+    [i64; 4],
+);
+
 /// Convs of a kept W whose im2col the packed path reads in place (`conv_implicit.rs`: more
 /// than one tap, at least 8 input and 32 output channels, AVX-512) against the definition,
 /// with bias and Relu: the fewest input channels on rows of 30 pixels (three blocks a row),
@@ -853,15 +863,7 @@ fn packed_weights_match_definition() {
 /// (bands of one or two rows).
 #[test]
 fn implicit_im2col_matches_definition() {
-    type Case = (
-        [usize; 4],
-        usize,
-        [usize; 2],
-        [usize; 2],
-        [usize; 2],
-        [i64; 4],
-    );
-    let cases: &[Case] = &[
+    let cases: &[OneGroupCase] = &[
         ([1, 8, 9, 30], 32, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
         ([2, 24, 11, 7], 40, [3, 3], [1, 1], [1, 1], [0, 1, 2, 1]),
         ([1, 16, 19, 17], 100, [5, 5], [1, 1], [2, 2], [4, 4, 4, 4]),
@@ -913,15 +915,7 @@ fn implicit_im2col_matches_definition() {
 /// conv, with dilation, strides not dividing the kernel, unequal strides, pads.
 #[test]
 fn taps_path_matches_definition() {
-    type Case = (
-        [usize; 4],
-        usize,
-        [usize; 2],
-        [usize; 2],
-        [usize; 2],
-        [i64; 4],
-    );
-    let cases: &[Case] = &[
+    let cases: &[OneGroupCase] = &[
         ([1, 8, 20, 23], 13, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
         ([2, 16, 23, 19], 24, [3, 3], [1, 1], [1, 1], [0, 2, 1, 0]),
         ([1, 12, 30, 31], 40, [5, 5], [1, 1], [2, 2], [4, 4, 4, 4]),
