@@ -141,6 +141,7 @@ fn one_node(op_type: &str, attrs: &Attrs, weights: Vec<Tensor>) -> Result<Graph>
             inputs: (0..y).map(Some).collect(),
             outputs: vec![y],
             op,
+            attributes: None,
         }],
         values,
         inputs: vec![0],

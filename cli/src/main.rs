@@ -87,7 +87,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 1)]
     runs: usize,
     /// Keep BatchNormalization and activations after Convs as separate nodes (by default they
-    /// are fused into the Conv at load time).
+    /// are fused into the Conv at load time), and nodes that repeat an earlier one's work.
     #[arg(long)]
     no_fuse: bool,
 }

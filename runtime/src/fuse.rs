@@ -12,7 +12,8 @@
 //! (applied in the same pass, `BatchNorm::relu`). A Transpose that only feeds a MatMul folds
 //! into it: the MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`).
 //! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
-//! (`fuse/rms_norm.rs`).
+//! (`fuse/rms_norm.rs`). Before all that, a node that repeats an earlier node's op, attributes
+//! and inputs is dropped and its readers read the earlier one's outputs (`fuse/repeated.rs`).
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
 //! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.
@@ -36,7 +37,8 @@
 //! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused; `TANDEM_FUSE_RESIDUAL=0`
 //! leaves residual Adds; `TANDEM_FUSE_BN_RELU=0` leaves Relus after a lone BatchNormalization;
 //! `TANDEM_FUSE_TRANSPOSE=0` leaves Transposes before MatMuls unfused;
-//! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains.
+//! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains; `TANDEM_FUSE_REPEATED=0` leaves repeated
+//! nodes.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
@@ -48,6 +50,7 @@ use tandem_ops::{DType, Op, Tensor, TensorMeta};
 
 mod epilogue;
 mod matmul_operands;
+pub mod repeated;
 mod rms_norm;
 use epilogue::{Part, Patterns};
 
@@ -56,6 +59,8 @@ use epilogue::{Part, Patterns};
 pub struct FuseSummary {
     /// (Conv node name, label such as `Conv+BatchNormalization+Relu`).
     pub fused: Vec<(String, String)>,
+    /// The nodes dropped for repeating an earlier one ([`repeated::merge`]).
+    pub merged: Vec<repeated::Merged>,
 }
 
 /// The label of a node for reports: `Conv+BatchNormalization+Relu` for a fused Conv,
@@ -136,6 +141,10 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let (transposes, rms_norms) = (on("TANDEM_FUSE_TRANSPOSE"), on("TANDEM_FUSE_RMS_NORM"));
     let residuals = on("TANDEM_FUSE_RESIDUAL");
     let bn_relu = on("TANDEM_FUSE_BN_RELU");
+    let mut summary = FuseSummary::default();
+    if on("TANDEM_FUSE_REPEATED") {
+        summary.merged = repeated::merge(graph);
+    }
     // Declared shapes, for the residual rule; computed on the graph as loaded, on first need.
     let mut metas: Option<Vec<Option<TensorMeta>>> = None;
     let patterns = Patterns {
@@ -146,7 +155,6 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let mut names: HashSet<String> = graph.values.iter().map(|v| v.name.clone()).collect();
     let mut removed = vec![false; graph.nodes.len()];
     let mut dropped: Vec<ValueId> = Vec::new();
-    let mut summary = FuseSummary::default();
     for i in 0..graph.nodes.len() {
         let node = &graph.nodes[i];
         if removed[i] || node.op_type != "Conv" || !default_domain(node) {

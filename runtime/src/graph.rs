@@ -41,6 +41,11 @@ pub struct Node {
     pub inputs: Vec<Option<ValueId>>,
     pub outputs: Vec<ValueId>,
     pub op: Box<dyn Op>,
+    /// The ONNX attributes the operator was built from, each protobuf-encoded and
+    /// length-prefixed, in name order: with the op type, domain and opset, what tells two
+    /// nodes' operators apart (`fuse/repeated.rs`). `None` for nodes the runtime makes, which
+    /// are then never merged.
+    pub attributes: Option<Vec<u8>>,
 }
 
 /// A whole model, nodes in topological order.

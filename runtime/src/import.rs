@@ -431,6 +431,7 @@ impl<'m> Builder<'m> {
             inputs: Vec::new(),
             outputs,
             op,
+            attributes: Some(attribute_bytes(n)),
         };
         Ok(Some(PendingNode {
             node,
@@ -523,6 +524,16 @@ impl<'m> Builder<'m> {
 }
 
 /// A value with a name only.
+/// `n`'s attributes, each protobuf-encoded and length-prefixed, in name order
+/// ([`Node::attributes`]).
+fn attribute_bytes(n: &NodeProto) -> Vec<u8> {
+    let mut each: Vec<_> = n.attribute.iter().map(|a| (&a.name, a)).collect();
+    each.sort_by_key(|(name, _)| *name);
+    each.iter()
+        .flat_map(|(_, a)| a.encode_length_delimited_to_vec())
+        .collect()
+}
+
 fn placeholder(name: &str) -> Value {
     Value {
         name: name.to_string(),

@@ -226,6 +226,7 @@ mod tests {
             inputs: vec![Some(0), Some(1)],
             outputs: vec![2],
             op: registry::build(op_type, &attrs).unwrap(),
+            attributes: None,
         });
         g.inputs = if feedable { vec![0, 1] } else { vec![0] };
         g.outputs = vec![2];
@@ -314,6 +315,7 @@ mod tests {
                 inputs: vec![Some(3)],
                 outputs: vec![1],
                 op: registry::build("ConstantOfShape", &fill).unwrap(),
+                attributes: None,
             });
             g.nodes.swap(0, 1);
             if feedable {

@@ -170,6 +170,9 @@ pub struct RunReport {
     /// Node name -> label of the nodes fusion made (`Conv+BatchNormalization+Relu`), printed
     /// in place of their op type.
     pub fused: std::sync::Arc<std::collections::HashMap<String, String>>,
+    /// The nodes fusion dropped at load for repeating an earlier one (`fuse/repeated.rs`),
+    /// counted by op type before the total.
+    pub merged: std::sync::Arc<Vec<crate::fuse::repeated::Merged>>,
 }
 
 impl RunReport {
@@ -181,6 +184,25 @@ impl RunReport {
     /// Nodes with a fallback reason.
     pub fn fallbacks(&self) -> impl Iterator<Item = &NodeReport> {
         self.nodes.iter().filter(|n| n.fallback.is_some())
+    }
+
+    /// One line on the nodes merged at load: how many, by the op type of the node each repeated
+    /// (`merged at load: 9 Conv, 5 BatchNormalization repeated an earlier node ...`).
+    pub fn merged_summary(&self) -> String {
+        let mut by_op: Vec<(String, usize)> = Vec::new();
+        for m in self.merged.iter() {
+            match by_op.iter_mut().find(|(o, _)| *o == m.op_type) {
+                Some((_, c)) => *c += 1,
+                None => by_op.push((m.op_type.clone(), 1)),
+            }
+        }
+        let counts: Vec<String> = by_op.iter().map(|(o, c)| format!("{c} {o}")).collect();
+        format!(
+            "merged at load: {} node(s) repeated an earlier node's op, attributes and inputs and \
+             read its outputs instead ({})",
+            self.merged.len(),
+            counts.join(", ")
+        )
     }
 
     /// Record a GPU fault (see [`GpuFault::logged`]).
@@ -227,6 +249,9 @@ impl fmt::Display for RunReport {
         }
         for note in &self.notes {
             writeln!(f, "note: {note}")?;
+        }
+        if !self.merged.is_empty() {
+            writeln!(f, "{}", self.merged_summary())?;
         }
         write!(
             f,

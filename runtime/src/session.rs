@@ -110,8 +110,8 @@ impl SessionOptions {
     }
 
     /// Fold each BatchNormalization with constant parameters into the Conv before it, and a
-    /// following Relu, LeakyRelu, Clip, Sigmoid or SiLU into the Conv as an epilogue
-    /// (`crate::fuse`); `false` keeps the graph as imported, but for the row padding of constant
+    /// following Relu, LeakyRelu, Clip, Sigmoid or SiLU into the Conv as an epilogue, after
+    /// dropping nodes that repeat an earlier node's work (`crate::fuse`); `false` keeps the graph as imported, but for the row padding of constant
     /// Gemm weights (`crate::layout`, which never changes a result). Default `true`.
     pub fn fuse(mut self, on: bool) -> Self {
         self.fuse = on;
@@ -166,6 +166,8 @@ pub struct Session {
     constants: GpuConstants,
     /// Node name -> label (`Conv+BatchNormalization+Relu`) of the Convs fusion made.
     fused: Arc<HashMap<String, String>>,
+    /// The nodes fusion dropped for repeating an earlier one.
+    merged: Arc<Vec<crate::fuse::repeated::Merged>>,
     /// Host buffers kept between runs ([`exec::HostBuffers`]): one store per run in flight, at
     /// most [`KEPT_STORES`] kept.
     host_buffers: Mutex<Vec<exec::HostBuffers>>,
@@ -212,10 +214,11 @@ impl Session {
             ModelSource::Path(p) => import::import_file(p)?,
             ModelSource::Bytes(b) => import::import_bytes(b, None)?,
         };
-        let fused = match options.fuse {
-            true => crate::fuse::fuse(&mut graph).fused.into_iter().collect(),
-            false => HashMap::new(),
+        let summary = match options.fuse {
+            true => crate::fuse::fuse(&mut graph),
+            false => Default::default(),
         };
+        let fused: HashMap<String, String> = summary.fused.into_iter().collect();
         crate::layout::store_weights(&mut graph);
         let wants_gpu = options.placement == Placement::Gpu
             || options.overrides.iter().any(|(_, d)| *d == Device::Gpu);
@@ -275,6 +278,7 @@ impl Session {
             plans_by_value: Default::default(),
             constants: GpuConstants::default(),
             fused: Arc::new(fused),
+            merged: Arc::new(summary.merged),
             host_buffers: Mutex::new(Vec::new()),
             last_run: handoff::Expected::default(),
         })
@@ -404,6 +408,7 @@ impl Session {
         let (outs, mut report) = result?;
         report.faults.splice(0..0, reopened);
         report.fused = self.fused.clone();
+        report.merged = self.merged.clone();
         if plan.gpu_wait > 0.0 {
             report.notes.push(format!(
                 "the shared GPU was busy with other sessions' work for about {:.1} ms more: \

@@ -467,6 +467,7 @@ impl Layer {
                 inputs: vec![Some(0), Some(1)],
                 outputs: vec![2],
                 op,
+                attributes: None,
             }],
             inputs: vec![0],
             outputs: vec![2],

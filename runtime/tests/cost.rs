@@ -430,6 +430,7 @@ fn observe_report_learns_from_a_run() {
             inputs: vec![Some(0), Some(1)],
             outputs: vec![2],
             op: tandem_ops::registry::build("MatMul", &Attrs::new(13)).unwrap(),
+            attributes: None,
         }],
         inputs: vec![0, 1],
         outputs: vec![2],

@@ -149,6 +149,7 @@ fn node(op_type: &str, attrs: Attrs, inputs: &[usize], out: usize) -> Node {
         inputs: inputs.iter().map(|&i| Some(i)).collect(),
         outputs: vec![out],
         op: tandem_ops::registry::build(op_type, &attrs).expect("registered op"),
+        attributes: None,
     }
 }
 
