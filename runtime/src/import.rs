@@ -523,7 +523,6 @@ impl<'m> Builder<'m> {
     }
 }
 
-/// A value with a name only.
 /// `n`'s attributes, each protobuf-encoded and length-prefixed, in name order
 /// ([`Node::attributes`]).
 fn attribute_bytes(n: &NodeProto) -> Vec<u8> {
@@ -534,6 +533,7 @@ fn attribute_bytes(n: &NodeProto) -> Vec<u8> {
         .collect()
 }
 
+/// A value with a name only.
 fn placeholder(name: &str) -> Value {
     Value {
         name: name.to_string(),

@@ -186,8 +186,8 @@ impl RunReport {
         self.nodes.iter().filter(|n| n.fallback.is_some())
     }
 
-    /// One line on the nodes merged at load: how many, by the op type of the node each repeated
-    /// (`merged at load: 9 Conv, 5 BatchNormalization repeated an earlier node ...`).
+    /// One line on the nodes merged at load: how many, then how many of each op type
+    /// (`merged at load: 14 node(s) repeated ... (9 Conv, 5 Relu)`).
     pub fn merged_summary(&self) -> String {
         let mut by_op: Vec<(String, usize)> = Vec::new();
         for m in self.merged.iter() {

@@ -111,8 +111,9 @@ impl SessionOptions {
 
     /// Fold each BatchNormalization with constant parameters into the Conv before it, and a
     /// following Relu, LeakyRelu, Clip, Sigmoid or SiLU into the Conv as an epilogue, after
-    /// dropping nodes that repeat an earlier node's work (`crate::fuse`); `false` keeps the graph as imported, but for the row padding of constant
-    /// Gemm weights (`crate::layout`, which never changes a result). Default `true`.
+    /// dropping nodes that repeat an earlier node's work (`crate::fuse`); `false` keeps the
+    /// graph as imported, but for the row padding of constant Gemm weights (`crate::layout`,
+    /// which never changes a result). Default `true`.
     pub fn fuse(mut self, on: bool) -> Self {
         self.fuse = on;
         self
