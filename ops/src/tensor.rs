@@ -114,6 +114,24 @@ impl Data {
         }
     }
 
+    /// The elements as little-endian bytes, row-major (bool as one byte, 0 or 1): ONNX raw
+    /// data, `.npy` payloads, and a float compared by its bits.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        fn each<const N: usize, T>(v: &[T], f: impl Fn(&T) -> [u8; N]) -> Vec<u8> {
+            v.iter().flat_map(f).collect()
+        }
+        match self {
+            Data::F32(v) => each(v, |x| x.to_le_bytes()),
+            Data::F16(v) => each(v, |x| x.to_le_bytes()),
+            Data::F64(v) => each(v, |x| x.to_le_bytes()),
+            Data::I64(v) => each(v, |x| x.to_le_bytes()),
+            Data::I32(v) => each(v, |x| x.to_le_bytes()),
+            Data::I8(v) => each(v, |x| x.to_le_bytes()),
+            Data::U8(v) => v.clone(),
+            Data::Bool(v) => each(v, |&x| [x as u8]),
+        }
+    }
+
     /// Elements the allocation can hold without growing.
     pub fn capacity(&self) -> usize {
         match self {

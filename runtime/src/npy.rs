@@ -51,26 +51,7 @@ pub fn to_npy(t: &Tensor) -> Vec<u8> {
     out.extend_from_slice(&[1, 0]);
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    match &t.data {
-        Data::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::F64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Data::I8(v) => v.iter().for_each(|x| out.push(*x as u8)),
-        Data::U8(v) => out.extend_from_slice(v),
-        Data::Bool(v) => v.iter().for_each(|x| out.push(*x as u8)),
-    }
+    out.extend_from_slice(&t.data.to_le_bytes());
     out
 }
 

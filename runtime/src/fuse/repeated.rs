@@ -22,7 +22,7 @@
 
 use crate::graph::{Graph, Node, ValueId};
 use std::collections::HashMap;
-use tandem_ops::{DType, Data};
+use tandem_ops::DType;
 
 /// Constants of at most this many elements are compared by contents.
 pub const SMALL_CONSTANT: usize = 64;
@@ -128,23 +128,8 @@ fn input(graph: &Graph, v: Option<ValueId>) -> Input {
     };
     match graph.values[v].constant.as_deref() {
         Some(t) if t.numel() <= SMALL_CONSTANT => {
-            Input::Small(t.dtype(), t.shape.clone(), bits(&t.data))
+            Input::Small(t.dtype(), t.shape.clone(), t.data.to_le_bytes())
         }
         _ => Input::Value(v),
     }
-}
-
-/// The elements' bytes (a float compares by its bits: 0.0 and -0.0 differ, a NaN equals itself).
-fn bits(d: &Data) -> Vec<u8> {
-    let b: &[u8] = match d {
-        Data::F32(v) => bytemuck::cast_slice(v),
-        Data::F16(v) => bytemuck::cast_slice(v),
-        Data::F64(v) => bytemuck::cast_slice(v),
-        Data::I64(v) => bytemuck::cast_slice(v),
-        Data::I32(v) => bytemuck::cast_slice(v),
-        Data::I8(v) => bytemuck::cast_slice(v),
-        Data::U8(v) => v,
-        Data::Bool(v) => return v.iter().map(|&b| b as u8).collect(),
-    };
-    b.to_vec()
 }

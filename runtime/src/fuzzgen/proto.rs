@@ -3,7 +3,7 @@
 //! Sits between `tandem_ops` values and the messages of `crate::import::proto`.
 
 use crate::import::proto::*;
-use tandem_ops::{AttrValue, DType, Data, Tensor};
+use tandem_ops::{AttrValue, DType, Tensor};
 
 fn onnx_code(d: DType) -> i32 {
     match d {
@@ -20,16 +20,7 @@ fn onnx_code(d: DType) -> i32 {
 
 /// `t` as an initializer (raw little-endian data).
 pub fn tensor_proto(name: &str, t: &Tensor) -> TensorProto {
-    let raw: Vec<u8> = match &t.data {
-        Data::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Data::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
-        Data::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Data::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Data::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Data::I8(v) => v.iter().map(|&x| x as u8).collect(),
-        Data::U8(v) => v.clone(),
-        Data::Bool(v) => v.iter().map(|&x| x as u8).collect(),
-    };
+    let raw = t.data.to_le_bytes();
     TensorProto {
         name: name.into(),
         dims: t.shape.iter().map(|&d| d as i64).collect(),
