@@ -28,7 +28,7 @@ use std::ops::Range;
 
 #[path = "conv_cpu.rs"]
 mod cpu;
-pub use cpu::conv_cpu;
+pub use cpu::{conv_cpu, KeptWeight};
 
 /// ONNX `auto_pad`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -440,6 +440,8 @@ pub struct ConstantWeight {
     /// Transformed weights per Winograd variant (`Variant as usize`).
     winograd: [crate::kept::Kept<Vec<f32>>; 2],
     packed: crate::cpu_gemm_packed::KeptPacking,
+    /// W in the blocks of output channels the taps and pointwise paths read.
+    blocks: crate::kept::Kept<Vec<f32>>,
 }
 
 impl ConstantWeight {
@@ -458,6 +460,20 @@ impl ConstantWeight {
             len,
             "Conv: kept Winograd weights of another geometry"
         );
+        u
+    }
+
+    /// `w` in the blocks of output channels of `conv_taps.rs`'s kernel (made on the first
+    /// call, then kept).
+    fn blocks(&self, g: &Geom2, w: &[f32]) -> &[f32] {
+        let len = cpu::taps::blocks_len(g);
+        let u = self.blocks.get_or_make(|| {
+            let mut u = vec![0.0; len];
+            let taps = g.kh * g.kw;
+            cpu::taps::pack_weights(w, g.c, taps, 0..g.m, &mut u[..len - cpu::taps::MR]);
+            u
+        });
+        assert_eq!(u.len(), len, "Conv: kept weight blocks of another geometry");
         u
     }
 
@@ -510,6 +526,13 @@ impl Conv {
         g.cg > 1
             && !self.cpu_takes_winograd(g)
             && cpu::taps::applies(g, self.constant_weight.is_some())
+    }
+
+    /// Whether the CPU kernel computes geometry `g` of this Conv as `W @ X` on its input
+    /// planes in place (`conv_pointwise.rs`: a 1x1, stride 1, unpadded, of few output or
+    /// input channels, AVX-512).
+    pub fn cpu_takes_pointwise(&self, g: &Geom2) -> bool {
+        g.cg > 1 && cpu::pointwise::applies(g)
     }
 
     /// What this Conv applies to each output element after the bias.
@@ -703,14 +726,15 @@ impl Op for Conv {
         let b = ins.get(2).map(|t| f32_in("Conv", t)).transpose()?;
         let z = ins.get(3).map(|t| f32_in("Conv", t)).transpose()?;
         let out = f32_out("Conv", &mut outs[0])?;
-        let (kept, packed) = match &self.constant_weight {
-            Some(u) if self.cpu_takes_winograd(&g) => (Some(u.winograd(&g, w)), None),
-            Some(u) if !self.cpu_takes_taps(&g) && cpu::packed::applies(&g, &rows) => {
-                (None, Some(u.packed(&g, w)))
+        let kept = match &self.constant_weight {
+            Some(u) if self.cpu_takes_winograd(&g) => KeptWeight::Winograd(u.winograd(&g, w)),
+            Some(u) if self.cpu_takes_taps(&g) || self.cpu_takes_pointwise(&g) => {
+                KeptWeight::Blocks(u.blocks(&g, w))
             }
-            _ => (None, None),
+            Some(u) if cpu::packed::applies(&g, &rows) => KeptWeight::Packed(u.packed(&g, w)),
+            _ => KeptWeight::Nothing,
         };
-        conv_cpu(&g, x, (w, kept, packed), (b, z), self.epilogue(), out, rows);
+        conv_cpu(&g, x, (w, kept), (b, z), self.epilogue(), out, rows);
         Ok(())
     }
 

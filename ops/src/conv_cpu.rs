@@ -40,6 +40,9 @@ pub(super) mod packed;
 #[path = "conv_implicit.rs"]
 pub(super) mod implicit;
 
+#[path = "conv_pointwise.rs"]
+pub(super) mod pointwise;
+
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
 pub(super) struct OutPtr(*mut f32, usize);
@@ -750,18 +753,30 @@ fn epilogue_plain(
     }
 }
 
+/// What a Conv keeps of a constant W for the CPU path that runs ([`Conv::with_constant_weight`]):
+/// nothing (W not constant, or a path that reads W as it is), W's Winograd transform, W
+/// packed for `conv_packed.rs`, or W in the blocks of output channels of the taps and
+/// pointwise paths. A path given nothing derives what it needs on every call.
+#[derive(Clone, Copy, Debug)]
+pub enum KeptWeight<'a> {
+    Nothing,
+    Winograd(&'a [f32]),
+    Packed(&'a PackedB),
+    Blocks(&'a [f32]),
+}
+
 /// Compute output lines `rows` of a convolution on the CPU (f32), `ep` applied to each
-/// output block right after it is computed. The path: W packed where given, the direct loop
-/// for one input channel per group, Winograd, the taps path, else im2col + GEMM. `kept` is W's Winograd transform where the op
-/// keeps one ([`Conv::with_constant_weight`]); without it the Winograd path transforms W on
-/// every call. `packed` is W packed for `conv_packed.rs`, where the op keeps it and that path
-/// applies ([`packed::applies`]). `z` is the residual `ep.residual` places (of the output's
-/// shape): added in a pass over the rows after the direct, Winograd and taps paths, with the rest of
-/// the epilogue where it comes after the residual.
+/// output block right after it is computed. The path: W packed where kept so, the direct loop
+/// for one input channel per group, Winograd, the taps path, the pointwise path, else im2col +
+/// GEMM. `kept` is what the op keeps of a constant W for that path ([`KeptWeight`]; the
+/// Winograd path counts a kept transform as W being constant). `z` is the residual
+/// `ep.residual` places (of the output's shape): added in a pass over the rows after the
+/// direct, Winograd and taps paths, with the rest of the epilogue where it comes after the
+/// residual.
 pub fn conv_cpu(
     g: &Geom2,
     x: &[f32],
-    (w, kept, packed): (&[f32], Option<&[f32]>, Option<&PackedB>),
+    (w, kept): (&[f32], KeptWeight),
     (b, z): (Option<&[f32]>, Option<&[f32]>),
     ep: Epilogue,
     out: &mut [f32],
@@ -777,16 +792,23 @@ pub fn conv_cpu(
     } else {
         ep
     };
-    if let Some(packed) = packed {
-        return packed::packed_path(g, x, (packed, b, ep), z, out, rows);
-    }
+    let (transform, blocks) = match kept {
+        KeptWeight::Packed(packed) => {
+            return packed::packed_path(g, x, (packed, b, ep), z, out, rows)
+        }
+        KeptWeight::Winograd(u) => (Some(u), None),
+        KeptWeight::Blocks(u) => (None, Some(u)),
+        KeptWeight::Nothing => (None, None),
+    };
     if g.cg == 1 {
         direct_path(g, x, (w, b, first), out, rows.clone());
-    } else if winograd::applies(g, kept.is_some()) {
+    } else if winograd::applies(g, transform.is_some()) {
         let v = winograd::Variant::of(g);
-        winograd::winograd_path(v, g, x, (w, b, first), kept, out, rows.clone());
+        winograd::winograd_path(v, g, x, (w, b, first), transform, out, rows.clone());
     } else if taps::applies(g, false) {
-        taps::taps_path(g, x, (w, b, first), out, rows.clone());
+        taps::taps_path(g, x, (w, blocks), (b, first), out, rows.clone());
+    } else if pointwise::applies(g) {
+        return pointwise::pointwise_path(g, x, (w, blocks), (b, ep), z, out, rows);
     } else {
         return gemm_path(g, x, (w, b, ep), z, out, rows);
     }

@@ -25,11 +25,11 @@ use rayon::prelude::*;
 use std::ops::Range;
 
 /// Output channels per kernel call (rows of accumulators).
-const MR: usize = 8;
+pub(in crate::conv) const MR: usize = 8;
 /// Vectors of 16 line positions per kernel call.
 const NV: usize = 3;
 /// Line positions per kernel call.
-const NP: usize = 16 * NV;
+pub(in crate::conv) const NP: usize = 16 * NV;
 
 /// Input channels (at least, at most) and output channels (at most) where this path was
 /// measured faster than im2col + GEMM (docs/bench.md, "Conv as a sum over taps"): 16 -> 16
@@ -171,7 +171,8 @@ const MIN_TASK_POSITIONS: usize = 8 * NP;
 pub(in crate::conv) fn taps_path(
     g: &Geom2,
     x: &[f32],
-    (w, b, ep): (&[f32], Option<&[f32]>, Epilogue),
+    (w, blocks): (&[f32], Option<&[f32]>),
+    (b, ep): (Option<&[f32]>, Epilogue),
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -193,7 +194,8 @@ pub(in crate::conv) fn taps_path(
     let (Some(n_lo), Some(n_hi)) = (rs.first().map(|r| r.0), rs.last().map(|r| r.0 + 1)) else {
         return;
     };
-    let oc_lo = rs.iter().map(|r| r.1.start).min().unwrap_or(0);
+    // Blocks of channels count from channel 0 (a kept W's blocks cover them all).
+    let oc_lo = 0;
     let oc_hi = rs.iter().map(|r| r.1.end).max().unwrap_or(0);
     // Tasks: each rectangle's rows in chunks of at least MIN_TASK_POSITIONS positions, its
     // blocks of channels in groups, about four tasks per thread in all.
@@ -217,16 +219,25 @@ pub(in crate::conv) fn taps_path(
         }
     }
     let plane = l.channel();
-    let wlen = (oc_hi - oc_lo).div_ceil(MR) * g.c * taps * MR;
+    let wlen = match blocks {
+        Some(_) => 0,
+        None => oc_hi.div_ceil(MR) * g.c * taps * MR,
+    };
     let xlen = (n_hi - n_lo) * g.c * plane;
     let optr = OutPtr(out.as_mut_ptr(), out.len());
     with_scratch(wlen + xlen, |buf| {
         let (wk, xp) = buf.split_at_mut(wlen);
-        pack_weights(w, g.c, taps, oc_lo..oc_hi, wk);
+        let wk: &[f32] = match blocks {
+            Some(kept) => kept,
+            None => {
+                pack_weights(w, g.c, taps, 0..oc_hi, wk);
+                wk
+            }
+        };
         xp.par_chunks_mut(plane).enumerate().for_each(|(i, dst)| {
             l.fill(g, &x[(n_lo * g.c + i) * g.h * g.w..][..g.h * g.w], dst);
         });
-        let (wk, xp) = (&*wk, &*xp);
+        let xp = &*xp;
         tasks.par_iter().for_each(|(n, oc, oy)| {
             let span = oy.len() * l.wp;
             let tiles = span.div_ceil(NP);
@@ -248,7 +259,7 @@ pub(in crate::conv) fn taps_path(
                                 &l.offs,
                                 wb,
                                 lb.as_mut_ptr().add((mb - mb0) * MR * ld + t * NP),
-                                ld,
+                                TileOut::whole(ld),
                             )
                         }
                     }
@@ -270,9 +281,22 @@ pub(in crate::conv) fn taps_path(
     });
 }
 
+/// Floats of W as [`pack_weights`] lays out all `M` output channels of `g`, and `MR` zeros
+/// after (the pointwise path reads a block from a channel inside it).
+pub(in crate::conv) fn blocks_len(g: &Geom2) -> usize {
+    g.m.div_ceil(MR) * g.c * g.kh * g.kw * MR + MR
+}
+
 /// W (`[M][C][taps]`) for output channels `ocs` as `[block][c][tap][MR]`, blocks of `MR`
-/// channels, the last padded with zeros.
-fn pack_weights(w: &[f32], c: usize, taps: usize, ocs: Range<usize>, wk: &mut [f32]) {
+/// channels, the last padded with zeros: what [`tile`] reads. Kept for a constant W
+/// (`Conv::with_constant_weight`), packed on every call otherwise.
+pub(in crate::conv) fn pack_weights(
+    w: &[f32],
+    c: usize,
+    taps: usize,
+    ocs: Range<usize>,
+    wk: &mut [f32],
+) {
     wk.par_chunks_mut(c * taps * MR)
         .enumerate()
         .for_each(|(mb, blk)| {
@@ -289,60 +313,119 @@ fn pack_weights(w: &[f32], c: usize, taps: usize, ocs: Range<usize>, wk: &mut [f
         });
 }
 
+/// Where [`tile`] stores its `MR x NP` block and what it starts from and ends with: the
+/// first `rows` rows and `positions` columns at stride `ld`, the sums started from zero or
+/// from a bias per row, and Relu'd before the store where `relu`.
+#[derive(Clone, Copy)]
+pub(in crate::conv) struct TileOut {
+    pub ld: usize,
+    pub rows: usize,
+    pub positions: usize,
+    pub start: Start,
+    pub relu: bool,
+}
+
+/// What [`tile`]'s sums start from ([`TileOut`]).
+#[derive(Clone, Copy)]
+pub(in crate::conv) enum Start {
+    Zero,
+    Bias(*const f32),
+}
+
+impl TileOut {
+    /// The whole block at stride `ld`, from zero, stored as summed.
+    fn whole(ld: usize) -> TileOut {
+        TileOut {
+            ld,
+            rows: MR,
+            positions: NP,
+            start: Start::Zero,
+            relu: false,
+        }
+    }
+}
+
 /// [`avx512::tile`] where it exists; [`applies`] keeps other targets off this path.
 ///
 /// # Safety
 /// As [`avx512::tile`].
-unsafe fn tile(
+pub(in crate::conv) unsafe fn tile(
     x: *const f32,
     plane: usize,
     c: usize,
     offs: &[usize],
     wb: &[f32],
     out: *mut f32,
-    ld: usize,
+    to: TileOut,
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract.
     unsafe {
-        avx512::tile(x, plane, c, offs, wb, out, ld)
+        match offs {
+            [0] => avx512::tile::<true>(x, plane, c, offs, wb, out, to),
+            _ => avx512::tile::<false>(x, plane, c, offs, wb, out, to),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!(
-        "conv taps path without AVX-512 {:?}",
-        (x, plane, c, offs.len(), wb.len(), out, ld)
+        "conv taps path without AVX-512 {:?} {:?} {:?}",
+        (x, plane, c, offs.len(), wb.len(), out),
+        (to.ld, to.rows, to.positions, to.relu),
+        match to.start {
+            Start::Bias(b) => b,
+            Start::Zero => std::ptr::null(),
+        }
     )
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{MR, NV};
+    use super::{Start, TileOut, MR, NP, NV};
     use std::arch::x86_64::*;
 
-    /// `MR x 16 NV` outputs: `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`.
+    /// `MR x 16 NV` outputs: `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`,
+    /// of which the first `to.rows` rows and `to.positions` columns are read and stored at
+    /// stride `to.ld` ([`TileOut`]).
     ///
     /// # Safety
     /// AVX-512F present; `x` readable at `c plane + offs[t] + j` for every `c`, `t`,
-    /// `j < 16 NV`; `out` writable at `i ld + j` for `i < MR`, `j < 16 NV`.
+    /// `j < positions.min(16 NV)`; `out` writable at `i ld + j` for `i < rows.min(MR)`,
+    /// `j < positions.min(16 NV)`; a bias readable at `i < rows.min(MR)`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile(
+    pub(super) unsafe fn tile<const ONE: bool>(
         x: *const f32,
         plane: usize,
         c: usize,
         offs: &[usize],
         wb: &[f32],
         out: *mut f32,
-        ld: usize,
+        to: TileOut,
     ) {
+        let masks: [__mmask16; NV] = std::array::from_fn(|v| {
+            let n = to.positions.saturating_sub(16 * v).min(16);
+            ((1u32 << n) - 1) as __mmask16
+        });
+        // Loops over all `MR` rows, rows past `to.rows` skipped inside: a loop of `to.rows`
+        // steps would index the accumulators at run time, which LLVM then keeps in memory.
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        for (i, acc) in acc.iter_mut().enumerate() {
+            for acc in acc.iter_mut() {
+                if let (true, Start::Bias(b)) = (i < to.rows, to.start) {
+                    *acc = _mm512_set1_ps(*b.add(i));
+                }
+            }
+        }
         let mut wp = wb.as_ptr();
+        // One tap at offset 0 (`ONE`, a 1x1 conv) spares the loop over taps.
+        let offs = if ONE { &[0][..] } else { offs };
         for ci in 0..c {
             let xc = x.add(ci * plane);
             for &o in offs {
                 let xs = xc.add(o);
+                _mm_prefetch::<_MM_HINT_T0>(xs.wrapping_add(2 * NP).cast());
                 let mut xv = [_mm512_setzero_ps(); NV];
                 for (v, xv) in xv.iter_mut().enumerate() {
-                    *xv = _mm512_loadu_ps(xs.add(16 * v));
+                    *xv = _mm512_maskz_loadu_ps(masks[v], xs.add(16 * v));
                 }
                 for (i, acc) in acc.iter_mut().enumerate() {
                     let wv = _mm512_set1_ps(*wp.add(i));
@@ -353,9 +436,18 @@ mod avx512 {
                 wp = wp.add(MR);
             }
         }
+        let zero = _mm512_setzero_ps();
         for (i, acc) in acc.iter().enumerate() {
-            for (v, acc) in acc.iter().enumerate() {
-                _mm512_storeu_ps(out.add(i * ld + 16 * v), *acc);
+            for (v, &acc) in acc.iter().enumerate() {
+                if i < to.rows {
+                    // Zero's the first operand: a NaN sum stays NaN, as `Activation::Relu`.
+                    let acc = if to.relu {
+                        _mm512_max_ps(zero, acc)
+                    } else {
+                        acc
+                    };
+                    _mm512_mask_storeu_ps(out.add(i * to.ld + 16 * v), masks[v], acc);
+                }
             }
         }
     }

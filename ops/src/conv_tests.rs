@@ -788,7 +788,7 @@ fn packed_weights_match_definition() {
         ([1, 256, 9, 9], 130, [1, 1], [2, 2], [0, 0, 0, 0]),
         ([1, 32, 15, 13], 96, [3, 3], [2, 2], [1, 1, 1, 1]),
         ([1, 64, 40, 1], 144, [5, 1], [1, 1], [0, 0, 0, 0]),
-        ([1, 256, 7, 9], 40, [1, 1], [1, 1], [0, 0, 0, 0]),
+        ([1, 256, 7, 9], 72, [1, 1], [1, 1], [0, 0, 0, 0]),
         ([1, 48, 7, 7], 56, [3, 3], [1, 1], [1, 1, 1, 1]),
         // Planes of more than 384 pixels (tiles) need K of 512.
         ([2, 512, 20, 21], 100, [1, 1], [1, 1], [0, 0, 0, 0]),
@@ -822,7 +822,8 @@ fn packed_weights_match_definition() {
             // Every one of these takes the packed path where the CPU has AVX-512.
             let (g2, out) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
             let taken = cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2]))
-                && !op.cpu_takes_taps(&g2);
+                && !op.cpu_takes_taps(&g2)
+                && !op.cpu_takes_pointwise(&g2);
             assert_eq!(
                 taken,
                 on && crate::cpu_gemm_packed::available(),
@@ -951,5 +952,113 @@ fn taps_path_matches_definition() {
         let op = Conv::plain(&conv_attrs(1, [s, s], [1, 1], [1, 1, 1, 1])).unwrap();
         let (g, _) = op.geom(&[&xs, &[m, xs[1], k, k]]).unwrap();
         assert!(!cpu::taps::applies(&g, false), "{xs:?} m {m} k {k} s {s}");
+    }
+}
+
+/// The pointwise path (1x1, stride 1, unpadded, output channels a multiple of 8, fewer than
+/// 64 of them or at most 32 input channels) against the definition, through `Op::cpu`, whole
+/// and cut in two mid-plane and mid-block: planes not a multiple of the kernel's 48 pixels,
+/// of one span and of several, several images, W kept and not; the bias and Relu applied by
+/// the kernel, other activations and both residuals after it.
+#[test]
+fn pointwise_path_matches_definition() {
+    let cases: &[([usize; 4], usize)] = &[
+        ([2, 40, 9, 11], 16),
+        ([1, 130, 7, 7], 40),
+        ([1, 16, 23, 29], 96),
+        ([1, 300, 5, 4], 8),
+        ([3, 9, 17, 3], 24),
+        ([1, 32, 13, 13], 64),
+        ([1, 12, 100, 100], 56),
+    ];
+    let on = std::env::var("TANDEM_CONV_POINTWISE").as_deref() != Ok("0");
+    let acts = [Activation::None, Activation::Relu, Activation::Sigmoid];
+    for (i, &(xs, m)) in cases.iter().enumerate() {
+        let attrs = conv_attrs(1, [1, 1], [1, 1], [0, 0, 0, 0]);
+        for (bias, kept) in [(true, true), (false, true), (true, false)] {
+            let act = acts[(i + bias as usize) % acts.len()];
+            let plain = Conv {
+                activation: act,
+                ..Conv::plain(&attrs).unwrap()
+            };
+            let op = match kept {
+                true => plain.with_constant_weight(),
+                false => plain,
+            };
+            let (got, want) = outputs_of(&op, xs, m, [1, 1], 1, [1, 1], [1, 1], [0; 4], bias);
+            for g in got {
+                for (j, (gv, wv)) in g.iter().zip(&want).enumerate() {
+                    let wv = act.apply(*wv);
+                    assert!(
+                        (gv - wv).abs() < 1e-4 * (1.0 + wv.abs()),
+                        "{xs:?} m {m} bias {bias} kept {kept} {act:?}: [{j}] {gv} vs {wv}"
+                    );
+                }
+            }
+            let (g, _) = op.geom(&[&xs, &[m, xs[1], 1, 1]]).unwrap();
+            assert_eq!(
+                op.cpu_takes_pointwise(&g),
+                on && crate::cpu_gemm_packed::available(),
+                "{xs:?} m {m}"
+            );
+        }
+    }
+    // Both residuals: `act(conv + b + z)` and `act(conv + b) + z`.
+    let (xs, m) = ([2, 24, 7, 10], 20);
+    for residual in [Residual::BeforeAct, Residual::AfterAct] {
+        let attrs = conv_attrs(1, [1, 1], [1, 1], [0, 0, 0, 0]);
+        let op = Conv {
+            activation: Activation::Relu,
+            residual,
+            ..Conv::plain(&attrs).unwrap().with_constant_weight()
+        };
+        let (x, w, b) = (fill(2 * 24 * 70, 1), fill(m * 24, 2), fill(m, 3));
+        let z = fill(2 * m * 70, 4);
+        let conv = naive(
+            &x,
+            xs,
+            &w,
+            [m, 24, 1, 1],
+            Some(&b),
+            1,
+            [1, 1],
+            [1, 1],
+            [0, 0],
+            [7, 10],
+        );
+        let ins = [
+            Tensor::f32(&xs, x),
+            Tensor::f32(&[m, 24, 1, 1], w),
+            Tensor::f32(&[m], b),
+            Tensor::f32(&[2, m, 7, 10], z.clone()),
+        ];
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let mut out = vec![Tensor::zeros(DType::F32, &[2, m, 7, 10])];
+        op.cpu(&refs, &mut out, 0..2 * m * 7).unwrap();
+        for (j, gv) in out[0].as_f32().unwrap().iter().enumerate() {
+            let wv = match residual {
+                Residual::BeforeAct => Activation::Relu.apply(conv[j] + z[j]),
+                _ => Activation::Relu.apply(conv[j]) + z[j],
+            };
+            assert!((gv - wv).abs() < 1e-4, "{residual:?}: [{j}] {gv} vs {wv}");
+        }
+    }
+    // Measured slower here than the packed path or the `gemm` crate: 64 or more output
+    // channels from more than 32 input channels, output channels in a part-filled block, a
+    // plane of one pixel; padded or strided 1x1s are not read in place.
+    for (xs, m, s, pads) in [
+        ([1, 64, 56, 56], 64, 1, 0),
+        ([1, 512, 13, 13], 1000, 1, 0),
+        ([1, 64, 40, 40], 18, 1, 0),
+        ([1, 192, 1, 1], 48, 1, 0),
+        ([1, 16, 20, 20], 8, 2, 0),
+        ([1, 16, 20, 20], 8, 1, 1),
+    ] {
+        let op = Conv::plain(&conv_attrs(1, [s, s], [1, 1], [pads; 4])).unwrap();
+        let (g, _) = op.geom(&[&xs, &[m, xs[1], 1, 1]]).unwrap();
+        assert!(
+            !op.cpu_takes_pointwise(&g),
+            "{xs:?} m {m} s {s} pads {pads}"
+        );
     }
 }

@@ -1,0 +1,188 @@
+//! Conv as `C = W @ X` for 1x1 convs of stride 1 without padding, on AVX-512: each output
+//! plane is a row of C, each input plane a row of X, both read and written in place.
+//!
+//! The taps path's kernel (`conv_taps.rs`, one tap at offset 0) keeps 8 output channels x 48
+//! pixels in registers over all input channels, loading 3 vectors of each input plane and
+//! broadcasting 8 weights per input channel (a constant W kept in those blocks), and stores
+//! its block straight into the NCHW output with the bias and a Relu applied: no im2col, no
+//! packing of X, no transposed store. The packed path (`conv_packed.rs`) broadcasts pixels
+//! against vectors of output channels instead and stores each block transposed, wasting
+//! most of a 32-column panel on 16 output channels; the `gemm` crate packs X on every call.
+//!
+//! Measured against the path each conv took before (the product alone, 2 threads, Intel
+//! Xeon, alternated in one process; docs/bench.md, "1x1 convs as W @ X"): 0.63-0.93x of the
+//! time for every zoo 1x1 of fewer than 64 output channels (squeezenet's 128 -> 16 on 55x55,
+//! inception_v1's 480 -> 16 and 832 -> 32), 0.58-0.79x for those of at most 32 input
+//! channels (32 -> 128 on 27x27, 16 -> 64 on 55x55); 64 or more output channels from more
+//! input channels ran 0.85-1.6x and keep their paths. Output channels not a multiple of 8
+//! leave a block part empty (yolov8n's 64 -> 18 ran 1.2-1.6x), and a plane of one pixel fills
+//! one of the kernel's 48 positions.
+//!
+//! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and `conv_taps.rs`'s kernel.
+
+use super::taps::{pack_weights, tile, Start, TileOut, MR, NP};
+use super::{packed::finish_lines, rects, with_scratch, OutPtr};
+use crate::conv::{Activation, Epilogue, Geom2};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Whether `TANDEM_CONV_POINTWISE=0` turned this path off (read once).
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TANDEM_CONV_POINTWISE").as_deref() != Ok("0"))
+}
+
+/// Output channels below which, and input channels up to which, this path was measured
+/// faster than the packed path and the `gemm` crate (module docs).
+const MAX_OUT_CHANNELS: usize = 63;
+const MAX_CHANNELS_ANY_OUT: usize = 32;
+
+/// Fewest output pixels: a plane of one pixel (a squeeze-excite block's) would fill one of
+/// the kernel's 48 positions.
+const MIN_PIXELS: usize = 16;
+
+/// Whether `conv_cpu` takes this path: a 1x1 conv of stride 1, unpadded, one group, a
+/// multiple of 8 output channels, fewer than 64 of them or at most 32 input channels, at
+/// least [`MIN_PIXELS`], AVX-512, enabled.
+pub(in crate::conv) fn applies(g: &Geom2) -> bool {
+    (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.group) == (1, 1, 1, 1, 0, 0, 1)
+        && (g.oh, g.ow) == (g.h, g.w)
+        && g.m.is_multiple_of(MR)
+        && g.oh * g.ow >= MIN_PIXELS
+        && (g.m <= MAX_OUT_CHANNELS || g.c <= MAX_CHANNELS_ANY_OUT)
+        && crate::cpu_gemm_packed::available()
+        && enabled()
+}
+
+/// Bytes of input lines a span of pixels reads (in L1 while every block of output channels
+/// runs over the span).
+const SPAN_BYTES: usize = 32 << 10;
+
+/// Output lines `rows` (`(n, oc, oh)`) of a convolution [`applies`] accepts, the bias, `ep`
+/// and the residual `z` applied to each task's block after its product.
+pub(in crate::conv) fn pointwise_path(
+    g: &Geom2,
+    x: &[f32],
+    (w, blocks): (&[f32], Option<&[f32]>),
+    (b, ep): (Option<&[f32]>, Epilogue),
+    z: Option<&[f32]>,
+    out: &mut [f32],
+    rows: Range<usize>,
+) {
+    let (plane, img_rows) = (g.oh * g.ow, g.m * g.oh);
+    let threads = rayon::current_num_threads().max(1);
+    // (image, channels, pixels) per rectangle of the range.
+    let mut rs = Vec::new();
+    for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
+        let lo = n * img_rows;
+        let q = rows.start.max(lo) - lo..rows.end.min(lo + img_rows) - lo;
+        if !q.is_empty() {
+            rs.extend(rects(g, 0, q).into_iter().map(|r| (n, r.oc, r.pix)));
+        }
+    }
+    // Blocks of channels count from channel 0 (a kept W's blocks cover them all).
+    let oc_lo = 0;
+    let oc_hi = rs.iter().map(|r| r.1.end).max().unwrap_or(0);
+    // Tasks: each rectangle's pixels in chunks of whole tiles (the last may be short), its
+    // blocks of channels in groups only where the tiles are too few, about four tasks per
+    // thread in all.
+    let want = 4 * threads;
+    let mut tasks = Vec::new();
+    for (n, oc, pix) in &rs {
+        let (b0, b1) = ((oc.start - oc_lo) / MR, (oc.end - oc_lo).div_ceil(MR));
+        let tiles = pix.len().div_ceil(NP);
+        let chunks = want.div_ceil(rs.len()).min(tiles).max(1);
+        let per_pixels = tiles.div_ceil(chunks) * NP;
+        let groups = want.div_ceil(rs.len() * chunks).min(b1 - b0).max(1);
+        let per_blocks = (b1 - b0).div_ceil(groups);
+        for p in (pix.start..pix.end).step_by(per_pixels) {
+            for bb in (b0..b1).step_by(per_blocks) {
+                let ks =
+                    (oc_lo + bb * MR).max(oc.start)..(oc_lo + (bb + per_blocks) * MR).min(oc.end);
+                tasks.push((*n, ks, p..(p + per_pixels).min(pix.end)));
+            }
+        }
+    }
+    let wlen = match blocks {
+        Some(_) => 0,
+        None => oc_hi.div_ceil(MR) * g.c * MR + MR,
+    };
+    let optr = OutPtr(out.as_mut_ptr(), out.len());
+    with_scratch(wlen, |wk| {
+        let wk: &[f32] = match blocks {
+            Some(kept) => kept,
+            None => {
+                pack_weights(w, g.c, 1, 0..oc_hi, &mut wk[..wlen - MR]);
+                wk
+            }
+        };
+        // The bias and a plain Relu (or nothing) are applied by the kernel; any other
+        // epilogue in a pass over each task's block after it.
+        let in_kernel = z.is_none()
+            && ep.post.is_none()
+            && matches!(ep.act, Activation::None | Activation::Relu);
+        let bias = b.filter(|_| in_kernel);
+        tasks.par_iter().for_each(|(n, oc, pix)| {
+            let xn = &x[n * g.c * plane..][..g.c * plane];
+            let (mb0, mb1) = ((oc.start - oc_lo) / MR, (oc.end - oc_lo).div_ceil(MR));
+            let first = (n * g.m + oc.start) * plane;
+            assert!(
+                first + (oc.len() - 1) * plane + pix.end <= optr.1,
+                "pointwise: output block out of bounds"
+            );
+            // Spans of pixels whose input lines stay in L1 (one tile at least): every block
+            // of output channels runs over a whole span, so that the stores of a block's
+            // 8 output lines are long runs (a 12 -> 96 conv on 160x160 writes 96 planes;
+            // tile by tile, each tile's stores went to all 96).
+            let span = (SPAN_BYTES / (4 * g.c)).max(NP) / NP * NP;
+            for s0 in pix.clone().step_by(span) {
+                let s1 = (s0 + span).min(pix.end);
+                for mb in mb0..mb1 {
+                    // Block `mb`'s channels inside the task's (on a split range a rectangle
+                    // may start mid-block): its weights from channel `k0` on are the block's
+                    // read `k0 - start` floats in (rows past `k1` are not stored).
+                    let start = oc_lo + mb * MR;
+                    let (k0, k1) = (start.max(oc.start), (start + MR).min(oc.end));
+                    let wb = &wk[mb * g.c * MR + (k0 - start)..][..g.c * MR];
+                    let to = |p: usize| TileOut {
+                        ld: plane,
+                        rows: k1 - k0,
+                        positions: (s1 - p).min(NP),
+                        start: match bias {
+                            Some(b) => Start::Bias(b[k0..].as_ptr()),
+                            None => Start::Zero,
+                        },
+                        relu: in_kernel && ep.act == Activation::Relu,
+                    };
+                    for p in (s0..s1).step_by(NP) {
+                        // SAFETY: AVX-512 present (`applies`); X's planes are read at pixels
+                        // `p..s1` only (`positions`), in bounds of `xn`; the output rows
+                        // `k0..k1` at those pixels are in bounds (checked above) and written
+                        // by this task only (tasks are distinct (image, channels, pixels)
+                        // blocks).
+                        unsafe {
+                            tile(
+                                xn.as_ptr().add(p),
+                                plane,
+                                g.c,
+                                &[0],
+                                wb,
+                                optr.ptr().add((n * g.m + k0) * plane + p),
+                                to(p),
+                            )
+                        }
+                    }
+                }
+            }
+            if !in_kernel {
+                finish_lines(
+                    g,
+                    optr,
+                    (*n, oc.clone()),
+                    (pix.start, pix.len()),
+                    (b, z, ep),
+                );
+            }
+        });
+    });
+}
