@@ -13,8 +13,9 @@
 //! Xeon, alternated in one process; docs/bench.md, "1x1 convs as W @ X"): 0.63-0.93x of the
 //! time for every zoo 1x1 of fewer than 64 output channels (squeezenet's 128 -> 16 on 55x55,
 //! inception_v1's 480 -> 16 and 832 -> 32), 0.58-0.79x for those of at most 32 input
-//! channels (32 -> 128 on 27x27, 16 -> 64 on 55x55); 64 or more output channels from more
-//! input channels ran 0.85-1.6x and keep their paths. Output channels not a multiple of 8
+//! channels (32 -> 128 on 27x27, 16 -> 64 on 55x55). From more input channels, 64 and 128
+//! output channels ran 0.77-1.23x (wider ones up to 3.3x with a first version of the kernel)
+//! and keep their paths. Output channels not a multiple of 8
 //! leave a block part empty (yolov8n's 64 -> 18 ran 1.2-1.6x), and a plane of one pixel fills
 //! one of the kernel's 48 positions.
 //!

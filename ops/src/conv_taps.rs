@@ -10,6 +10,10 @@
 //! of 16 positions in registers over all `C x taps`, loading `NV` vectors of the plane and
 //! broadcasting `MR` weights per (channel, tap): no im2col, no packing of the pixels, one
 //! store per output. The `kw - 1` positions past each row's `ow` are computed and dropped.
+//! W goes into blocks of `MR` output channels (`[block][c][tap][MR]`), kept for a constant W
+//! (`Conv::with_constant_weight`), packed on every call otherwise. The kernel also serves
+//! 1x1 convs with one tap (`conv_pointwise.rs`): it then stores part-filled blocks masked,
+//! starts from the bias and applies a Relu.
 //! A strided conv reads `sh x sw` phase planes of each channel instead, where its taps are
 //! shifted lines again ([`Lines`]).
 //!
