@@ -21,8 +21,8 @@
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and `conv_taps.rs`'s kernel.
 
-use super::taps::{pack_weights, tile, Start, TileOut, MR, NP};
-use super::{packed::finish_lines, rects, with_scratch, OutPtr};
+use super::taps::{block_groups, image_rects, pack_weights, tile, Start, TileOut, MR, NP};
+use super::{packed::finish_lines, with_scratch, OutPtr};
 use crate::conv::{Activation, Epilogue, Geom2};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -70,19 +70,9 @@ pub(in crate::conv) fn pointwise_path(
     out: &mut [f32],
     rows: Range<usize>,
 ) {
-    let (plane, img_rows) = (g.oh * g.ow, g.m * g.oh);
+    let plane = g.oh * g.ow;
     let threads = rayon::current_num_threads().max(1);
-    // (image, channels, pixels) per rectangle of the range.
-    let mut rs = Vec::new();
-    for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
-        let lo = n * img_rows;
-        let q = rows.start.max(lo) - lo..rows.end.min(lo + img_rows) - lo;
-        if !q.is_empty() {
-            rs.extend(rects(g, 0, q).into_iter().map(|r| (n, r.oc, r.pix)));
-        }
-    }
-    // Blocks of channels count from channel 0 (a kept W's blocks cover them all).
-    let oc_lo = 0;
+    let rs = image_rects(g, &rows);
     let oc_hi = rs.iter().map(|r| r.1.end).max().unwrap_or(0);
     // Tasks: each rectangle's pixels in chunks of whole tiles (the last may be short), its
     // blocks of channels in groups only where the tiles are too few, about four tasks per
@@ -90,16 +80,11 @@ pub(in crate::conv) fn pointwise_path(
     let want = 4 * threads;
     let mut tasks = Vec::new();
     for (n, oc, pix) in &rs {
-        let (b0, b1) = ((oc.start - oc_lo) / MR, (oc.end - oc_lo).div_ceil(MR));
         let tiles = pix.len().div_ceil(NP);
         let chunks = want.div_ceil(rs.len()).min(tiles).max(1);
         let per_pixels = tiles.div_ceil(chunks) * NP;
-        let groups = want.div_ceil(rs.len() * chunks).min(b1 - b0).max(1);
-        let per_blocks = (b1 - b0).div_ceil(groups);
         for p in (pix.start..pix.end).step_by(per_pixels) {
-            for bb in (b0..b1).step_by(per_blocks) {
-                let ks =
-                    (oc_lo + bb * MR).max(oc.start)..(oc_lo + (bb + per_blocks) * MR).min(oc.end);
+            for ks in block_groups(oc, want.div_ceil(rs.len() * chunks)) {
                 tasks.push((*n, ks, p..(p + per_pixels).min(pix.end)));
             }
         }
@@ -125,7 +110,7 @@ pub(in crate::conv) fn pointwise_path(
         let bias = b.filter(|_| in_kernel);
         tasks.par_iter().for_each(|(n, oc, pix)| {
             let xn = &x[n * g.c * plane..][..g.c * plane];
-            let (mb0, mb1) = ((oc.start - oc_lo) / MR, (oc.end - oc_lo).div_ceil(MR));
+            let (mb0, mb1) = (oc.start / MR, oc.end.div_ceil(MR));
             let first = (n * g.m + oc.start) * plane;
             assert!(
                 first + (oc.len() - 1) * plane + pix.end <= optr.1,
@@ -142,7 +127,7 @@ pub(in crate::conv) fn pointwise_path(
                     // Block `mb`'s channels inside the task's (on a split range a rectangle
                     // may start mid-block): its weights from channel `k0` on are the block's
                     // read `k0 - start` floats in (rows past `k1` are not stored).
-                    let start = oc_lo + mb * MR;
+                    let start = mb * MR;
                     let (k0, k1) = (start.max(oc.start), (start + MR).min(oc.end));
                     let wb = &wk[mb * g.c * MR + (k0 - start)..][..g.c * MR];
                     let to = |p: usize| TileOut {

@@ -182,42 +182,28 @@ pub(in crate::conv) fn taps_path(
 ) {
     let l = Lines::of(g);
     let taps = l.offs.len();
-    let img_rows = g.m * g.oh;
     let threads = rayon::current_num_threads().max(1);
     // (image, channels, output rows) per rectangle of the range.
-    let mut rs = Vec::new();
-    for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
-        let lo = n * img_rows;
-        let q = rows.start.max(lo) - lo..rows.end.min(lo + img_rows) - lo;
-        if !q.is_empty() {
-            for r in rects(g, 0, q) {
-                rs.push((n, r.oc, r.pix.start / g.ow..r.pix.end / g.ow));
-            }
-        }
-    }
+    let rs: Vec<_> = image_rects(g, &rows)
+        .into_iter()
+        .map(|(n, oc, pix)| (n, oc, pix.start / g.ow..pix.end / g.ow))
+        .collect();
     let (Some(n_lo), Some(n_hi)) = (rs.first().map(|r| r.0), rs.last().map(|r| r.0 + 1)) else {
         return;
     };
-    // Blocks of channels count from channel 0 (a kept W's blocks cover them all).
-    let oc_lo = 0;
     let oc_hi = rs.iter().map(|r| r.1.end).max().unwrap_or(0);
     // Tasks: each rectangle's rows in chunks of at least MIN_TASK_POSITIONS positions, its
     // blocks of channels in groups, about four tasks per thread in all.
     let want = 4 * threads;
     let mut tasks = Vec::new();
     for (n, oc, oy) in &rs {
-        let (b0, b1) = ((oc.start - oc_lo) / MR, (oc.end - oc_lo).div_ceil(MR));
         let min_rows = MIN_TASK_POSITIONS.div_ceil(l.wp).max(1);
         let chunks = (want.div_ceil(rs.len()))
             .min(oy.len().div_ceil(min_rows))
             .max(1);
         let per_rows = oy.len().div_ceil(chunks);
-        let groups = want.div_ceil(rs.len() * chunks).min(b1 - b0).max(1);
-        let per_blocks = (b1 - b0).div_ceil(groups);
         for y in (oy.start..oy.end).step_by(per_rows) {
-            for bb in (b0..b1).step_by(per_blocks) {
-                let ks =
-                    (oc_lo + bb * MR).max(oc.start)..(oc_lo + (bb + per_blocks) * MR).min(oc.end);
+            for ks in block_groups(oc, want.div_ceil(rs.len() * chunks)) {
                 tasks.push((*n, ks, y..(y + per_rows).min(oy.end)));
             }
         }
@@ -246,7 +232,7 @@ pub(in crate::conv) fn taps_path(
             let span = oy.len() * l.wp;
             let tiles = span.div_ceil(NP);
             let ld = tiles * NP;
-            let (mb0, mb1) = ((oc.start - oc_lo) / MR, (oc.end - oc_lo).div_ceil(MR));
+            let (mb0, mb1) = (oc.start / MR, oc.end.div_ceil(MR));
             let x0 = &xp[(n - n_lo) * g.c * plane + oy.start * l.wp..];
             with_tmp((mb1 - mb0) * MR * ld, |lb| {
                 for t in 0..tiles {
@@ -269,7 +255,7 @@ pub(in crate::conv) fn taps_path(
                     }
                 }
                 for k in oc.clone() {
-                    let row = &lb[(k - oc_lo - mb0 * MR) * ld..][..span];
+                    let row = &lb[(k - mb0 * MR) * ld..][..span];
                     let at = ((n * g.m + k) * g.oh + oy.start) * g.ow;
                     let len = oy.len() * g.ow;
                     assert!(at + len <= optr.1, "taps: output block out of bounds");
@@ -283,6 +269,37 @@ pub(in crate::conv) fn taps_path(
             })
         });
     });
+}
+
+/// (image, output channels, pixels) per rectangle of output lines `rows` (`(n, oc, oh)`),
+/// image by image ([`rects`]).
+pub(in crate::conv) fn image_rects(
+    g: &Geom2,
+    rows: &Range<usize>,
+) -> Vec<(usize, Range<usize>, Range<usize>)> {
+    let img_rows = g.m * g.oh;
+    let mut rs = Vec::new();
+    for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
+        let lo = n * img_rows;
+        let q = rows.start.max(lo) - lo..rows.end.min(lo + img_rows) - lo;
+        if !q.is_empty() {
+            rs.extend(rects(g, 0, q).into_iter().map(|r| (n, r.oc, r.pix)));
+        }
+    }
+    rs
+}
+
+/// Output channels `oc` in at most `groups` runs of whole blocks of `MR` (counted from
+/// channel 0, as [`pack_weights`] lays out a kept W; the first and last runs cut at `oc`).
+pub(in crate::conv) fn block_groups(
+    oc: &Range<usize>,
+    groups: usize,
+) -> impl Iterator<Item = Range<usize>> + '_ {
+    let (b0, b1) = (oc.start / MR, oc.end.div_ceil(MR));
+    let per = (b1 - b0).div_ceil(groups.clamp(1, (b1 - b0).max(1))).max(1);
+    (b0..b1)
+        .step_by(per)
+        .map(move |bb| (bb * MR).max(oc.start)..((bb + per) * MR).min(oc.end))
 }
 
 /// Floats of W as [`pack_weights`] lays out all `M` output channels of `g`, and `MR` zeros
