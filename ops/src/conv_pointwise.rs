@@ -59,8 +59,10 @@ pub(in crate::conv) fn applies(g: &Geom2) -> bool {
 /// runs over the span).
 const SPAN_BYTES: usize = 32 << 10;
 
-/// Output lines `rows` (`(n, oc, oh)`) of a convolution [`applies`] accepts, the bias, `ep`
-/// and the residual `z` applied to each task's block after its product.
+/// Output lines `rows` (`(n, oc, oh)`) of a convolution [`applies`] accepts: the bias and a
+/// plain Relu applied by the kernel, any other `ep` and the residual `z` in a pass over each
+/// task's block after its product. `blocks` is W as [`pack_weights`] lays it out, where the
+/// op keeps it; without it W is packed for the call.
 pub(in crate::conv) fn pointwise_path(
     g: &Geom2,
     x: &[f32],
