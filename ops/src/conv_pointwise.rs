@@ -21,7 +21,7 @@
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and `conv_taps.rs`'s kernel.
 
-use super::taps::{block_groups, image_rects, pack_weights, tile, Start, TileOut, MR, NP};
+use super::taps::{block_groups, image_rects, pack_weights, tile, TileOut, MR, NP};
 use super::{packed::finish_lines, with_scratch, OutPtr};
 use crate::conv::{Activation, Epilogue, Geom2};
 use rayon::prelude::*;
@@ -136,10 +136,7 @@ pub(in crate::conv) fn pointwise_path(
                         ld: plane,
                         rows: k1 - k0,
                         positions: (s1 - p).min(NP),
-                        start: match bias {
-                            Some(b) => Start::Bias(b[k0..].as_ptr()),
-                            None => Start::Zero,
-                        },
+                        bias: bias.map(|b| b[k0..].as_ptr()),
                         relu: in_kernel && ep.act == Activation::Relu,
                     };
                     for p in (s0..s1).step_by(NP) {

@@ -335,22 +335,15 @@ pub(in crate::conv) fn pack_weights(
 }
 
 /// Where [`tile`] stores its `MR x NP` block and what it starts from and ends with: the
-/// first `rows` rows and `positions` columns at stride `ld`, the sums started from zero or
-/// from a bias per row, and Relu'd before the store where `relu`.
+/// first `rows` rows and `positions` columns at stride `ld`, the sums started from the bias
+/// per row at `bias` (else from zero), and Relu'd before the store where `relu`.
 #[derive(Clone, Copy)]
 pub(in crate::conv) struct TileOut {
     pub ld: usize,
     pub rows: usize,
     pub positions: usize,
-    pub start: Start,
+    pub bias: Option<*const f32>,
     pub relu: bool,
-}
-
-/// What [`tile`]'s sums start from ([`TileOut`]).
-#[derive(Clone, Copy)]
-pub(in crate::conv) enum Start {
-    Zero,
-    Bias(*const f32),
 }
 
 impl TileOut {
@@ -360,7 +353,7 @@ impl TileOut {
             ld,
             rows: MR,
             positions: NP,
-            start: Start::Zero,
+            bias: None,
             relu: false,
         }
     }
@@ -392,16 +385,13 @@ pub(in crate::conv) unsafe fn tile(
         "conv taps path without AVX-512 {:?} {:?} {:?}",
         (x, plane, c, offs.len(), wb.len(), out),
         (to.ld, to.rows, to.positions, to.relu),
-        match to.start {
-            Start::Bias(b) => b,
-            Start::Zero => std::ptr::null(),
-        }
+        to.bias
     )
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{Start, TileOut, MR, NP, NV};
+    use super::{TileOut, MR, NP, NV};
     use std::arch::x86_64::*;
 
     /// `MR x 16 NV` outputs: `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`,
@@ -431,7 +421,7 @@ mod avx512 {
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
         for (i, acc) in acc.iter_mut().enumerate() {
             for acc in acc.iter_mut() {
-                if let (true, Start::Bias(b)) = (i < to.rows, to.start) {
+                if let (true, Some(b)) = (i < to.rows, to.bias) {
                     *acc = _mm512_set1_ps(*b.add(i));
                 }
             }
