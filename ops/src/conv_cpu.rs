@@ -338,7 +338,7 @@ pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
 }
 
 thread_local! {
-    /// Per-thread temporaries of tasks (Winograd's transforms, the taps path's output lines).
+    /// Per-thread temporaries of tasks (Winograd's transforms, the implicit path's sums).
     static TMP: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
@@ -773,8 +773,8 @@ pub enum KeptWeight<'a> {
 /// GEMM. `kept` is what the op keeps of a constant W for that path ([`KeptWeight`]; the
 /// Winograd path counts a kept transform as W being constant). `z` is the residual
 /// `ep.residual` places (of the output's shape): added in a pass over the rows after the
-/// direct, Winograd and taps paths, with the rest of the epilogue where it comes after the
-/// residual.
+/// direct and Winograd paths, with the rest of the epilogue where it comes after the
+/// residual (the other paths add it per task).
 pub fn conv_cpu(
     g: &Geom2,
     x: &[f32],
@@ -808,7 +808,7 @@ pub fn conv_cpu(
         let v = winograd::Variant::of(g);
         winograd::winograd_path(v, g, x, (w, b, first), transform, out, rows.clone());
     } else if taps::applies(g, false) {
-        taps::taps_path(g, x, (w, blocks), (b, first), out, rows.clone());
+        return taps::taps_path(g, x, (w, blocks), (b, ep), z, out, rows);
     } else if pointwise::applies(g) {
         return pointwise::pointwise_path(g, x, (w, blocks), (b, ep), z, out, rows);
     } else {

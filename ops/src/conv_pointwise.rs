@@ -138,6 +138,7 @@ pub(in crate::conv) fn pointwise_path(
                         positions: (s1 - p).min(NP),
                         bias: bias.map(|b| b[k0..].as_ptr()),
                         relu: in_kernel && ep.act == Activation::Relu,
+                        gaps: None,
                     };
                     for p in (s0..s1).step_by(NP) {
                         // SAFETY: AVX-512 present (`applies`); X's planes are read at pixels

@@ -8,12 +8,14 @@
 //! plane at `p + a dh wp + b dw`: every tap is the same plane shifted, and a run of output
 //! positions is a run of input floats. The kernel keeps `MR` output channels x `NV` vectors
 //! of 16 positions in registers over all `C x taps`, loading `NV` vectors of the plane and
-//! broadcasting `MR` weights per (channel, tap): no im2col, no packing of the pixels, one
-//! store per output. The `kw - 1` positions past each row's `ow` are computed and dropped.
-//! W goes into blocks of `MR` output channels (`[block][c][tap][MR]`), kept for a constant W
-//! (`Conv::with_constant_weight`), packed on every call otherwise. The kernel also serves
-//! 1x1 convs with one tap (`conv_pointwise.rs`): it then stores part-filled blocks masked,
-//! starts from the bias and applies a Relu.
+//! broadcasting `MR` weights per (channel, tap): no im2col, no packing of the pixels. It
+//! starts from the bias, applies a Relu and stores its block straight into the NCHW output,
+//! masked: the `kw - 1` positions past each row's `ow` are computed and not stored
+//! ([`RowGaps`]; a copy of each row out of a task buffer, with the bias and Relu in a pass
+//! over it, had cost squeezenet's 16 -> 64 3x3 on 55x55 about 15%). Other epilogues and a
+//! residual run in a pass after. W goes into blocks of `MR` output channels
+//! (`[block][c][tap][MR]`), kept for a constant W (`Conv::with_constant_weight`), packed on
+//! every call otherwise. The kernel also serves 1x1 convs with one tap (`conv_pointwise.rs`).
 //! A strided conv reads `sh x sw` phase planes of each channel instead, where its taps are
 //! shifted lines again ([`Lines`]).
 //!
@@ -22,8 +24,8 @@
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the CPU's vector units.
 
-use super::{epilogue, padded_plane, rects, with_scratch, with_tmp, OutPtr};
-use crate::conv::{Epilogue, Geom2};
+use super::{packed::finish_lines, padded_plane, rects, with_scratch, OutPtr};
+use crate::conv::{Activation, Epilogue, Geom2};
 use crate::phase_planes::{copy_every, inside_columns};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -34,6 +36,9 @@ pub(in crate::conv) const MR: usize = 8;
 const NV: usize = 3;
 /// Line positions per kernel call.
 pub(in crate::conv) const NP: usize = 16 * NV;
+/// Fewest line positions per output row here: a vector of 16 then touches at most three
+/// rows (the kernel's stores, [`RowGaps`]).
+const MIN_ROW: usize = 8;
 
 /// Input channels (at least, at most) and output channels (at most) where this path was
 /// measured faster than im2col + GEMM (docs/bench.md, "Conv as a sum over taps"): 16 -> 16
@@ -83,6 +88,7 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
         && g.group == 1
         && g.kh > 1
         && g.kw > 1
+        && Lines::row(g) >= MIN_ROW
         && g.c <= MAX_CHANNELS
         && match (g.sh, g.sw) {
             (1, 1) => g.c >= MIN_CHANNELS,
@@ -109,8 +115,13 @@ struct Lines {
 }
 
 impl Lines {
+    /// Line positions per output row: its `ow` pixels and the taps' overhang.
+    fn row(g: &Geom2) -> usize {
+        g.ow + (g.kw - 1) * g.dw / g.sw
+    }
+
     fn of(g: &Geom2) -> Lines {
-        let wp = g.ow + (g.kw - 1) * g.dw / g.sw;
+        let wp = Lines::row(g);
         let hp = g.oh + (g.kh - 1) * g.dh / g.sh;
         let offs = (0..g.kh)
             .flat_map(|a| (0..g.kw).map(move |b| (a * g.dh, b * g.dw)))
@@ -165,18 +176,22 @@ impl Lines {
 /// a task to its last, partly empty, `NP` positions.
 const MIN_TASK_POSITIONS: usize = 8 * NP;
 
-/// Output lines `rows` (`(n, oc, oh)`) of a convolution [`applies`] accepts; `ep` applied
-/// after the bias.
+/// Output lines `rows` (`(n, oc, oh)`) of a convolution [`applies`] accepts: the bias and a
+/// plain Relu applied by the kernel, any other `ep` and the residual `z` in a pass over each
+/// task's block after its product. `blocks` is W as [`pack_weights`] lays it out, where the
+/// op keeps it; without it W is packed for the call.
 ///
 /// The padded planes of each image the range touches are made first (parallel over
 /// channels); then tasks of output rows x blocks of `MR` channels, about four per thread,
 /// each computing its positions `NP` at a time for every block of its channels (the plane's
-/// floats they read stay in L1 across blocks) and copying the rows out through the epilogue.
+/// floats they read stay in L1 across blocks), the kernel storing each row's first `ow`
+/// positions straight into the output ([`RowGaps`]).
 pub(in crate::conv) fn taps_path(
     g: &Geom2,
     x: &[f32],
     (w, blocks): (&[f32], Option<&[f32]>),
     (b, ep): (Option<&[f32]>, Epilogue),
+    z: Option<&[f32]>,
     out: &mut [f32],
     rows: Range<usize>,
 ) {
@@ -211,16 +226,21 @@ pub(in crate::conv) fn taps_path(
     let plane = l.channel();
     let wlen = match blocks {
         Some(_) => 0,
-        None => oc_hi.div_ceil(MR) * g.c * taps * MR,
+        None => oc_hi.div_ceil(MR) * g.c * taps * MR + MR,
     };
     let xlen = (n_hi - n_lo) * g.c * plane;
     let optr = OutPtr(out.as_mut_ptr(), out.len());
+    // The bias and a plain Relu (or nothing) are applied by the kernel; any other epilogue
+    // in a pass over each task's block after it.
+    let in_kernel =
+        z.is_none() && ep.post.is_none() && matches!(ep.act, Activation::None | Activation::Relu);
+    let bias = b.filter(|_| in_kernel);
     with_scratch(wlen + xlen, |buf| {
         let (wk, xp) = buf.split_at_mut(wlen);
         let wk: &[f32] = match blocks {
             Some(kept) => kept,
             None => {
-                pack_weights(w, g.c, taps, 0..oc_hi, wk);
+                pack_weights(w, g.c, taps, 0..oc_hi, &mut wk[..wlen - MR]);
                 wk
             }
         };
@@ -230,43 +250,56 @@ pub(in crate::conv) fn taps_path(
         let xp = &*xp;
         tasks.par_iter().for_each(|(n, oc, oy)| {
             let span = oy.len() * l.wp;
-            let tiles = span.div_ceil(NP);
-            let ld = tiles * NP;
-            let (mb0, mb1) = (oc.start / MR, oc.end.div_ceil(MR));
             let x0 = &xp[(n - n_lo) * g.c * plane + oy.start * l.wp..];
-            with_tmp((mb1 - mb0) * MR * ld, |lb| {
-                for t in 0..tiles {
-                    for mb in mb0..mb1 {
-                        let wb = &wk[mb * g.c * taps * MR..][..g.c * taps * MR];
-                        // SAFETY: AVX-512 present (`applies`); every plane has `NP` + the
-                        // largest offset floats past its last row's positions; `lb` holds
-                        // `MR` rows of `ld` floats from block `mb - mb0`.
-                        unsafe {
-                            tile(
-                                x0.as_ptr().add(t * NP),
-                                plane,
-                                g.c,
-                                &l.offs,
-                                wb,
-                                lb.as_mut_ptr().add((mb - mb0) * MR * ld + t * NP),
-                                TileOut::whole(ld),
-                            )
-                        }
+            let (mb0, mb1) = (oc.start / MR, oc.end.div_ceil(MR));
+            let first = ((n * g.m + oc.start) * g.oh + oy.start) * g.ow;
+            let len = oy.len() * g.ow;
+            assert!(
+                first + (oc.len() - 1) * g.oh * g.ow + len <= optr.1,
+                "taps: output block out of bounds"
+            );
+            for t in (0..span).step_by(NP) {
+                for mb in mb0..mb1 {
+                    // Block `mb`'s channels inside the task's (on a split range a rectangle
+                    // may start mid-block): its weights from channel `k0` on are the block's
+                    // read `k0 - start` floats in (rows past `k1` are not stored).
+                    let start = mb * MR;
+                    let (k0, k1) = (start.max(oc.start), (start + MR).min(oc.end));
+                    let wb = &wk[mb * g.c * taps * MR + (k0 - start)..][..g.c * taps * MR];
+                    let to = TileOut {
+                        ld: g.oh * g.ow,
+                        rows: k1 - k0,
+                        positions: (span - t).min(NP),
+                        bias: bias.map(|b| b[k0..].as_ptr()),
+                        relu: in_kernel && ep.act == Activation::Relu,
+                        gaps: Some(RowGaps {
+                            wp: l.wp,
+                            ow: g.ow,
+                            at: t,
+                        }),
+                    };
+                    // SAFETY: AVX-512 present (`applies`); every plane has `NP` + the
+                    // largest offset floats past its last row's positions; the output rows
+                    // `k0..k1` of the task's output rows are in bounds (checked above) and
+                    // written by this task only (tasks are distinct (image, channels, rows)
+                    // blocks), the kernel storing the first `ow` of each row's positions.
+                    unsafe {
+                        tile(
+                            x0.as_ptr().add(t),
+                            plane,
+                            g.c,
+                            &l.offs,
+                            wb,
+                            optr.ptr().add(first + (k0 - oc.start) * g.oh * g.ow),
+                            to,
+                        )
                     }
                 }
-                for k in oc.clone() {
-                    let row = &lb[(k - mb0 * MR) * ld..][..span];
-                    let at = ((n * g.m + k) * g.oh + oy.start) * g.ow;
-                    let len = oy.len() * g.ow;
-                    assert!(at + len <= optr.1, "taps: output block out of bounds");
-                    // SAFETY: in bounds (checked); tasks write disjoint (channel, row) blocks.
-                    let op = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), len) };
-                    for (line, src) in op.chunks_exact_mut(g.ow).zip(row.chunks(l.wp)) {
-                        line.copy_from_slice(&src[..g.ow]);
-                        epilogue(line, b.map(|b| b[k]), None, ep);
-                    }
-                }
-            })
+            }
+            if !in_kernel {
+                let pixels = (oy.start * g.ow, len);
+                finish_lines(g, optr, (*n, oc.clone()), pixels, (b, z, ep));
+            }
         });
     });
 }
@@ -335,8 +368,9 @@ pub(in crate::conv) fn pack_weights(
 }
 
 /// Where [`tile`] stores its `MR x NP` block and what it starts from and ends with: the
-/// first `rows` rows and `positions` columns at stride `ld`, the sums started from the bias
-/// per row at `bias` (else from zero), and Relu'd before the store where `relu`.
+/// first `rows` rows and `positions` columns at stride `ld` (skipping `gaps`), the sums
+/// started from the bias per row at `bias` (else from zero), and Relu'd before the store
+/// where `relu`.
 #[derive(Clone, Copy)]
 pub(in crate::conv) struct TileOut {
     pub ld: usize,
@@ -344,19 +378,18 @@ pub(in crate::conv) struct TileOut {
     pub positions: usize,
     pub bias: Option<*const f32>,
     pub relu: bool,
+    pub gaps: Option<RowGaps>,
 }
 
-impl TileOut {
-    /// The whole block at stride `ld`, from zero, stored as summed.
-    fn whole(ld: usize) -> TileOut {
-        TileOut {
-            ld,
-            rows: MR,
-            positions: NP,
-            bias: None,
-            relu: false,
-        }
-    }
+/// Columns a store skips: the tile's positions are line positions from `at` of rows of `wp`
+/// positions, of which the first `ow` are output pixels, line position `r wp + c` stored at
+/// `r ow + c` (from the output pointer, at line position 0). Without gaps position `j` of the
+/// tile is stored at `j`.
+#[derive(Clone, Copy)]
+pub(in crate::conv) struct RowGaps {
+    pub wp: usize,
+    pub ow: usize,
+    pub at: usize,
 }
 
 /// [`avx512::tile`] where it exists; [`applies`] keeps other targets off this path.
@@ -385,23 +418,31 @@ pub(in crate::conv) unsafe fn tile(
         "conv taps path without AVX-512 {:?} {:?} {:?}",
         (x, plane, c, offs.len(), wb.len(), out),
         (to.ld, to.rows, to.positions, to.relu),
-        to.bias
+        (to.bias, to.gaps.map(|r| (r.wp, r.ow, r.at)))
     )
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{TileOut, MR, NP, NV};
+    #[cfg(doc)]
+    use super::MIN_ROW;
+    use super::{RowGaps, TileOut, MR, NP, NV};
     use std::arch::x86_64::*;
+
+    /// Output rows a vector of 16 line positions touches at most, on rows of at least
+    /// [`MIN_ROW`] positions.
+    const SEGMENTS: usize = 3;
 
     /// `MR x 16 NV` outputs: `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`,
     /// of which the first `to.rows` rows and `to.positions` columns are read and stored at
-    /// stride `to.ld` ([`TileOut`]).
+    /// stride `to.ld`, columns in the gaps skipped ([`TileOut`], [`RowGaps`]).
     ///
     /// # Safety
     /// AVX-512F present; `x` readable at `c plane + offs[t] + j` for every `c`, `t`,
-    /// `j < positions.min(16 NV)`; `out` writable at `i ld + j` for `i < rows.min(MR)`,
-    /// `j < positions.min(16 NV)`; a bias readable at `i < rows.min(MR)`.
+    /// `j < positions.min(16 NV)`; `out` writable at `i ld` + where column
+    /// `j < positions.min(16 NV)` goes (`j`, or `at + j - r (wp - ow)` with gaps, for the
+    /// columns not in a gap) for `i < rows.min(MR)`; with gaps, rows of at least [`MIN_ROW`]
+    /// positions; a bias readable at `i < rows.min(MR)`.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile<const ONE: bool>(
         x: *const f32,
@@ -447,9 +488,44 @@ mod avx512 {
                 wp = wp.add(MR);
             }
         }
+        // Where each vector goes: at most `SEGMENTS` runs of lanes (one per output row it
+        // touches), each a mask and the address of lane 0. Fixed-size loops below keep the
+        // accumulators in registers.
+        let mut segs = [[(0 as __mmask16, out); SEGMENTS]; NV];
+        match to.gaps {
+            None => {
+                for (v, segs) in segs.iter_mut().enumerate() {
+                    segs[0] = (masks[v], out.wrapping_add(16 * v));
+                }
+            }
+            Some(RowGaps { wp, ow, at }) => {
+                // Row `r` of the line starts at position `row`; lane `j` of a vector from
+                // `lo` in row `r` goes to `lo + j - r (wp - ow)`, lanes past `ow` masked off.
+                let (mut r, mut row) = (at / wp, at / wp * wp);
+                for (v, segs) in segs.iter_mut().enumerate() {
+                    let (lo, hi) = (at + 16 * v, at + to.positions.min(16 * v + 16));
+                    let mut q = lo;
+                    for seg in segs.iter_mut() {
+                        if q >= hi {
+                            break;
+                        }
+                        if q >= row + wp {
+                            (r, row) = (r + 1, row + wp);
+                        }
+                        let kept_end = (row + ow).min(hi);
+                        if q < kept_end {
+                            let mask = (1u32 << (kept_end - lo)) - (1u32 << (q - lo));
+                            let base = out.wrapping_add(lo).wrapping_sub(r * (wp - ow));
+                            *seg = (mask as __mmask16, base);
+                        }
+                        q = (row + wp).min(hi);
+                    }
+                }
+            }
+        }
         let zero = _mm512_setzero_ps();
         for (i, acc) in acc.iter().enumerate() {
-            for (v, &acc) in acc.iter().enumerate() {
+            for (&acc, segs) in acc.iter().zip(&segs) {
                 if i < to.rows {
                     // Zero's the first operand: a NaN sum stays NaN, as `Activation::Relu`.
                     let acc = if to.relu {
@@ -457,7 +533,11 @@ mod avx512 {
                     } else {
                         acc
                     };
-                    _mm512_mask_storeu_ps(out.add(i * to.ld + 16 * v), masks[v], acc);
+                    for &(mask, base) in segs {
+                        if mask != 0 {
+                            _mm512_mask_storeu_ps(base.wrapping_add(i * to.ld), mask, acc);
+                        }
+                    }
                 }
             }
         }

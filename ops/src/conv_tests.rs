@@ -158,6 +158,77 @@ fn case(
     }
 }
 
+/// [`outputs_of`] a Conv op against the definition with the op's activation applied.
+#[allow(clippy::too_many_arguments)]
+fn activated_case(
+    op: &Conv,
+    xs: [usize; 4],
+    m: usize,
+    k: [usize; 2],
+    s: [usize; 2],
+    d: [usize; 2],
+    pads: [i64; 4],
+    bias: bool,
+) {
+    let act = op.activation;
+    let (got, want) = outputs_of(op, xs, m, k, 1, s, d, pads, bias);
+    for g in got {
+        for (j, (gv, wv)) in g.iter().zip(&want).enumerate() {
+            let wv = act.apply(*wv);
+            assert!(
+                (gv - wv).abs() < 1e-4 * (1.0 + wv.abs()),
+                "{xs:?} m {m} k {k:?} s {s:?} bias {bias} {act:?}: [{j}] {gv} vs {wv}"
+            );
+        }
+    }
+}
+
+/// A stride-1 Conv + Relu of a kept W with both residuals, `relu(conv + b + z)` and
+/// `relu(conv + b) + z`, against the definition.
+fn residual_cases(xs: [usize; 4], m: usize, k: [usize; 2], pads: [i64; 4]) {
+    let [n, c, h, w] = xs;
+    let (oh, ow) = (
+        (h as i64 + pads[0] + pads[2]) as usize - k[0] + 1,
+        (w as i64 + pads[1] + pads[3]) as usize - k[1] + 1,
+    );
+    let ws = [m, c, k[0], k[1]];
+    let (x, wt, b) = (
+        fill(n * c * h * w, 1),
+        fill(ws.iter().product(), 2),
+        fill(m, 3),
+    );
+    let z = fill(n * m * oh * ow, 4);
+    let p = [pads[0], pads[1]];
+    let conv = naive(&x, xs, &wt, ws, Some(&b), 1, [1, 1], [1, 1], p, [oh, ow]);
+    for residual in [Residual::BeforeAct, Residual::AfterAct] {
+        let attrs = conv_attrs(1, [1, 1], [1, 1], pads);
+        let op = Conv {
+            activation: Activation::Relu,
+            residual,
+            ..Conv::plain(&attrs).unwrap().with_constant_weight()
+        };
+        let ins = [
+            Tensor::f32(&xs, x.clone()),
+            Tensor::f32(&ws, wt.clone()),
+            Tensor::f32(&[m], b.clone()),
+            Tensor::f32(&[n, m, oh, ow], z.clone()),
+        ];
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let mut out = vec![Tensor::zeros(DType::F32, &[n, m, oh, ow])];
+        op.cpu(&refs, &mut out, 0..n * m * oh).unwrap();
+        for (j, gv) in out[0].as_f32().unwrap().iter().enumerate() {
+            let wv = match residual {
+                Residual::BeforeAct => Activation::Relu.apply(conv[j] + z[j]),
+                _ => Activation::Relu.apply(conv[j]) + z[j],
+            };
+            assert!(
+                (gv - wv).abs() < 1e-4 * (1.0 + wv.abs()),
+                "{xs:?} {residual:?}: [{j}] {gv} vs {wv}"
+            );
+        }
+    }
+}
+
 #[test]
 #[allow(clippy::single_range_in_vec_init)]
 fn conv_matches_definition() {
@@ -928,26 +999,39 @@ fn taps_path_matches_definition() {
         ([1, 5, 61, 64], 24, [10, 11], [2, 3], [1, 1], [0, 2, 1, 1]),
         ([1, 16, 60, 62], 32, [5, 21], [2, 2], [2, 1], [4, 10, 4, 10]),
         ([1, 2, 70, 66], 8, [11, 11], [3, 3], [1, 1], [5, 5, 5, 5]),
+        ([1, 8, 150, 6], 16, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
     ];
-    for &(xs, m, k, s, d, pads) in cases {
-        let op = Conv::plain(&conv_attrs(1, s, d, pads)).unwrap();
-        let (g, _) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
+    let acts = [Activation::None, Activation::Relu, Activation::Sigmoid];
+    for (i, &(xs, m, k, s, d, pads)) in cases.iter().enumerate() {
+        let plain = Conv::plain(&conv_attrs(1, s, d, pads)).unwrap();
+        let (g, _) = plain.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
         let on = std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
         assert_eq!(
             cpu::taps::applies(&g, false),
             on && crate::cpu_gemm_packed::available(),
             "{xs:?} m {m} k {k:?} s {s:?}"
         );
-        for bias in [true, false] {
-            case(xs, m, k, 1, s, d, pads, bias);
+        for (bias, kept) in [(true, false), (false, false), (true, true)] {
+            let op = Conv {
+                activation: acts[(i + bias as usize) % acts.len()],
+                ..plain.clone()
+            };
+            let op = match kept {
+                true => op.with_constant_weight(),
+                false => op,
+            };
+            activated_case(&op, xs, m, k, s, d, pads, bias);
         }
     }
+    // Both residuals, on a plane where a kept W takes this path too.
+    residual_cases([2, 8, 41, 40], 20, [3, 3], [1, 1, 1, 1]);
     // Measured slower here than im2col + GEMM: 3x3/2 and 7x7/2 first convs, few channels
-    // at stride 1.
+    // at stride 1; rows of under 8 line positions (a vector would touch more than 3 rows).
     for (xs, m, k, s) in [
         ([1, 3, 224, 224], 64, 3, 2),
         ([1, 3, 224, 224], 64, 7, 2),
         ([1, 3, 224, 224], 64, 3, 1),
+        ([1, 8, 150, 5], 16, 3, 1),
     ] {
         let op = Conv::plain(&conv_attrs(1, [s, s], [1, 1], [1, 1, 1, 1])).unwrap();
         let (g, _) = op.geom(&[&xs, &[m, xs[1], k, k]]).unwrap();
@@ -985,16 +1069,7 @@ fn pointwise_path_matches_definition() {
                 true => plain.with_constant_weight(),
                 false => plain,
             };
-            let (got, want) = outputs_of(&op, xs, m, [1, 1], 1, [1, 1], [1, 1], [0; 4], bias);
-            for g in got {
-                for (j, (gv, wv)) in g.iter().zip(&want).enumerate() {
-                    let wv = act.apply(*wv);
-                    assert!(
-                        (gv - wv).abs() < 1e-4 * (1.0 + wv.abs()),
-                        "{xs:?} m {m} bias {bias} kept {kept} {act:?}: [{j}] {gv} vs {wv}"
-                    );
-                }
-            }
+            activated_case(&op, xs, m, [1, 1], [1, 1], [1, 1], [0; 4], bias);
             let (g, _) = op.geom(&[&xs, &[m, xs[1], 1, 1]]).unwrap();
             assert_eq!(
                 op.cpu_takes_pointwise(&g),
@@ -1003,46 +1078,7 @@ fn pointwise_path_matches_definition() {
             );
         }
     }
-    // Both residuals: `act(conv + b + z)` and `act(conv + b) + z`.
-    let (xs, m) = ([2, 24, 7, 10], 20);
-    for residual in [Residual::BeforeAct, Residual::AfterAct] {
-        let attrs = conv_attrs(1, [1, 1], [1, 1], [0, 0, 0, 0]);
-        let op = Conv {
-            activation: Activation::Relu,
-            residual,
-            ..Conv::plain(&attrs).unwrap().with_constant_weight()
-        };
-        let (x, w, b) = (fill(2 * 24 * 70, 1), fill(m * 24, 2), fill(m, 3));
-        let z = fill(2 * m * 70, 4);
-        let conv = naive(
-            &x,
-            xs,
-            &w,
-            [m, 24, 1, 1],
-            Some(&b),
-            1,
-            [1, 1],
-            [1, 1],
-            [0, 0],
-            [7, 10],
-        );
-        let ins = [
-            Tensor::f32(&xs, x),
-            Tensor::f32(&[m, 24, 1, 1], w),
-            Tensor::f32(&[m], b),
-            Tensor::f32(&[2, m, 7, 10], z.clone()),
-        ];
-        let refs: Vec<&Tensor> = ins.iter().collect();
-        let mut out = vec![Tensor::zeros(DType::F32, &[2, m, 7, 10])];
-        op.cpu(&refs, &mut out, 0..2 * m * 7).unwrap();
-        for (j, gv) in out[0].as_f32().unwrap().iter().enumerate() {
-            let wv = match residual {
-                Residual::BeforeAct => Activation::Relu.apply(conv[j] + z[j]),
-                _ => Activation::Relu.apply(conv[j]) + z[j],
-            };
-            assert!((gv - wv).abs() < 1e-4, "{residual:?}: [{j}] {gv} vs {wv}");
-        }
-    }
+    residual_cases([2, 24, 7, 10], 24, [1, 1], [0; 4]);
     // Measured slower here than the packed path or the `gemm` crate: 64 or more output
     // channels from more than 32 input channels, output channels in a part-filled block, a
     // plane of one pixel; padded or strided 1x1s are not read in place.
