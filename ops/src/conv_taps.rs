@@ -1,6 +1,6 @@
 //! Conv as a sum over its taps of shifted input lines, for stride-1 convs of few input
 //! channels (squeezenet's 16 -> 64 3x3 on 55x55, yolov8n's 16- and 32-channel 3x3 convs,
-//! inception_v1's 5x5 ones) and strided convs of large kernels (alexnet's 3 -> 64 11x11/4),
+//! inception_v1's 5x5 ones) and strided convs of large kernels (alexnet's 3 -> 64 11x11/4, 7x7/2 first convs),
 //! on AVX-512 (elsewhere these stay on im2col + GEMM).
 //!
 //! The input planes are copied zero-padded to `wp = ow + (kw - 1) dw` columns, so output
@@ -56,10 +56,10 @@ const MIN_PIXEL_TAPS: usize = 3600;
 /// Fewest taps of a strided conv here (read as phase planes, [`Lines`]), at any channel
 /// count up to [`MAX_CHANNELS`]: against im2col + GEMM (two threads, the path alone)
 /// alexnet's 3 -> 64 11x11/4 on 224x224 0.86-1.00 ms against 1.42-1.53 (in the model 1.57-1.70
-/// against 2.10-2.48), where 7x7/2 first convs were even (3 -> 64 1.26-1.66 ms against
-/// 1.30-1.60, 3 -> 96 1.75-1.87 against 1.71-1.85) and 3x3/2 ones slower (3 -> 64 0.50-0.86
-/// against 0.36-0.55, 16 -> 32 on 160x160 0.73-0.88 against 0.54-0.65).
-const MIN_STRIDED_TAPS: usize = 100;
+/// against 2.10-2.48). 7x7/2 first convs were even until the kernel stored straight into the
+/// output; since, 3 -> 64 on 224x224 runs 0.88-0.90x of im2col's time and 3 -> 96 0.96-1.04x.
+/// 3x3/2 ones stay off: 3 -> 64 on 224x224 1.07-1.16x, 3 -> 16 on 320x320 0.98-0.99x.
+const MIN_STRIDED_TAPS: usize = 49;
 
 /// Fewest output pixels per image where the packed path reads a conv of a kept W in place
 /// (`conv_implicit.rs`): on smaller planes that path was measured faster (32 -> 96 5x5 on
