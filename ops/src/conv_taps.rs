@@ -1,7 +1,7 @@
 //! Conv as a sum over its taps of shifted input lines, for stride-1 convs of few input
 //! channels (squeezenet's 16 -> 64 3x3 on 55x55, yolov8n's 16- and 32-channel 3x3 convs,
-//! inception_v1's 5x5 ones) and strided convs of large kernels (alexnet's 3 -> 64 11x11/4, 7x7/2 first convs),
-//! on AVX-512 (elsewhere these stay on im2col + GEMM).
+//! inception_v1's 5x5 ones) and strided convs of large kernels (alexnet's 3 -> 64 11x11/4,
+//! 7x7/2 first convs), on AVX-512 (elsewhere these stay on im2col + GEMM).
 //!
 //! The input planes are copied zero-padded to `wp = ow + (kw - 1) dw` columns, so output
 //! pixel `(oy, ox)` sits at line position `p = oy wp + ox` and tap `(a, b)` reads the padded
