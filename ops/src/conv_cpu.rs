@@ -9,7 +9,7 @@
 //! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
 //! 3x3 stride-1 convs with enough channels take Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
 //! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off),
-//! convs of few channels (stride 1, or a strided kernel of 100 taps) the sum over taps of
+//! convs of few channels (stride 1, or a strided kernel of 49 taps) the sum over taps of
 //! shifted input lines (`conv_taps.rs`, [`taps::applies`]; `TANDEM_CONV_TAPS=0`), and other
 //! convs of a constant W with many output channels the GEMM on W packed once
 //! (`conv_packed.rs`, [`packed::applies`]), which reads the im2col of a kernel of several taps
