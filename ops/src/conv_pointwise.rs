@@ -21,9 +21,11 @@
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and `conv_taps.rs`'s kernel.
 
-use super::taps::{block_groups, image_rects, pack_weights, tile, TileOut, MR, NP};
+use super::taps::{
+    block_groups, block_in, image_rects, pack_weights, tile, InKernel, TileOut, MR, NP,
+};
 use super::{packed::finish_lines, with_scratch, OutPtr};
-use crate::conv::{Activation, Epilogue, Geom2};
+use crate::conv::{Epilogue, Geom2};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -104,12 +106,7 @@ pub(in crate::conv) fn pointwise_path(
                 wk
             }
         };
-        // The bias and a plain Relu (or nothing) are applied by the kernel; any other
-        // epilogue in a pass over each task's block after it.
-        let in_kernel = z.is_none()
-            && ep.post.is_none()
-            && matches!(ep.act, Activation::None | Activation::Relu);
-        let bias = b.filter(|_| in_kernel);
+        let ke = InKernel::of(b, z, ep);
         tasks.par_iter().for_each(|(n, oc, pix)| {
             let xn = &x[n * g.c * plane..][..g.c * plane];
             let (mb0, mb1) = (oc.start / MR, oc.end.div_ceil(MR));
@@ -126,24 +123,12 @@ pub(in crate::conv) fn pointwise_path(
             for s0 in pix.clone().step_by(span) {
                 let s1 = (s0 + span).min(pix.end);
                 for mb in mb0..mb1 {
-                    // Block `mb`'s channels inside the task's (on a split range a rectangle
-                    // may start mid-block): its weights from channel `k0` on are the block's
-                    // read `k0 - start` floats in (rows past `k1` are not stored).
-                    let start = mb * MR;
-                    let (k0, k1) = (start.max(oc.start), (start + MR).min(oc.end));
-                    let wb = &wk[mb * g.c * MR + (k0 - start)..][..g.c * MR];
-                    let to = |p: usize| TileOut {
-                        ld: plane,
-                        rows: k1 - k0,
-                        positions: (s1 - p).min(NP),
-                        bias: bias.map(|b| b[k0..].as_ptr()),
-                        relu: in_kernel && ep.act == Activation::Relu,
-                        gaps: None,
-                    };
+                    let (ks, wb) = block_in(wk, g.c * MR, mb, oc);
+                    let to = |p: usize| TileOut::of(&ks, plane, (s1 - p).min(NP), ke, None);
                     for p in (s0..s1).step_by(NP) {
                         // SAFETY: AVX-512 present (`applies`); X's planes are read at pixels
                         // `p..s1` only (`positions`), in bounds of `xn`; the output rows
-                        // `k0..k1` at those pixels are in bounds (checked above) and written
+                        // `ks` at those pixels are in bounds (checked above) and written
                         // by this task only (tasks are distinct (image, channels, pixels)
                         // blocks).
                         unsafe {
@@ -153,14 +138,14 @@ pub(in crate::conv) fn pointwise_path(
                                 g.c,
                                 &[0],
                                 wb,
-                                optr.ptr().add((n * g.m + k0) * plane + p),
+                                optr.ptr().add((n * g.m + ks.start) * plane + p),
                                 to(p),
                             )
                         }
                     }
                 }
             }
-            if !in_kernel {
+            if !ke.whole {
                 finish_lines(
                     g,
                     optr,

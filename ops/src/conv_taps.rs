@@ -230,11 +230,7 @@ pub(in crate::conv) fn taps_path(
     };
     let xlen = (n_hi - n_lo) * g.c * plane;
     let optr = OutPtr(out.as_mut_ptr(), out.len());
-    // The bias and a plain Relu (or nothing) are applied by the kernel; any other epilogue
-    // in a pass over each task's block after it.
-    let in_kernel =
-        z.is_none() && ep.post.is_none() && matches!(ep.act, Activation::None | Activation::Relu);
-    let bias = b.filter(|_| in_kernel);
+    let ke = InKernel::of(b, z, ep);
     with_scratch(wlen + xlen, |buf| {
         let (wk, xp) = buf.split_at_mut(wlen);
         let wk: &[f32] = match blocks {
@@ -260,27 +256,16 @@ pub(in crate::conv) fn taps_path(
             );
             for t in (0..span).step_by(NP) {
                 for mb in mb0..mb1 {
-                    // Block `mb`'s channels inside the task's (on a split range a rectangle
-                    // may start mid-block): its weights from channel `k0` on are the block's
-                    // read `k0 - start` floats in (rows past `k1` are not stored).
-                    let start = mb * MR;
-                    let (k0, k1) = (start.max(oc.start), (start + MR).min(oc.end));
-                    let wb = &wk[mb * g.c * taps * MR + (k0 - start)..][..g.c * taps * MR];
-                    let to = TileOut {
-                        ld: g.oh * g.ow,
-                        rows: k1 - k0,
-                        positions: (span - t).min(NP),
-                        bias: bias.map(|b| b[k0..].as_ptr()),
-                        relu: in_kernel && ep.act == Activation::Relu,
-                        gaps: Some(RowGaps {
-                            wp: l.wp,
-                            ow: g.ow,
-                            at: t,
-                        }),
+                    let (ks, wb) = block_in(wk, g.c * taps * MR, mb, oc);
+                    let gaps = RowGaps {
+                        wp: l.wp,
+                        ow: g.ow,
+                        at: t,
                     };
+                    let to = TileOut::of(&ks, g.oh * g.ow, (span - t).min(NP), ke, Some(gaps));
                     // SAFETY: AVX-512 present (`applies`); every plane has `NP` + the
                     // largest offset floats past its last row's positions; the output rows
-                    // `k0..k1` of the task's output rows are in bounds (checked above) and
+                    // `ks` of the task's output rows are in bounds (checked above) and
                     // written by this task only (tasks are distinct (image, channels, rows)
                     // blocks), the kernel storing the first `ow` of each row's positions.
                     unsafe {
@@ -290,13 +275,13 @@ pub(in crate::conv) fn taps_path(
                             g.c,
                             &l.offs,
                             wb,
-                            optr.ptr().add(first + (k0 - oc.start) * g.oh * g.ow),
+                            optr.ptr().add(first + (ks.start - oc.start) * g.oh * g.ow),
                             to,
                         )
                     }
                 }
             }
-            if !in_kernel {
+            if !ke.whole {
                 let pixels = (oy.start * g.ow, len);
                 finish_lines(g, optr, (*n, oc.clone()), pixels, (b, z, ep));
             }
@@ -367,18 +352,84 @@ pub(in crate::conv) fn pack_weights(
         });
 }
 
+/// What [`tile`] applies of a conv's epilogue: the bias and a plain Relu, where those are all
+/// of it (no residual, no affine after, no other activation); else nothing, and the caller
+/// runs the whole epilogue in a pass over each task's block after the product
+/// ([`finish_lines`]).
+#[derive(Clone, Copy)]
+pub(in crate::conv) struct InKernel<'a> {
+    /// Whether the kernel applies the whole epilogue.
+    pub whole: bool,
+    bias: Option<&'a [f32]>,
+    relu: bool,
+}
+
+impl<'a> InKernel<'a> {
+    pub(in crate::conv) fn of(
+        b: Option<&'a [f32]>,
+        z: Option<&[f32]>,
+        ep: Epilogue,
+    ) -> InKernel<'a> {
+        let whole = z.is_none()
+            && ep.post.is_none()
+            && matches!(ep.act, Activation::None | Activation::Relu);
+        InKernel {
+            whole,
+            bias: b.filter(|_| whole),
+            relu: whole && ep.act == Activation::Relu,
+        }
+    }
+}
+
+/// Block `mb`'s output channels cut to `oc` (on a split range a rectangle may start
+/// mid-block), and its weights from the first of them on: the block's in `wk` (blocks of
+/// `len` floats, as [`pack_weights`] lays them out) read that many floats in (the kernel
+/// stores no rows past the cut).
+pub(in crate::conv) fn block_in<'w>(
+    wk: &'w [f32],
+    len: usize,
+    mb: usize,
+    oc: &Range<usize>,
+) -> (Range<usize>, &'w [f32]) {
+    let start = mb * MR;
+    let ks = start.max(oc.start)..(start + MR).min(oc.end);
+    let wb = &wk[mb * len + (ks.start - start)..][..len];
+    (ks, wb)
+}
+
 /// Where [`tile`] stores its `MR x NP` block and what it starts from and ends with: the
 /// first `rows` rows and `positions` columns at stride `ld` (skipping `gaps`), the sums
 /// started from the bias per row at `bias` (else from zero), and Relu'd before the store
 /// where `relu`.
 #[derive(Clone, Copy)]
 pub(in crate::conv) struct TileOut {
-    pub ld: usize,
-    pub rows: usize,
-    pub positions: usize,
-    pub bias: Option<*const f32>,
-    pub relu: bool,
-    pub gaps: Option<RowGaps>,
+    ld: usize,
+    rows: usize,
+    positions: usize,
+    bias: Option<*const f32>,
+    relu: bool,
+    gaps: Option<RowGaps>,
+}
+
+impl TileOut {
+    /// Output channels `ks` at stride `ld`, `positions` columns, what `ep` has the kernel
+    /// apply, `gaps` skipped.
+    pub(in crate::conv) fn of(
+        ks: &Range<usize>,
+        ld: usize,
+        positions: usize,
+        ep: InKernel,
+        gaps: Option<RowGaps>,
+    ) -> TileOut {
+        TileOut {
+            ld,
+            rows: ks.len(),
+            positions,
+            bias: ep.bias.map(|b| b[ks.start..].as_ptr()),
+            relu: ep.relu,
+            gaps,
+        }
+    }
 }
 
 /// Columns a store skips: the tile's positions are line positions from `at` of rows of `wp`
@@ -387,9 +438,9 @@ pub(in crate::conv) struct TileOut {
 /// tile is stored at `j`.
 #[derive(Clone, Copy)]
 pub(in crate::conv) struct RowGaps {
-    pub wp: usize,
-    pub ow: usize,
-    pub at: usize,
+    wp: usize,
+    ow: usize,
+    at: usize,
 }
 
 /// [`avx512::tile`] where it exists; [`applies`] keeps other targets off this path.
