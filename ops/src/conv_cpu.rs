@@ -45,6 +45,9 @@ pub(super) mod implicit;
 #[path = "conv_pointwise.rs"]
 pub(super) mod pointwise;
 
+#[path = "conv_sigmoid.rs"]
+mod sigmoid;
+
 /// Raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
 pub(super) struct OutPtr(*mut f32, usize);
@@ -663,13 +666,28 @@ unsafe fn gemm_block(
     }
 }
 
+/// `line[i] = ep(line[i] + bias)`: the bias, the fused activation and the affine after it
+/// of one output line, in one pass, on the widest vectors the CPU has; with `z` (the
+/// residual's elements at the line's indices) added where `ep.residual` says:
+/// `ep(line[i] + bias + z[i])` or `ep(line[i] + bias) + z[i]`. `z` is ignored when
+/// `ep.residual` is `None`. A Sigmoid or SiLU on AVX-512 runs `conv_sigmoid.rs`, every other
+/// one the compiler's vectorisation ([`epilogue_vectorised`]).
+pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: Epilogue) {
+    if sigmoid::applies(ep) {
+        sigmoid::line(line, bias, z, ep)
+    } else {
+        epilogue_vectorised(line, bias, z, ep)
+    }
+}
+
 crate::simd::kernel! {
-    /// `line[i] = ep(line[i] + bias)`: the bias, the fused activation and the affine after it
-    /// of one output line, in one pass, on the widest vectors the CPU has (`simd.rs`); with
-    /// `z` (the residual's elements at the line's indices) added where `ep.residual` says:
-    /// `ep(line[i] + bias + z[i])` or `ep(line[i] + bias) + z[i]`. `z` is ignored when
-    /// `ep.residual` is `None`.
-    pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: Epilogue) {
+    /// [`epilogue`] at each SIMD level (`simd.rs`), bit for bit the same at each.
+    pub(super) fn epilogue_vectorised(
+        line: &mut [f32],
+        bias: Option<f32>,
+        z: Option<&[f32]>,
+        ep: Epilogue,
+    ) {
         epilogue_plain(line, bias, (z, ep.residual), ep)
     }
 }
