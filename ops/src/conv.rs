@@ -4,7 +4,8 @@
 //!
 //! Sits between the operator contract ([`crate::Op`]) and the shared CPU GEMM
 //! ([`crate::cpu_gemm`]) / the `conv` shader. 1-D convolutions run as 2-D ones with H = L and
-//! W = 1, so everything below speaks of (H, W).
+//! W = 1, so everything below speaks of (H, W); except that the packed path can take a conv
+//! over one column as the same conv over one row ([`Geom2::as_row`], `conv_implicit.rs`).
 //!
 //! Rows: output axis 2 (the first spatial axis), i.e. one row is one output line `(n, oc, oh)`
 //! of OW elements; rows = N * M * OH. That is finer than cutting on channels (a 640x640 conv
@@ -203,6 +204,33 @@ pub struct Geom2 {
 }
 
 impl Geom2 {
+    /// A conv over one column (a 1-D conv, or a 2-D one of `kw == 1` on `w == 1`) as the same
+    /// conv over one row, with `rows` (output lines `(n, m, oh)`) as that geometry's lines:
+    /// the same floats in the same order (W's too), for the paths that work along rows. `None`
+    /// where the geometry is not one column or `rows` does not cover whole planes.
+    pub fn as_row(&self, rows: &Range<usize>) -> Option<(Geom2, Range<usize>)> {
+        let column = self.w == 1 && self.kw == 1 && self.ow == 1 && self.pl == 0 && self.oh > 1;
+        if !column || !rows.start.is_multiple_of(self.oh) || !rows.end.is_multiple_of(self.oh) {
+            return None;
+        }
+        let g = Geom2 {
+            h: 1,
+            w: self.h,
+            kh: 1,
+            kw: self.kh,
+            sh: 1,
+            sw: self.sh,
+            dh: 1,
+            dw: self.dh,
+            pt: 0,
+            pl: self.pt,
+            oh: 1,
+            ow: self.oh,
+            ..*self
+        };
+        Some((g, rows.start / self.oh..rows.end / self.oh))
+    }
+
     /// The geometry of a 1-D or 2-D convolution (a 1-D one as 2-D, one column wide) from X's
     /// dims `[N, C, H(, W)]`, `m` output channels, each spatial axis's parameters and (output
     /// size, begin pad), and `(group, cg, mg)`.
@@ -725,6 +753,11 @@ impl Op for Conv {
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let sh: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
         let (g, _) = self.geom(&sh)?;
+        let as_row = match &self.constant_weight {
+            Some(_) if cpu::packed::applies(&g, &rows) => cpu::implicit::column_as_row(&g, &rows),
+            _ => None,
+        };
+        let (g, rows) = as_row.unwrap_or((g, rows));
         let x = f32_in("Conv", ins[0])?;
         let w = f32_in("Conv", ins[1])?;
         let b = ins.get(2).map(|t| f32_in("Conv", t)).transpose()?;

@@ -35,11 +35,15 @@ fn enabled() -> bool {
 /// Fewest input and output channels where this path was measured faster than im2col + GEMM
 /// (docs/bench.md, "Conv im2col read in place"): 3 -> 64 7x7/2 and 3x3/2 first convs ran
 /// 0.64-0.92x (a K of 147 or 27 over 3 planes), 16 -> 16 3x3 on 80x80 1.00x (half of each
-/// 32-column panel empty). One-column convs keep im2col: magika's 256 -> 512 5x1 over 2044
-/// pixels ran 1.13-1.2x slower read in place, even as one line of blocks (each k step of a
-/// block reads another channel's plane, 8 KB on; im2col's tiles are compact).
+/// 32-column panel empty).
 const MIN_CHANNELS: usize = 8;
 const MIN_OUT_CHANNELS: usize = 32;
+
+/// Longest column [`column_as_row`] reads in place: each k step of a block reads another
+/// channel's plane, and up to a page (4 KB) on Intel's prefetchers follow. Longer ones keep
+/// im2col: magika's 256 -> 512 5x1 over 2044 pixels ran 1.13-1.2x slower read in place,
+/// 256 -> 512 5x1 over 3996 pixels 0.97-1.05x (im2col's tiles are compact).
+const MAX_COLUMN_AS_ROW: usize = 1024;
 
 /// Whether the packed path reads this conv's im2col in place: more than one tap,
 /// [`MIN_CHANNELS`], [`MIN_OUT_CHANNELS`], more than one output column, enabled.
@@ -52,6 +56,21 @@ pub(in crate::conv) fn applies(g: &Geom2) -> bool {
 /// on small planes.
 pub(in crate::conv) fn takes_kept(g: &Geom2) -> bool {
     applies(g) && g.group == 1 && super::packed::enabled() && crate::cpu_gemm_packed::available()
+}
+
+/// A conv of a kept W over one column that the packed path takes (which would write its
+/// im2col) as the same conv over one row ([`Geom2::as_row`]), whose im2col this path reads in
+/// place, where the column is at most [`MAX_COLUMN_AS_ROW`] long and the row [`takes_kept`].
+/// magika's 256 -> 512 5x1 over 512 pixels (a page per channel): 4-6 % faster alone, the
+/// model 2-4 % (docs/bench.md). Convs that the packed path does not take stay columns:
+/// as rows read in place, 32 -> 64 9-tap ones over 512 to 4000 pixels ran up to 1.5x slower
+/// than their im2col + GEMM.
+pub(in crate::conv) fn column_as_row(
+    g: &Geom2,
+    rows: &Range<usize>,
+) -> Option<(Geom2, Range<usize>)> {
+    g.as_row(rows)
+        .filter(|(row, _)| row.w <= MAX_COLUMN_AS_ROW && takes_kept(row))
 }
 
 /// The padded planes' size and the offset of each tap (`a * kw + b`) in them.

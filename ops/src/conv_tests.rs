@@ -1098,3 +1098,67 @@ fn pointwise_path_matches_definition() {
         );
     }
 }
+
+/// A kept-W conv over one column (`kw == 1` on `w == 1`: how ONNX 1-D convs arrive) that the
+/// packed path takes runs as the same conv over one row ([`Geom2::as_row`]), its im2col read
+/// in place (magika's 256 -> 512 5x1). Against the definition whole, cut inside a plane (which
+/// keeps the column) and cut between planes, padded, strided and dilated, with a fused Relu.
+#[test]
+#[allow(clippy::single_range_in_vec_init)]
+fn column_convs_run_as_rows() {
+    type Case = ([usize; 4], usize, usize, usize, usize, [i64; 4]);
+    let cases: &[Case] = &[
+        ([1, 64, 40, 1], 64, 5, 1, 1, [2, 0, 2, 0]),
+        ([2, 96, 33, 1], 96, 3, 2, 2, [1, 0, 0, 0]),
+        ([1, 64, 25, 1], 40, 4, 1, 3, [0, 0, 3, 0]),
+    ];
+    for &(xs, m, k, s, d, pads) in cases {
+        let attrs = conv_attrs(1, [s, 1], [d, 1], pads);
+        let op = Conv {
+            activation: Activation::Relu,
+            ..Conv::plain(&attrs).unwrap().with_constant_weight()
+        };
+        let ws = [m, xs[1], k, 1];
+        let (g, _) = op.geom(&[&xs, &ws]).unwrap();
+        let lines = g.n * g.m * g.oh;
+        let (row, row_lines) = g.as_row(&(0..lines)).unwrap();
+        assert_eq!(
+            (row.h, row.w, row.kh, row.kw, row.oh, row.ow),
+            (1, g.h, 1, k, 1, g.oh)
+        );
+        assert_eq!((row.sw, row.dw, row.pl), (s, d, pads[0]), "{xs:?}");
+        assert_eq!(row_lines, 0..g.n * g.m);
+        assert!(g.as_row(&(0..lines - 1)).is_none());
+        assert!(cpu::packed::applies(&g, &(0..lines)), "{xs:?}");
+        assert!(
+            cpu::implicit::column_as_row(&g, &(0..lines)).is_some(),
+            "{xs:?}"
+        );
+        for bias in [true, false] {
+            activated_case(&op, xs, m, [k, 1], [s, 1], [d, 1], pads, bias);
+        }
+        // Cut between planes: both parts as rows.
+        let (_, want) = outputs_of(&op, xs, m, [k, 1], 1, [s, 1], [d, 1], pads, true);
+        let x = Tensor::f32(&xs, fill(xs.iter().product(), 1));
+        let w = Tensor::f32(&ws, fill(ws.iter().product(), 2));
+        let b = Tensor::f32(&[m], fill(m, 3));
+        let mut out = vec![Tensor::zeros(DType::F32, &[g.n, g.m, g.oh, 1])];
+        let cut = g.oh * (lines / g.oh / 2);
+        for r in [0..cut, cut..lines] {
+            op.cpu(&[&x, &w, &b], &mut out, r).unwrap();
+        }
+        for (j, gv) in out[0].as_f32().unwrap().iter().enumerate() {
+            let wv = Activation::Relu.apply(want[j]);
+            assert!(
+                (gv - wv).abs() < 1e-4,
+                "{xs:?} cut {cut}: [{j}] {gv} vs {wv}"
+            );
+        }
+    }
+    // Columns longer than a page per channel keep im2col.
+    let op = Conv::plain(&conv_attrs(1, [1, 1], [1, 1], [0; 4])).unwrap();
+    let (g, _) = op.geom(&[&[1, 64, 1100, 1], &[64, 64, 5, 1]]).unwrap();
+    let lines = g.n * g.m * g.oh;
+    assert!(g.as_row(&(0..lines)).is_some());
+    assert!(cpu::implicit::column_as_row(&g, &(0..lines)).is_none());
+}
