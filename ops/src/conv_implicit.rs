@@ -41,8 +41,8 @@ const MIN_OUT_CHANNELS: usize = 32;
 
 /// Longest column [`column_as_row`] reads in place: each k step of a block reads another
 /// channel's plane, and up to a page (4 KB) on Intel's prefetchers follow. Longer ones keep
-/// im2col: magika's 256 -> 512 5x1 over 2044 pixels ran 1.13-1.2x slower read in place,
-/// 256 -> 512 5x1 over 3996 pixels 0.97-1.05x (im2col's tiles are compact).
+/// im2col: a 256 -> 512 5x1 over 2044 pixels ran 1.13-1.2x slower read in place once (0.97x
+/// on the Emerald Rapids host), over 3996 pixels 0.97-1.05x (im2col's tiles are compact).
 const MAX_COLUMN_AS_ROW: usize = 1024;
 
 /// Whether the packed path reads this conv's im2col in place: more than one tap,
@@ -61,8 +61,8 @@ pub(in crate::conv) fn takes_kept(g: &Geom2) -> bool {
 /// A conv of a kept W over one column that the packed path takes (which would write its
 /// im2col) as the same conv over one row ([`Geom2::as_row`]), whose im2col this path reads in
 /// place, where the column is at most [`MAX_COLUMN_AS_ROW`] long and the row [`takes_kept`].
-/// magika's 256 -> 512 5x1 over 512 pixels (a page per channel): 4-6 % faster alone, the
-/// model 2-4 % (docs/bench.md). Convs that the packed path does not take stay columns:
+/// magika's 256 -> 512 5x1 over 512 pixels (2 KB per channel): 1.5-6 % faster alone, the
+/// model 1-2.4 % (docs/bench.md). Convs that the packed path does not take stay columns:
 /// as rows read in place, 32 -> 64 9-tap ones over 512 to 4000 pixels ran up to 1.5x slower
 /// than their im2col + GEMM.
 pub(in crate::conv) fn column_as_row(
