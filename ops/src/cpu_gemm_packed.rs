@@ -152,23 +152,24 @@ pub fn available() -> bool {
 ///
 /// Panics if AVX-512 is absent ([`available`]) or a view does not lie inside its slice.
 pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, threads: Threads) {
-    run::<false>(m, a, b, c, ldc, threads);
+    run::<false>(m, a, b, c, ldc, threads, &|_, _| {});
 }
 
 /// [`sgemm_packed`] storing C transposed: element `(i, j)` of the product goes to
 /// `c[j * ldc + i]`. A Conv's `C^T = col^T @ W^T` (pixels x output channels, W packed once)
-/// lands in its NCHW output this way: `ldc` is the output plane.
+/// lands in its NCHW output this way: `ldc` is the output plane. Each task then calls
+/// `after(columns, rows)` for the block it stored, on its thread while the block is in its
+/// cache (a conv's bias and epilogue).
 ///
 /// Panics if AVX-512 is absent ([`available`]) or a view does not lie inside its slice.
 pub fn sgemm_packed_t(
-    m: usize,
-    a: MatRef,
+    (m, a): (usize, MatRef),
     b: &PackedB,
-    c: &mut [f32],
-    ldc: usize,
+    (c, ldc): (&mut [f32], usize),
     threads: Threads,
+    after: &(dyn Fn(Range<usize>, Range<usize>) + Sync),
 ) {
-    run::<true>(m, a, b, c, ldc, threads);
+    run::<true>(m, a, b, c, ldc, threads, after);
 }
 
 /// [`sgemm_packed_t`] on the calling thread, for the columns of `panels` only (a conv task's
@@ -201,7 +202,7 @@ pub unsafe fn sgemm_packed_t_panels(
 }
 
 /// [`sgemm_packed`] (`T` false) and [`sgemm_packed_t`] (`T` true): views checked, then the
-/// tasks.
+/// tasks, each calling `after` with its block's columns and rows.
 fn run<const T: bool>(
     m: usize,
     a: MatRef,
@@ -209,6 +210,7 @@ fn run<const T: bool>(
     c: &mut [f32],
     ldc: usize,
     threads: Threads,
+    after: &(dyn Fn(Range<usize>, Range<usize>) + Sync),
 ) {
     if m == 0 || b.n == 0 {
         return;
@@ -251,7 +253,9 @@ fn run<const T: bool>(
         // SAFETY: AVX-512F checked above; A and the panel are in bounds (checked views); C's
         // block (rows r0.., columns p*nr.., or transposed) is in bounds (checked) and written
         // by this task only (tasks are distinct (panel, band) pairs).
-        unsafe { panel_band::<T>(a, b, p, r0..(r0 + band).min(m), cptr, ldc) };
+        let rows = r0..(r0 + band).min(m);
+        unsafe { panel_band::<T>(a, b, p, rows.clone(), cptr, ldc) };
+        after(p * nr..(p * nr + nr).min(n), rows);
     };
     let tasks = panels * bands;
     if workers > 1 && tasks > 1 {
@@ -848,7 +852,8 @@ mod tests {
                 for (threads, pool) in runs {
                     let ldc = m + 5;
                     let mut c = vec![f32::NAN; (n - 1) * ldc + m];
-                    let mut product = || sgemm_packed_t(m, a_view, &packed, &mut c, ldc, threads);
+                    let mut product =
+                        || sgemm_packed_t((m, a_view), &packed, (&mut c, ldc), threads, &|_, _| {});
                     match pool {
                         Some(p) => p.install(product),
                         None => product(),
