@@ -194,13 +194,14 @@ fn whole_plane_path(
                 let first = n * g.m * plane + p0;
                 let len = (g.m - 1) * plane + (p1 - p0);
                 assert!(first + len <= optr.1, "Conv output block out of bounds");
-                // SAFETY: in bounds (checked); nothing else touches `out` during the call.
-                let c = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(first), len) };
                 // Each task's channels x pixels, right after it stored them.
                 let finish = |ch: Range<usize>, px: Range<usize>| {
                     finish_lines(g, optr, (n, ch), (p0 + px.start, px.len()), (b, z, ep))
                 };
-                sgemm_packed_t((p1 - p0, a), w, (c, plane), Threads::Pool, &finish);
+                let c = (optr.ptr().wrapping_add(first), len, plane);
+                // SAFETY: in bounds (checked); nothing else touches `out` during the call but
+                // `finish`, each call on the block its task stored.
+                unsafe { sgemm_packed_t((p1 - p0, a), w, c, Threads::Pool, &finish) };
             };
             with_a(g, xn, (p0, p1), true, block);
             p0 = p1;

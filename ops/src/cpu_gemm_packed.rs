@@ -152,7 +152,9 @@ pub fn available() -> bool {
 ///
 /// Panics if AVX-512 is absent ([`available`]) or a view does not lie inside its slice.
 pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, threads: Threads) {
-    run::<false>(m, a, b, c, ldc, threads, &|_, _| {});
+    let c = (CPtr(c.as_mut_ptr()), c.len());
+    // SAFETY: `c` is a live exclusive slice of that length, and `after` touches nothing.
+    unsafe { run::<false>(m, a, b, c, ldc, threads, &|_, _| {}) };
 }
 
 /// [`sgemm_packed`] storing C transposed: element `(i, j)` of the product goes to
@@ -161,15 +163,21 @@ pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize,
 /// `after(columns, rows)` for the block it stored, on its thread while the block is in its
 /// cache (a conv's bias and epilogue).
 ///
-/// Panics if AVX-512 is absent ([`available`]) or a view does not lie inside its slice.
-pub fn sgemm_packed_t(
+/// # Safety
+/// `c` is valid for `len` floats, touched by no one else during the call but `after`, which
+/// may touch only the block it is given.
+///
+/// Panics if AVX-512 is absent ([`available`]), A's view does not lie inside its slice or C's
+/// does not lie inside the `len` floats.
+pub unsafe fn sgemm_packed_t(
     (m, a): (usize, MatRef),
     b: &PackedB,
-    (c, ldc): (&mut [f32], usize),
+    (c, len, ldc): (*mut f32, usize, usize),
     threads: Threads,
     after: &(dyn Fn(Range<usize>, Range<usize>) + Sync),
 ) {
-    run::<true>(m, a, b, c, ldc, threads, after);
+    // SAFETY: the caller's contract.
+    unsafe { run::<true>(m, a, b, (CPtr(c), len), ldc, threads, after) };
 }
 
 /// [`sgemm_packed_t`] on the calling thread, for the columns of `panels` only (a conv task's
@@ -203,11 +211,14 @@ pub unsafe fn sgemm_packed_t_panels(
 
 /// [`sgemm_packed`] (`T` false) and [`sgemm_packed_t`] (`T` true): views checked, then the
 /// tasks, each calling `after` with its block's columns and rows.
-fn run<const T: bool>(
+///
+/// # Safety
+/// As [`sgemm_packed_t`], `c` the pointer and its length.
+unsafe fn run<const T: bool>(
     m: usize,
     a: MatRef,
     b: &PackedB,
-    c: &mut [f32],
+    (cptr, c_len): (CPtr, usize),
     ldc: usize,
     threads: Threads,
     after: &(dyn Fn(Range<usize>, Range<usize>) + Sync),
@@ -218,11 +229,10 @@ fn run<const T: bool>(
     // C as stored: `lines` lines of `len` elements at stride `ldc`.
     let (lines, len) = if T { (b.n, m) } else { (m, b.n) };
     assert!(
-        ldc >= len && (lines - 1) * ldc + len <= c.len(),
-        "sgemm_packed: C {m}x{} ({}, stride {ldc}) out of bounds of {}",
+        ldc >= len && (lines - 1) * ldc + len <= c_len,
+        "sgemm_packed: C {m}x{} ({}, stride {ldc}) out of bounds of {c_len}",
         b.n,
         if T { "transposed" } else { "row-major" },
-        c.len()
     );
     let (k, n) = (b.k, b.n);
     assert!(available(), "sgemm_packed without AVX-512");
@@ -244,7 +254,6 @@ fn run<const T: bool>(
     // the rows are fewer than the columns: B is the larger operand; a deep conv's 49 pixels
     // against 224 channels 342 -> 293 us), else a band of A.
     let panel_major = m < n;
-    let cptr = CPtr(c.as_mut_ptr());
     let task = |t: usize| {
         let (p, r0) = match panel_major {
             true => (t / bands, (t % bands) * band),
@@ -852,8 +861,11 @@ mod tests {
                 for (threads, pool) in runs {
                     let ldc = m + 5;
                     let mut c = vec![f32::NAN; (n - 1) * ldc + m];
-                    let mut product =
-                        || sgemm_packed_t((m, a_view), &packed, (&mut c, ldc), threads, &|_, _| {});
+                    let mut product = || {
+                        let c_at = (c.as_mut_ptr(), c.len(), ldc);
+                        // SAFETY: `c` is live, exclusive and that long; `after` does nothing.
+                        unsafe { sgemm_packed_t((m, a_view), &packed, c_at, threads, &|_, _| {}) }
+                    };
                     match pool {
                         Some(p) => p.install(product),
                         None => product(),
