@@ -673,9 +673,7 @@ unsafe fn gemm_block(
 /// `ep.residual` is `None`. A Sigmoid or SiLU on AVX-512 runs `conv_sigmoid.rs`, every other
 /// one the compiler's vectorisation ([`epilogue_vectorised`]).
 pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: Epilogue) {
-    if sigmoid::applies(ep) {
-        sigmoid::line(line, bias, z, ep)
-    } else {
+    if !sigmoid::line(line, bias, z, ep) {
         epilogue_vectorised(line, bias, z, ep)
     }
 }

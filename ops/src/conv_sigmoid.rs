@@ -16,19 +16,17 @@
 use crate::conv::{Activation, Epilogue, Residual};
 
 /// Whether [`line`] computes `ep` on this CPU: a Sigmoid or SiLU, kernels at AVX-512.
-pub(super) fn applies(ep: Epilogue) -> bool {
+fn applies(ep: Epilogue) -> bool {
     matches!(ep.act, Activation::Sigmoid | Activation::Silu)
         && crate::simd::level() == crate::simd::Level::Avx512
 }
 
-/// [`super::epilogue`] for an `ep` that [`applies`]: `line[i] = ep(line[i] + bias)`, with `z`
-/// added where `ep.residual` says.
-pub(super) fn line(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: Epilogue) {
-    assert!(
-        applies(ep),
-        "conv sigmoid epilogue: {ep:?} on {:?}",
-        crate::simd::level()
-    );
+/// [`super::epilogue`] where `ep` [`applies`]: `line[i] = ep(line[i] + bias)`, with `z`
+/// added where `ep.residual` says; `false` (nothing written) where it does not.
+pub(super) fn line(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: Epilogue) -> bool {
+    if !applies(ep) {
+        return false;
+    }
     let z = match (z, ep.residual) {
         (Some(z), Residual::BeforeAct | Residual::AfterAct) => Some(&z[..line.len()]),
         _ => None,
@@ -42,6 +40,8 @@ pub(super) fn line(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: E
             _ => avx512::line::<false>(line, bias.unwrap_or(0.0), z, ep),
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    return true;
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!(
         "conv sigmoid epilogue without AVX-512: {:?}",
@@ -52,37 +52,31 @@ pub(super) fn line(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: E
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use crate::conv::{Epilogue, Residual};
+    use crate::unary::{EXP_CLAMP, EXP_POLY, LN2_PARTS};
     use std::arch::x86_64::*;
 
     /// `a / (1 + e^-v)` per lane (`a` 1 for a sigmoid, `v` for a SiLU),
     /// [`crate::unary::exp_f32`]'s e^x with FMAs.
     #[inline(always)]
     unsafe fn over_one_plus_exp_neg(a: __m512, v: __m512) -> __m512 {
-        /// `exp_f32`'s upper bound (about ln f32::MAX): its e^x above it is +inf.
-        const HI: f32 = 88.722_8;
+        let (lo, hi) = EXP_CLAMP;
         let u = _mm512_sub_ps(_mm512_setzero_ps(), v);
         // Clamped as `exp_f32`, NaN kept (vmaxps and vminps return their second operand then).
-        let xc = _mm512_min_ps(_mm512_set1_ps(HI), _mm512_max_ps(_mm512_set1_ps(-86.5), u));
+        let xc = _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), u));
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm512_mul_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E)),
         );
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), xc);
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm512_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            0.5,
-        ] {
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_PARTS.0), xc);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_PARTS.1), r);
+        let mut p = _mm512_set1_ps(EXP_POLY[0]);
+        for &c in &EXP_POLY[1..] {
             p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
         }
         let one = _mm512_set1_ps(1.0);
         let y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), one);
         let e = _mm512_scalef_ps(y, n);
         // Above the clamp e^u overflows: 1 / (1 + inf) = 0.
-        let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(u, _mm512_set1_ps(HI));
+        let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(u, _mm512_set1_ps(hi));
         let e = _mm512_mask_mov_ps(e, over, _mm512_set1_ps(f32::INFINITY));
         _mm512_div_ps(a, _mm512_add_ps(one, e))
     }

@@ -255,6 +255,20 @@ fn sigmoid_f32(x: f32) -> f32 {
     1.0 / (1.0 + exp_f32(-x))
 }
 
+/// [`exp_f32`]'s clamp of x: e^x above the upper bound (about ln f32::MAX) is +inf.
+pub(crate) const EXP_CLAMP: (f32, f32) = (-86.5, 88.722_8);
+/// [`exp_f32`]'s ln 2 in two parts (Cody-Waite): `r = x - n hi - n lo`.
+pub(crate) const LN2_PARTS: (f32, f32) = (0.693_359_4, -2.121_944_4e-4);
+/// [`exp_f32`]'s polynomial (Cephes expf), highest degree first: `e^r = p(r) r^2 + r + 1`.
+pub(crate) const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+
 /// e^x in f32 without libm calls, so loops over it vectorise (SSE2 has no floor: n is
 /// rounded with the 1.5 * 2^23 trick): Cody-Waite reduction to r in [-ln2/2, ln2/2], a
 /// degree-6 polynomial (Cephes expf) and 2^n from exponent bits. Within 2 ulp for results
@@ -268,22 +282,21 @@ pub fn exp_f32(x: f32) -> f32 {
     /// ln(f32::MIN_POSITIVE): e^x of anything smaller is subnormal.
     const LN_MIN_POSITIVE: f32 = -87.336_55;
     const MAGIC: f32 = 12_582_912.0;
-    let xc = x.clamp(-86.5, 88.722_8);
+    let (lo, hi) = EXP_CLAMP;
+    let xc = x.clamp(lo, hi);
     let t = xc * std::f32::consts::LOG2_E + MAGIC;
     let n = t - MAGIC;
     let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
-    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let r = xc - n * LN2_PARTS.0 - n * LN2_PARTS.1;
     let z = r * r;
-    let mut p = 1.987_569_1e-4_f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
+    let mut p = EXP_POLY[0];
+    for c in &EXP_POLY[1..] {
+        p = p * r + c;
+    }
     let y = p * z + r + 1.0;
     // 2^(n-1) stays a normal number for n in -125..=128; the factor 2 restores 2^n.
     let half_scale = f32::from_bits(((ni + 126) as u32) << 23);
-    if x > 88.722_8 {
+    if x > hi {
         f32::INFINITY
     } else if x < LN_MIN_POSITIVE {
         0.0
