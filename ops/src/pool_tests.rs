@@ -370,10 +370,10 @@ fn plane_paths_match_naive_on_vision_shapes_at_every_simd_level() {
 #[test]
 fn pools_3x3_of_stride_1_or_2_match_the_definition_at_every_pad_width_and_level() {
     // 3x3 windows (`pool_3x3.rs` on AVX2 and AVX-512, phase planes or bands elsewhere): widths
-    // around the 8-, 16- and 32-column vector edges, begin and end pads, ceil overhangs; NaNs in a column
-    // past a vector pair (read only by the third tap), zeros of both signs tied. A max is the
-    // first maximum bit for bit; averages (positions or the padded window counted) within
-    // rounding.
+    // around the 8-, 16- and 32-column vector edges, begin and end pads, ceil overhangs; NaNs in
+    // a column past a vector pair (read only by the third tap), zeros of both signs tied. A max
+    // is the first maximum bit for bit; averages (positions or the padded window counted)
+    // within rounding.
     for w in [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 34, 35, 66, 111] {
         for ((pt, pl), s) in [(0, 0), (1, 2), (2, 1)]
             .into_iter()
