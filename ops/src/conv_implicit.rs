@@ -55,7 +55,7 @@ pub(in crate::conv) fn applies(g: &Geom2) -> bool {
 /// path runs (AVX-512, `TANDEM_CONV_PACKED` not 0). Winograd and the taps path yield to it
 /// on small planes.
 pub(in crate::conv) fn takes_kept(g: &Geom2) -> bool {
-    applies(g) && g.group == 1 && super::packed::enabled() && crate::cpu_gemm_packed::available()
+    applies(g) && g.group == 1 && super::packed::enabled() && crate::simd::avx512()
 }
 
 /// A conv of a kept W over one column that the packed path takes (which would write its

@@ -42,7 +42,7 @@
 use super::{epilogue, im2col, im2col_par, with_scratch, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::{MatRef, Threads};
-use crate::cpu_gemm_packed::{self, sgemm_packed_t, sgemm_packed_t_panels, PackedB};
+use crate::cpu_gemm_packed::{sgemm_packed_t, sgemm_packed_t_panels, PackedB};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -98,7 +98,7 @@ pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
         && (super::implicit::applies(g) || through_im2col())
         && rows.start.is_multiple_of(img)
         && rows.end.is_multiple_of(img)
-        && cpu_gemm_packed::available()
+        && crate::simd::avx512()
 }
 
 /// Images `rows / (M * OH)` of the convolution into `out`. Planes of more than

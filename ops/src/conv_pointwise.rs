@@ -53,7 +53,7 @@ pub(in crate::conv) fn applies(g: &Geom2) -> bool {
         && g.m.is_multiple_of(MR)
         && g.oh * g.ow >= MIN_PIXELS
         && (g.m <= MAX_OUT_CHANNELS || g.c <= MAX_CHANNELS_ANY_OUT)
-        && crate::cpu_gemm_packed::available()
+        && crate::simd::avx512()
         && enabled()
 }
 

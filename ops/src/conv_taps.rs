@@ -96,7 +96,7 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
         }
         && g.m <= MAX_OUT_CHANNELS
         && g.oh * g.ow * g.kh * g.kw >= MIN_PIXEL_TAPS
-        && crate::cpu_gemm_packed::available()
+        && crate::simd::avx512()
         && enabled()
 }
 

@@ -769,7 +769,7 @@ fn winograd_speed() {
         });
         // W packed once for the packed GEMM path (AVX-512 only; else its column repeats im2col).
         let ckk = c * 9;
-        let packed = crate::cpu_gemm_packed::available().then(|| {
+        let packed = crate::simd::avx512().then(|| {
             crate::cpu_gemm_packed::PackedB::pack(
                 crate::cpu_gemm::MatRef::row_major(&w, 0, ckk).t(),
                 ckk,
@@ -897,11 +897,7 @@ fn packed_weights_match_definition() {
             let taken = cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2]))
                 && !op.cpu_takes_taps(&g2)
                 && !op.cpu_takes_pointwise(&g2);
-            assert_eq!(
-                taken,
-                on && crate::cpu_gemm_packed::available(),
-                "{xs:?} m {m}"
-            );
+            assert_eq!(taken, on && crate::simd::avx512(), "{xs:?} m {m}");
         }
     }
     // K of 256 takes the packed path on a plane of 384 pixels, not on one of 385 (tiles).
@@ -912,7 +908,7 @@ fn packed_weights_match_definition() {
             .unwrap();
         assert_eq!(
             cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2])),
-            taken && on && crate::cpu_gemm_packed::available(),
+            taken && on && crate::simd::avx512(),
             "{hw:?}"
         );
     }
@@ -964,7 +960,7 @@ fn implicit_im2col_matches_definition() {
             && cpu::packed::applies(&g, &whole)
             && !op.cpu_takes_winograd(&g)
             && !op.cpu_takes_taps(&g);
-        let avx512 = crate::cpu_gemm_packed::available();
+        let avx512 = crate::simd::avx512();
         assert_eq!(taken, on && avx512, "{xs:?} m {m} k {k:?}");
         for pool in [None, Some(&seven)] {
             let run = || outputs_of(&op, xs, m, k, 1, s, d, pads, true);
@@ -1011,7 +1007,7 @@ fn taps_path_matches_definition() {
         let on = std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
         assert_eq!(
             cpu::taps::applies(&g, false),
-            on && crate::cpu_gemm_packed::available(),
+            on && crate::simd::avx512(),
             "{xs:?} m {m} k {k:?} s {s:?}"
         );
         for (bias, kept) in [(true, false), (false, false), (true, true)] {
@@ -1075,7 +1071,7 @@ fn pointwise_path_matches_definition() {
             let (g, _) = op.geom(&[&xs, &[m, xs[1], 1, 1]]).unwrap();
             assert_eq!(
                 op.cpu_takes_pointwise(&g),
-                on && crate::cpu_gemm_packed::available(),
+                on && crate::simd::avx512(),
                 "{xs:?} m {m}"
             );
         }
@@ -1112,7 +1108,7 @@ fn column_convs_run_as_rows() {
     type Case = ([usize; 4], usize, usize, usize, usize, [i64; 4]);
     // Without AVX-512 (or with a path turned off) they stay columns, on other paths.
     let off = |var: &str| std::env::var(var).as_deref() == Ok("0");
-    let packed = crate::cpu_gemm_packed::available() && !off("TANDEM_CONV_PACKED");
+    let packed = crate::simd::avx512() && !off("TANDEM_CONV_PACKED");
     let implicit = !off("TANDEM_CONV_IMPLICIT");
     let cases: &[Case] = &[
         ([1, 64, 40, 1], 64, 5, 1, 1, [2, 0, 2, 0]),

@@ -9,8 +9,9 @@
 //! that leaves the fewest columns of the last panel empty ([`panel_width`]): 48 for most, 64
 //! for n = 64, 128, 256 (tiny Llama's and magika's products, a third of whose multiply-adds
 //! went to zero columns at 48), 32 for n = 160, 224, 352 (inception_v2's convs, 7-17 % of
-//! whose multiply-adds went to zero columns). AVX-512 only: without it ([`available`] false)
-//! callers keep the `gemm` crate.
+//! whose multiply-adds went to zero columns). Without AVX-512, B is packed in panels of 16
+//! columns, which AVX2 and FMA run in blocks of 6 rows (`cpu_gemm_packed_avx2.rs`); without
+//! AVX2 ([`available`] false) callers keep the `gemm` crate.
 //!
 //! A band's rows of A are read once per panel and a panel once per block of rows: when both
 //! outgrow L2 (a 512 -> 512 3x3 conv on 7x7: 49 pixels x 4608 of im2col and a 1.2 MB panel),
@@ -25,6 +26,7 @@
 
 use crate::cpu_gemm::{MatRef, Threads};
 use crate::kept::Kept;
+use crate::simd::Level;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -32,6 +34,9 @@ use std::ops::Range;
 /// Accumulators of a micro-kernel call (of the 32 vector registers): rows of A times vectors
 /// of a panel, 12 x 2 for 32 columns, 8 x 3 for 48, 6 x 4 for 64.
 const ACCUMULATORS: usize = 24;
+
+/// Rows of A per block on AVX2 (`cpu_gemm_packed_avx2.rs`): 6 x 2 vectors of 8 accumulators.
+const AVX2_ROWS: usize = 6;
 
 /// Bytes of A's rows and a panel's K-chunk that [`panel_band`] keeps in L2 (a quarter of the
 /// 1 MiB of the cores measured); it splits K only where they outgrow twice this.
@@ -77,7 +82,7 @@ impl PackedB {
     /// 0.05 s unpacked; 0.07-0.15 s on two threads).
     pub fn pack(b: MatRef, k: usize, n: usize) -> PackedB {
         assert!(b.fits(k, n), "PackedB: B view {k}x{n} out of bounds");
-        let nr = panel_width(n);
+        let nr = if wide() { panel_width(n) } else { 16 };
         let panels = n.div_ceil(nr);
         // `nr` is a multiple of 16: whole lines.
         let mut lines = vec![Line([0.0; 16]); panels * k * nr / 16];
@@ -100,9 +105,13 @@ impl PackedB {
         self.nr
     }
 
-    /// Rows of A per micro-kernel block: 12, 8 or 6 for panels of 32, 48 or 64 columns.
+    /// Rows of A per micro-kernel block: 12, 8 or 6 for panels of 32, 48 or 64 columns on
+    /// AVX-512, 6 on AVX2.
     pub fn block_rows(&self) -> usize {
-        ACCUMULATORS / (self.nr / 16)
+        match wide() && self.nr > 16 {
+            true => ACCUMULATORS / (self.nr / 16),
+            false => AVX2_ROWS,
+        }
     }
 
     /// Panels: `n / nr` rounded up.
@@ -136,21 +145,20 @@ impl KeptPacking {
     }
 }
 
-/// Whether this CPU runs the packed kernel (AVX-512F).
+/// Whether this CPU runs a packed kernel: AVX-512 or AVX2 + FMA, as [`crate::simd::level`]
+/// reports it (`TANDEM_SIMD=avx2` runs the AVX2 kernel on an AVX-512 CPU).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::simd::level() >= Level::Avx2
+}
+
+/// Whether blocks run the AVX-512 kernel (else the AVX2 one).
+fn wide() -> bool {
+    crate::simd::level() == Level::Avx512
 }
 
 /// `C[m x n] = A[m x k] @ B` (B packed), C row-major with row stride `ldc` in `c`.
 ///
-/// Panics if AVX-512 is absent ([`available`]) or a view does not lie inside its slice.
+/// Panics without AVX2 or AVX-512 ([`available`]) or a view does not lie inside its slice.
 pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize, threads: Threads) {
     let c = (CPtr(c.as_mut_ptr()), c.len());
     // SAFETY: `c` is a live exclusive slice of that length, and `after` touches nothing.
@@ -167,7 +175,7 @@ pub fn sgemm_packed(m: usize, a: MatRef, b: &PackedB, c: &mut [f32], ldc: usize,
 /// `c` is valid for `len` floats, touched by no one else during the call but `after`, which
 /// may touch only the block it is given.
 ///
-/// Panics if AVX-512 is absent ([`available`]), A's view does not lie inside its slice or C's
+/// Panics without AVX2 or AVX-512 ([`available`]), A's view does not lie inside its slice or C's
 /// does not lie inside the `len` floats.
 pub unsafe fn sgemm_packed_t(
     (m, a): (usize, MatRef),
@@ -188,7 +196,7 @@ pub unsafe fn sgemm_packed_t(
 /// For every column `j` of those panels below `n`, the `m` floats from `c + j * ldc` are valid
 /// and written by no one else during the call.
 ///
-/// Panics if AVX-512 is absent ([`available`]) or A's view does not lie inside its slice.
+/// Panics without AVX2 or AVX-512 ([`available`]) or A's view does not lie inside its slice.
 pub unsafe fn sgemm_packed_t_panels(
     m: usize,
     a: MatRef,
@@ -197,14 +205,14 @@ pub unsafe fn sgemm_packed_t_panels(
     c: *mut f32,
     ldc: usize,
 ) {
-    assert!(available(), "sgemm_packed without AVX-512");
+    assert!(available(), "sgemm_packed without AVX2 or AVX-512");
     assert!(
         a.fits(m, b.k),
         "sgemm_packed: A view {m}x{} out of bounds",
         b.k
     );
     for p in panels.start..panels.end.min(b.panels()) {
-        // SAFETY: AVX-512F checked; A checked; C's columns forwarded from the caller.
+        // SAFETY: AVX2 or AVX-512 checked; A checked; C's columns forwarded from the caller.
         unsafe { panel_band::<true>(a, b, p, 0..m, CPtr(c), ldc) };
     }
 }
@@ -235,11 +243,11 @@ unsafe fn run<const T: bool>(
         if T { "transposed" } else { "row-major" },
     );
     let (k, n) = (b.k, b.n);
-    assert!(available(), "sgemm_packed without AVX-512");
+    assert!(available(), "sgemm_packed without AVX2 or AVX-512");
     assert!(a.fits(m, k), "sgemm_packed: A view {m}x{k} out of bounds");
     // Tasks: a panel of columns x a band of rows; bands only where panels are too few to keep
     // every thread busy for several tasks.
-    let (nr, mr) = (b.nr, ACCUMULATORS / (b.nr / 16));
+    let (nr, mr) = (b.nr, b.block_rows());
     let panels = n.div_ceil(nr);
     let workers = match threads {
         Threads::Pool => rayon::current_num_threads().max(1),
@@ -259,7 +267,7 @@ unsafe fn run<const T: bool>(
             true => (t / bands, (t % bands) * band),
             false => (t % panels, (t / panels) * band),
         };
-        // SAFETY: AVX-512F checked above; A and the panel are in bounds (checked views); C's
+        // SAFETY: AVX2 or AVX-512 checked above; A and the panel are in bounds (checked views); C's
         // block (rows r0.., columns p*nr.., or transposed) is in bounds (checked) and written
         // by this task only (tasks are distinct (panel, band) pairs).
         let rows = r0..(r0 + band).min(m);
@@ -279,7 +287,7 @@ unsafe fn run<const T: bool>(
 /// in chunks, each block's sums kept row-major in `partial` for the next chunk to start from.
 ///
 /// # Safety
-/// AVX-512F present; `a` covers rows `rows` x `b.k`; C's block of those rows and the panel's
+/// AVX2 or AVX-512 present; `a` covers rows `rows` x `b.k`; C's block of those rows and the panel's
 /// columns below `b.n` is valid (transposed: `rows.len()` floats from `c + j * ldc +
 /// rows.start` for each such column `j`) and written by no one else during the call.
 unsafe fn panel_band<const T: bool>(
@@ -290,7 +298,7 @@ unsafe fn panel_band<const T: bool>(
     c: CPtr,
     ldc: usize,
 ) {
-    let (nr, mr) = (b.nr, ACCUMULATORS / (b.nr / 16));
+    let (nr, mr) = (b.nr, b.block_rows());
     let cols = (b.n - p * nr).min(nr);
     let panel = b.panel(p);
     let (r0, end) = (rows.start, rows.end);
@@ -400,7 +408,7 @@ pub enum BlockOut {
 /// conv's im2col read in place from its padded input planes (`conv_implicit.rs`), K in chunks
 /// of input channels. The sums start from `init`'s partial sums where given, else zero.
 ///
-/// Panics if AVX-512 is absent, `rows` exceeds [`PackedB::block_rows`], the taps do not
+/// Panics without AVX2 or AVX-512, `rows` exceeds [`PackedB::block_rows`], the taps do not
 /// divide K, `chunk` is empty or past K, or a read of A would leave `a.data`.
 ///
 /// # Safety
@@ -415,7 +423,7 @@ pub unsafe fn taps_block(
     init: Option<*const f32>,
     out: BlockOut,
 ) {
-    assert!(available(), "sgemm_packed without AVX-512");
+    assert!(available(), "sgemm_packed without AVX2 or AVX-512");
     let steps = taps.len();
     assert!(
         steps > 0 && b.k.is_multiple_of(steps) && !chunk.is_empty() && chunk.end <= b.k / steps,
@@ -442,7 +450,7 @@ pub unsafe fn taps_block(
         taps,
     };
     let panel = &b.panel(p)[chunk.start * steps * nr..chunk.end * steps * nr];
-    // SAFETY: AVX-512F and A's reads checked; the rest forwarded from the caller.
+    // SAFETY: AVX2 or AVX-512 and A's reads checked; the rest forwarded from the caller.
     unsafe {
         match out {
             BlockOut::Transposed { c, ldc, room } => {
@@ -468,15 +476,15 @@ impl CPtr {
     }
 }
 
-/// One block of `rows` rows (at most 12 for a 32-column panel, 8 for a 48-column one, 6 for a
-/// 64-column one) by `cols
-/// <= nr` columns; transposed (`T`), `room` rows from the first may be written (a store of 8
-/// rows runs into the next block's, which overwrites them after).
+/// One block of `rows` rows ([`PackedB::block_rows`] at most: on AVX-512 12 for a 32-column
+/// panel, 8 for a 48-column one, 6 for a 64-column one; 6 on AVX2) by `cols <= nr` columns;
+/// transposed (`T`), `room` rows from the first may be written (a store of 8 rows runs into
+/// the next block's, which overwrites them after).
 ///
 /// The sums start from `init`'s (`rows` rows of `nr`, row-major) where given, else zero.
 ///
 /// # Safety
-/// AVX-512F present; `a` covers `rows x panel.len() / nr`; `c` covers `rows` rows of `cols`
+/// AVX2 or AVX-512 present; `a` covers `rows x panel.len() / nr`; `c` covers `rows` rows of `cols`
 /// at stride `ldc` (transposed: `cols` columns of `room` rows at stride `ldc`), written by no
 /// one else during the call; `init`, where given, covers `rows x nr` floats (it may be `c`).
 unsafe fn block<const T: bool>(
@@ -516,6 +524,11 @@ unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
     init: *const f32,
 ) {
     #[cfg(target_arch = "x86_64")]
+    if !wide() || nr == 16 {
+        // SAFETY: forwarded from the caller (AVX2 present where AVX-512 is not).
+        return unsafe { avx2_block::<T, I, S>(rows, a, (panel, nr), c, ldc, cols, init) };
+    }
+    #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {
         use avx512::kernel as k;
@@ -551,6 +564,40 @@ unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (rows, a.view, panel, nr, c, ldc, cols, init);
 }
+
+/// [`by_shape`] on AVX2 (or for panels of 16 columns, packed where AVX2 ran): blocks of at
+/// most [`AVX2_ROWS`] rows, as [`PackedB::block_rows`] cuts them for such panels or CPUs.
+///
+/// # Safety
+/// As [`block`], AVX2 and FMA present.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_block<const T: bool, const I: bool, const S: bool>(
+    rows: usize,
+    a: Lhs,
+    panel: (&[f32], usize),
+    c: *mut f32,
+    ldc: usize,
+    cols: (usize, usize),
+    init: *const f32,
+) {
+    use avx2::kernel as k;
+    assert!(rows <= AVX2_ROWS, "packed AVX2 block of {rows} rows");
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match rows {
+            6 => k::<6, T, I, S>(a, panel, c, ldc, cols, init),
+            5 => k::<5, T, I, S>(a, panel, c, ldc, cols, init),
+            4 => k::<4, T, I, S>(a, panel, c, ldc, cols, init),
+            3 => k::<3, T, I, S>(a, panel, c, ldc, cols, init),
+            2 => k::<2, T, I, S>(a, panel, c, ldc, cols, init),
+            _ => k::<1, T, I, S>(a, panel, c, ldc, cols, init),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[path = "cpu_gemm_packed_avx2.rs"]
+mod avx2;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
@@ -732,21 +779,33 @@ mod tests {
 
     #[test]
     fn packing_keeps_every_element_on_cache_lines_and_zeroes_the_last_panel_past_n() {
-        // 90 columns: two panels of 48 (the second holds 42); 120: two of 64 (the second 56).
-        for (n, nr, last) in [(90, 48, 42), (120, 64, 56)] {
-            let k = 3;
-            let b = fill(k * n, 1);
-            let p = PackedB::pack(MatRef::row_major(&b, 0, n), k, n);
-            assert_eq!((p.nr, 16 * p.lines.len()), (nr, 2 * k * nr));
-            // Both panels start on a cache line (module docs: split loads).
-            assert!((0..2).all(|q| (p.panel(q).as_ptr() as usize).is_multiple_of(64)));
-            for kk in 0..k {
-                for j in 0..n {
-                    assert_eq!(p.panel(j / nr)[kk * nr + j % nr], b[kk * n + j]);
+        // On AVX-512 90 columns: two panels of 48 (the second holds 42); 120: two of 64 (the
+        // second 56). On AVX2 panels of 16: six (the last holds 10) and eight (the last 8).
+        for level in packed_levels() {
+            for (n, wide_nr) in [(90, 48), (120, 64)] {
+                let k = 3;
+                let b = fill(k * n, 1);
+                let p = crate::simd::with_level(level, || {
+                    PackedB::pack(MatRef::row_major(&b, 0, n), k, n)
+                });
+                let nr = if level == Level::Avx512 { wide_nr } else { 16 };
+                let panels = n.div_ceil(nr);
+                assert_eq!(
+                    (p.nr, 16 * p.lines.len()),
+                    (nr, panels * k * nr),
+                    "{level:?}"
+                );
+                // Every panel starts on a cache line (module docs: split loads).
+                assert!((0..panels).all(|q| (p.panel(q).as_ptr() as usize).is_multiple_of(64)));
+                let last = n - (panels - 1) * nr;
+                for kk in 0..k {
+                    for j in 0..n {
+                        assert_eq!(p.panel(j / nr)[kk * nr + j % nr], b[kk * n + j]);
+                    }
+                    assert!(p.panel(panels - 1)[kk * nr + last..(kk + 1) * nr]
+                        .iter()
+                        .all(|&v| v == 0.0));
                 }
-                assert!(p.panel(1)[kk * nr + last..(kk + 1) * nr]
-                    .iter()
-                    .all(|&v| v == 0.0));
             }
         }
     }
@@ -767,14 +826,29 @@ mod tests {
         );
     }
 
+    /// The levels this CPU runs a packed kernel at: AVX2, and AVX-512 where it has it. A test
+    /// forces each on its own thread ([`crate::simd::with_level`]); pools run the detected one.
+    fn packed_levels() -> Vec<Level> {
+        let levels: Vec<Level> = crate::simd::cpu_levels()
+            .into_iter()
+            .filter(|&l| l >= Level::Avx2)
+            .collect();
+        if levels.is_empty() {
+            eprintln!("no AVX2 here: the packed kernel cannot run (callers keep the gemm crate)");
+        }
+        levels
+    }
+
     #[test]
     fn packed_products_match_the_definition_at_every_tail() {
-        if !available() {
-            eprintln!(
-                "no AVX-512 here: the packed kernel cannot run (callers keep the gemm crate)"
-            );
-            return;
+        // Each level's kernel: on AVX2 6-row blocks of 16-column strips, so also the strips
+        // past a panel's first and a strip's second vector.
+        for level in packed_levels() {
+            crate::simd::with_level(level, || products_match_the_definition(level));
         }
+    }
+
+    fn products_match_the_definition(level: Level) {
         // Row tails of each width's blocks (12, 8 and 6 rows), column tails inside each vector
         // of 32-, 48- and 64-column panels, K of 1 and odd K, A read in place with row-major and
         // transposed strides, one thread and the pool; K long enough to run in chunks whose
@@ -808,7 +882,7 @@ mod tests {
                             let (got, w) = (c[i * ldc + j] as f64, want[i * n + j]);
                             assert!(
                                 (got - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                                "{m}x{k}x{n} ({threads:?}) C[{i}][{j}] = {got}, want {w}"
+                                "{m}x{k}x{n} {level:?} ({threads:?}) C[{i}][{j}] = {got}, want {w}"
                             );
                         }
                         // The padding between rows is never written.
@@ -823,10 +897,12 @@ mod tests {
 
     #[test]
     fn transposed_products_match_the_definition_at_every_tail() {
-        if !available() {
-            eprintln!("no AVX-512 here: the packed kernel cannot run");
-            return;
+        for level in packed_levels() {
+            crate::simd::with_level(level, || transposed_products_match_the_definition(level));
         }
+    }
+
+    fn transposed_products_match_the_definition(level: Level) {
         // C^T = A @ B stored column by column (`c[j * ldc + i]`): rows past 8 and row tails of
         // each panel width (12, 8 and 6 rows a block: the 8-float stores that run into the next
         // block's rows, and a band's last block stored row by row), column tails inside a
@@ -876,7 +952,8 @@ mod tests {
                             let (got, w) = (c[j * ldc + i] as f64, want[i * n + j]);
                             assert!(
                                 (got - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                                "{m}x{k}x{n} ({threads} threads) C^T[{j}][{i}] = {got}, want {w}"
+                                "{m}x{k}x{n} {level:?} ({threads} threads) C^T[{j}][{i}] = {got}, \
+                                 want {w}"
                             );
                         }
                         // The gap between columns is never written.

@@ -77,6 +77,13 @@ pub fn cpu_level() -> Level {
     Level::Baseline
 }
 
+/// Whether [`level`] is AVX-512: the paths written with AVX-512 intrinsics alone (the conv
+/// taps, pointwise, packed and in-place im2col paths, the Sigmoid epilogue) run only then.
+#[inline]
+pub fn avx512() -> bool {
+    level() == Level::Avx512
+}
+
 /// Every level this CPU runs, baseline first.
 pub fn cpu_levels() -> Vec<Level> {
     let top = cpu_level();

@@ -247,9 +247,9 @@ mod tests {
         // channels, with output pixels x taps from 3600, on AVX-512; TANDEM_CONV_TAPS=0 turns
         // it off (then they are im2col's). A kept W of 32 output channels or more on a plane
         // under 40x40 takes the packed path's im2col read in place instead (`kxk`).
-        let on = tandem_ops::cpu_gemm_packed::available()
-            && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
-        let implicit = tandem_ops::cpu_gemm_packed::available()
+        let on =
+            tandem_ops::simd::avx512() && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
+        let implicit = tandem_ops::simd::avx512()
             && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
             && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
         let taps = if on { "taps" } else { "kxk" };
