@@ -151,6 +151,14 @@ const MIN_PIXELS_KEPT: usize = 100;
 const MIN_PIXELS_BESIDE_IMPLICIT: usize = 196;
 const MAX_CHANNELS_BESIDE_IMPLICIT: usize = 255;
 
+/// Fewest input channels, and output pixels per image, where a kept W takes Winograd on a CPU
+/// without AVX-512 (without the taps path, `conv_taps.rs`, these convs are im2col + GEMM's):
+/// F(4x4, 3x3) measured 1.18-1.80x of im2col from 16 channels on 28x28 to 160x160 planes, 1.03x
+/// for 16 -> 16 on 40x40, F(2x2, 3x3) 1.10x for 32 -> 128 on 27x27, but 1.01-1.04x on 20x20 and
+/// 13x13 (AMD Zen 3, 2 threads; docs/bench.md, "Winograd from 16 channels on AVX2").
+const MIN_CHANNELS_WITHOUT_TAPS: usize = 16;
+const MIN_PIXELS_WITHOUT_TAPS: usize = 729;
+
 /// Whether `TANDEM_CONV_WINOGRAD=0` turned Winograd off (read once).
 pub(in crate::conv) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -175,8 +183,12 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
         true => MIN_PIXELS_KEPT,
         false => MIN_PIXELS,
     };
+    let few_channels = kept
+        && g.c >= MIN_CHANNELS_WITHOUT_TAPS
+        && g.oh * g.ow >= MIN_PIXELS_WITHOUT_TAPS
+        && !crate::simd::avx512();
     supports(g)
-        && g.c >= MIN_CHANNELS
+        && (g.c >= MIN_CHANNELS || few_channels)
         && g.m >= MIN_OUT_CHANNELS
         && g.oh * g.ow >= min_pixels
         && enabled()

@@ -213,16 +213,30 @@ mod tests {
         // conv_winograd.rs takes 3x3 stride-1 group-1 convs with C, M >= 64 and >= 400
         // output pixels, or >= 100 where W is a constant the op keeps the transform of;
         // TANDEM_CONV_WINOGRAD=0 turns it off (then they are im2col's).
+        // Without AVX-512 (so without the taps path) a kept W takes it from 16 input channels
+        // on planes of 729 pixels and up.
         let on = std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
         let winograd = if on { "winograd" } else { "kxk" };
+        let few = !tandem_ops::simd::avx512();
         for kept in [false, true] {
             assert_eq!(conv_variant(64, 64, 32, 1, kept), winograd, "kept {kept}");
             assert_eq!(conv_variant(64, 64, 32, 2, kept), "kxk", "stride 2");
+            let want = if kept && few { winograd } else { "kxk" };
             assert_eq!(
                 conv_variant(48, 64, 32, 1, kept),
-                "kxk",
-                "too few input channels"
+                want,
+                "48 inputs, kept {kept}"
             );
+            if few {
+                // (On AVX-512 the taps path takes these.)
+                assert_eq!(
+                    conv_variant(16, 64, 27, 1, kept),
+                    want,
+                    "16 inputs, kept {kept}"
+                );
+            }
+            assert_eq!(conv_variant(48, 64, 26, 1, kept), "kxk", "676 pixels");
+            assert_eq!(conv_variant(15, 64, 32, 1, kept), "kxk", "15 inputs");
             assert_eq!(conv_variant(64, 64, 8, 1, kept), "kxk", "64 output pixels");
         }
         assert_eq!(
@@ -252,15 +266,20 @@ mod tests {
         let implicit = tandem_ops::simd::avx512()
             && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
             && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
+        // Without AVX-512 a kept W of these on 27x27 and up is Winograd's (the test above).
+        let winograd = !tandem_ops::simd::avx512()
+            && std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
         let taps = if on { "taps" } else { "kxk" };
         for kept in [false, true] {
-            assert_eq!(conv_variant(16, 16, 40, 1, kept), taps, "kept {kept}");
-            assert_eq!(conv_variant(16, 64, 40, 1, kept), taps, "kept {kept}");
+            let large = if kept && winograd { "winograd" } else { taps };
+            assert_eq!(conv_variant(16, 16, 40, 1, kept), large, "kept {kept}");
+            assert_eq!(conv_variant(16, 64, 40, 1, kept), large, "kept {kept}");
             let small = if kept && implicit { "kxk" } else { taps };
             assert_eq!(conv_variant(32, 96, 20, 1, kept), small, "kept {kept}");
             assert_eq!(conv_variant(32, 96, 19, 1, kept), "kxk", "3x3 on 19x19");
             assert_eq!(conv_variant(16, 16, 40, 2, kept), "kxk", "stride 2");
-            assert_eq!(conv_variant(32, 128, 27, 1, kept), "kxk", "128 outputs");
+            let wide = if kept && winograd { "winograd" } else { "kxk" };
+            assert_eq!(conv_variant(32, 128, 27, 1, kept), wide, "128 outputs");
             assert_eq!(conv_variant(4, 16, 40, 1, kept), "kxk", "4 inputs");
         }
         assert_eq!(device_variant("taps", Device::Gpu), "kxk");
