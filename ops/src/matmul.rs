@@ -25,7 +25,8 @@ pub struct MatMul {
     /// both kernels read the operand through strides instead of a transposed copy.
     pub perms: [Option<Vec<usize>>; 2],
     /// `Some` when B is a constant of the model ([`MatMul::with_constant_b`], set at load
-    /// time): where the CPU has AVX2 or AVX-512, B is packed once for `cpu_gemm_packed` and kept.
+    /// time): where the CPU has AVX2 or AVX-512, B is packed once for `cpu_gemm_packed` and
+    /// kept.
     pub constant_b: Option<KeptPacking>,
 }
 
@@ -53,8 +54,6 @@ impl MatMul {
     }
 }
 
-/// The shape an operand stored as `stored` has when read through `perm`, and the element
-/// stride in storage of each of its dimensions.
 /// Whether `TANDEM_MATMUL_PACKED=0` turned the kept packing of constant B off (read once; A/B
 /// timing in one binary).
 fn kept_packing_enabled() -> bool {
@@ -62,6 +61,8 @@ fn kept_packing_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TANDEM_MATMUL_PACKED").as_deref() != Ok("0"))
 }
 
+/// The shape an operand stored as `stored` has when read through `perm`, and the element
+/// stride in storage of each of its dimensions.
 fn permuted(stored: &[usize], perm: Option<&[usize]>) -> Result<(Vec<usize>, Vec<usize>)> {
     let st = strides(stored);
     let Some(perm) = perm else {
