@@ -17,8 +17,7 @@ use crate::conv::{Activation, Epilogue, Residual};
 
 /// Whether [`line`] computes `ep` on this CPU: a Sigmoid or SiLU, kernels at AVX-512.
 fn applies(ep: Epilogue) -> bool {
-    matches!(ep.act, Activation::Sigmoid | Activation::Silu)
-        && crate::simd::avx512()
+    matches!(ep.act, Activation::Sigmoid | Activation::Silu) && crate::simd::avx512()
 }
 
 /// [`super::epilogue`] where `ep` [`applies`]: `line[i] = ep(line[i] + bias)`, with `z`
