@@ -108,7 +108,7 @@ impl PackedB {
     /// Rows of A per micro-kernel block: 12, 8 or 6 for panels of 32, 48 or 64 columns on
     /// AVX-512, 6 on AVX2.
     pub fn block_rows(&self) -> usize {
-        match wide() && self.nr > 16 {
+        match runs_wide(self.nr) {
             true => ACCUMULATORS / (self.nr / 16),
             false => AVX2_ROWS,
         }
@@ -151,9 +151,15 @@ pub fn available() -> bool {
     crate::simd::level() >= Level::Avx2
 }
 
-/// Whether blocks run the AVX-512 kernel (else the AVX2 one).
+/// Whether panels are packed for the AVX-512 kernel (32, 48 or 64 columns; else 16).
 fn wide() -> bool {
     crate::simd::level() == Level::Avx512
+}
+
+/// Whether a panel of `nr` columns runs the AVX-512 kernel: at that level, and wider than 16
+/// (a 16-column panel was packed at the AVX2 level; only the AVX2 kernel runs it).
+fn runs_wide(nr: usize) -> bool {
+    wide() && nr > 16
 }
 
 /// `C[m x n] = A[m x k] @ B` (B packed), C row-major with row stride `ldc` in `c`.
@@ -524,7 +530,7 @@ unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
     init: *const f32,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if !wide() || nr == 16 {
+    if !runs_wide(nr) {
         // SAFETY: forwarded from the caller (AVX2 present where AVX-512 is not).
         return unsafe { avx2_block::<T, I, S>(rows, a, (panel, nr), c, ldc, cols, init) };
     }
