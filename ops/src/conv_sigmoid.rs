@@ -1,23 +1,29 @@
-//! Conv's fused Sigmoid and SiLU epilogues on AVX-512, written with intrinsics. yolov8n's
-//! SiLU after every conv took about 11 % of its time in the compiler's vectorisation of
-//! [`exp_f32`](crate::unary::exp_f32): Rust never contracts to an FMA, so its polynomial is
-//! twice the multiplies and adds. Here a line in cache takes 0.39 ns an element against 0.63
-//! (one thread), and yolov8n at 320x320 2.6-3.7 % less time (docs/bench.md).
+//! Conv's fused Sigmoid and SiLU epilogues on AVX2 and AVX-512, written with intrinsics.
+//! yolov8n's SiLU after every conv took about 11 % of its time in the compiler's
+//! vectorisation of [`exp_f32`](crate::unary::exp_f32): Rust never contracts to an FMA, so its
+//! polynomial is twice the multiplies and adds. Here a line in cache takes 0.39 ns an element
+//! against 0.63 on an Intel Xeon (AVX-512), 0.82-0.85 against 1.22-1.25 on an AMD EPYC Zen 3
+//! (AVX2; one thread each), and yolov8n at 320x320 2.6-3.7 % and about 3 % less time
+//! (docs/bench.md).
 //!
-//! e^-x is `exp_f32`'s: the same reduction, polynomial and limits, with FMAs, `vroundscaleps`
-//! for n and `vscalefps` for 2^n; then a true division, `1 / (1 + e^-x)` or, for a SiLU,
+//! e^-x is `exp_f32`'s: the same reduction, polynomial and limits, with FMAs; n rounded by
+//! `vroundscaleps` (`vroundps` on AVX2) and 2^n by `vscalefps` (on AVX2 from exponent bits, as
+//! `exp_f32` builds it); then a true division, `1 / (1 + e^-x)` or, for a SiLU,
 //! `x / (1 + e^-x)`. The result is within a few ulp of `exp_f32`'s, not bit for bit, so this
 //! stays out of the unary Sigmoid op, whose SIMD levels must agree bit for bit (`simd.rs`),
 //! and serves only the conv epilogue, whose GEMM already differs per level. As there, NaN
 //! stays NaN and x below -88.72 gives 0 (a SiLU -0).
 //!
-//! Sits between `conv_cpu.rs`'s [`epilogue`](super::epilogue) and the CPU's AVX-512 units.
+//! Sits between `conv_cpu.rs`'s [`epilogue`](super::epilogue) and the CPU's AVX2 and AVX-512
+//! units.
 
 use crate::conv::{Activation, Epilogue, Residual};
 
-/// Whether [`line`] computes `ep` on this CPU: a Sigmoid or SiLU, kernels at AVX-512.
+/// Whether [`line`] computes `ep` on this CPU: a Sigmoid or SiLU, kernels at AVX2 or
+/// AVX-512.
 fn applies(ep: Epilogue) -> bool {
-    matches!(ep.act, Activation::Sigmoid | Activation::Silu) && crate::simd::avx512()
+    matches!(ep.act, Activation::Sigmoid | Activation::Silu)
+        && crate::simd::level() >= crate::simd::Level::Avx2
 }
 
 /// [`super::epilogue`] where `ep` [`applies`]: `line[i] = ep(line[i] + bias)`, with `z`
@@ -31,19 +37,22 @@ pub(super) fn line(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: E
         _ => None,
     };
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `applies` checked that the kernels run AVX-512 (F/BW/DQ/VL detected); `z` is at
-    // least as long as `line`.
+    // SAFETY: `applies` checked that the kernels run AVX2 and FMA, or AVX-512 (F/BW/DQ/VL
+    // detected); `z` is at least as long as `line`.
     unsafe {
-        match ep.act {
-            Activation::Silu => avx512::line::<true>(line, bias.unwrap_or(0.0), z, ep),
-            _ => avx512::line::<false>(line, bias.unwrap_or(0.0), z, ep),
+        let bias = bias.unwrap_or(0.0);
+        match (crate::simd::avx512(), ep.act == Activation::Silu) {
+            (true, true) => avx512::line::<true>(line, bias, z, ep),
+            (true, false) => avx512::line::<false>(line, bias, z, ep),
+            (false, true) => avx2::line::<true>(line, bias, z, ep),
+            (false, false) => avx2::line::<false>(line, bias, z, ep),
         }
     }
     #[cfg(target_arch = "x86_64")]
     return true;
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!(
-        "conv sigmoid epilogue without AVX-512: {:?}",
+        "conv sigmoid epilogue without AVX2: {:?}",
         (line.len(), bias, z, ep)
     );
 }
@@ -120,6 +129,114 @@ mod avx512 {
                 y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, z.add(i)));
             }
             _mm512_mask_storeu_ps(at.add(i), m, y);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use crate::conv::{Epilogue, Residual};
+    use crate::unary::{EXP_CLAMP, EXP_POLY, LN2_PARTS};
+    use std::arch::x86_64::*;
+
+    /// `a / (1 + e^-v)` per lane, as the AVX-512 one: n rounded by `vroundps`, and 2^n built
+    /// from exponent bits as [`crate::unary::exp_f32`] does (2^(n-1) times 2, so that n = 128
+    /// stays a normal number).
+    #[inline(always)]
+    unsafe fn over_one_plus_exp_neg(a: __m256, v: __m256) -> __m256 {
+        let (lo, hi) = EXP_CLAMP;
+        let u = _mm256_sub_ps(_mm256_setzero_ps(), v);
+        // Clamped as `exp_f32`, NaN kept (vmaxps and vminps return their second operand then).
+        let xc = _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), u));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_PARTS.0), xc);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_PARTS.1), r);
+        let mut p = _mm256_set1_ps(EXP_POLY[0]);
+        for &c in &EXP_POLY[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let one = _mm256_set1_ps(1.0);
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), one);
+        // n is in -125..=128 (the clamp), so n + 126 is a normal exponent; a NaN's n converts
+        // to i32::MIN, whose bits make some number that the NaN in y keeps out of the result.
+        let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(126),
+        ));
+        let half_scale = _mm256_castsi256_ps(bits);
+        let e = _mm256_mul_ps(_mm256_mul_ps(y, half_scale), _mm256_set1_ps(2.0));
+        // Above the clamp e^u overflows: 1 / (1 + inf) = 0.
+        let over = _mm256_cmp_ps::<_CMP_GT_OQ>(u, _mm256_set1_ps(hi));
+        let e = _mm256_blendv_ps(e, _mm256_set1_ps(f32::INFINITY), over);
+        _mm256_div_ps(a, _mm256_add_ps(one, e))
+    }
+
+    /// Eight elements at `at`: `ep(v + bias)`, with the eight at `before` added first and
+    /// those at `after` last, where given (`post` is `ep.post`'s scale and shift).
+    ///
+    /// # Safety
+    /// AVX2 and FMA present (inlined into [`line`]); each pointer covers eight floats.
+    #[inline(always)]
+    unsafe fn eight<const SILU: bool>(
+        at: *mut f32,
+        (before, after): (Option<*const f32>, Option<*const f32>),
+        bias: __m256,
+        post: Option<(__m256, __m256)>,
+    ) {
+        let mut v = _mm256_add_ps(_mm256_loadu_ps(at), bias);
+        if let Some(z) = before {
+            v = _mm256_add_ps(v, _mm256_loadu_ps(z));
+        }
+        let a = if SILU { v } else { _mm256_set1_ps(1.0) };
+        let mut y = over_one_plus_exp_neg(a, v);
+        if let Some((s, t)) = post {
+            y = _mm256_add_ps(_mm256_mul_ps(y, s), t);
+        }
+        if let Some(z) = after {
+            y = _mm256_add_ps(y, _mm256_loadu_ps(z));
+        }
+        _mm256_storeu_ps(at, y);
+    }
+
+    /// `line[i] = ep(line[i] + bias)` (SiLU where `SILU`, else Sigmoid), with `z[i]` added
+    /// before or after the activation as `ep.residual` says. A line's last partial vector
+    /// goes through copies on the stack: AMD cores take a dozen cycles for a masked store.
+    ///
+    /// # Safety
+    /// AVX2 and FMA present; `z`, where given, at least as long as `line`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn line<const SILU: bool>(
+        line: &mut [f32],
+        bias: f32,
+        z: Option<&[f32]>,
+        ep: Epilogue,
+    ) {
+        let z = z.map(|z| (z, ep.residual));
+        let at = |z: &[f32], i: usize| z[i..].as_ptr();
+        let residual = |z: Option<(&[f32], Residual)>, i: usize| match z {
+            Some((z, Residual::BeforeAct)) => (Some(at(z, i)), None),
+            Some((z, Residual::AfterAct)) => (None, Some(at(z, i))),
+            _ => (None, None),
+        };
+        let bias = _mm256_set1_ps(bias);
+        let post = ep.post.map(|(s, t)| (_mm256_set1_ps(s), _mm256_set1_ps(t)));
+        let whole = line.len() / 8 * 8;
+        for i in (0..whole).step_by(8) {
+            eight::<SILU>(line[i..].as_mut_ptr(), residual(z, i), bias, post);
+        }
+        let rest = line.len() - whole;
+        if rest > 0 {
+            let mut tail = [0.0f32; 8];
+            tail[..rest].copy_from_slice(&line[whole..]);
+            let mut z_tail = [0.0f32; 8];
+            let z = z.map(|(z, r)| {
+                z_tail[..rest].copy_from_slice(&z[whole..][..rest]);
+                (&z_tail[..], r)
+            });
+            eight::<SILU>(tail.as_mut_ptr(), residual(z, 0), bias, post);
+            line[whole..].copy_from_slice(&tail[..rest]);
         }
     }
 }

@@ -1,6 +1,6 @@
-//! The conv epilogue's Sigmoid and SiLU at every SIMD level this CPU has (AVX-512 runs
-//! `conv_sigmoid.rs`, the others the compiler's vectorisation) against f64, with and without
-//! a bias, both residuals and an affine after, on lines with tails and special values.
+//! The conv epilogue's Sigmoid and SiLU at every SIMD level this CPU has (AVX2 and AVX-512
+//! run `conv_sigmoid.rs`, the baseline the compiler's vectorisation) against f64, with and
+//! without a bias, both residuals and an affine after, on lines with tails and special values.
 
 use super::super::epilogue;
 use crate::conv::{Activation, Epilogue, Residual};
