@@ -3,8 +3,8 @@
 //! vectorisation of [`exp_f32`](crate::unary::exp_f32): Rust never contracts to an FMA, so its
 //! polynomial is twice the multiplies and adds. Here a line in cache takes 0.39 ns an element
 //! against 0.63 on an Intel Xeon (AVX-512), 0.82-0.85 against 1.22-1.25 on an AMD EPYC Zen 3
-//! (AVX2; one thread each), and yolov8n at 320x320 2.6-3.7 % and about 3 % less time
-//! (docs/bench.md).
+//! (AVX2; one thread each). yolov8n at 320x320 took 2.6-3.7 % less time on the Xeon; on the
+//! Zen 3 the expected 3 % was below the host's drift (docs/bench.md).
 //!
 //! e^-x is `exp_f32`'s: the same reduction, polynomial and limits, with FMAs; n rounded by
 //! `vroundscaleps` (`vroundps` on AVX2) and 2^n by `vscalefps` (on AVX2 from exponent bits, as
