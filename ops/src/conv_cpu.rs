@@ -670,8 +670,8 @@ unsafe fn gemm_block(
 /// of one output line, in one pass, on the widest vectors the CPU has; with `z` (the
 /// residual's elements at the line's indices) added where `ep.residual` says:
 /// `ep(line[i] + bias + z[i])` or `ep(line[i] + bias) + z[i]`. `z` is ignored when
-/// `ep.residual` is `None`. A Sigmoid or SiLU on AVX2 or AVX-512 runs `conv_sigmoid.rs`, every other
-/// one the compiler's vectorisation ([`epilogue_vectorised`]).
+/// `ep.residual` is `None`. A Sigmoid or SiLU on AVX2 or AVX-512 runs `conv_sigmoid.rs`,
+/// every other one the compiler's vectorisation ([`epilogue_vectorised`]).
 pub(super) fn epilogue(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: Epilogue) {
     if !sigmoid::line(line, bias, z, ep) {
         epilogue_vectorised(line, bias, z, ep)

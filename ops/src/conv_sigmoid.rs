@@ -213,29 +213,33 @@ mod avx2 {
         z: Option<&[f32]>,
         ep: Epilogue,
     ) {
-        let z = z.map(|z| (z, ep.residual));
-        let at = |z: &[f32], i: usize| z[i..].as_ptr();
-        let residual = |z: Option<(&[f32], Residual)>, i: usize| match z {
-            Some((z, Residual::BeforeAct)) => (Some(at(z, i)), None),
-            Some((z, Residual::AfterAct)) => (None, Some(at(z, i))),
-            _ => (None, None),
+        let (before, after) = match z {
+            Some(z) => (
+                (ep.residual == Residual::BeforeAct).then_some(z),
+                (ep.residual == Residual::AfterAct).then_some(z),
+            ),
+            None => (None, None),
         };
         let bias = _mm256_set1_ps(bias);
         let post = ep.post.map(|(s, t)| (_mm256_set1_ps(s), _mm256_set1_ps(t)));
         let whole = line.len() / 8 * 8;
         for i in (0..whole).step_by(8) {
-            eight::<SILU>(line[i..].as_mut_ptr(), residual(z, i), bias, post);
+            let z_at = |z: &[f32]| z[i..].as_ptr();
+            let z = (before.map(z_at), after.map(z_at));
+            eight::<SILU>(line[i..].as_mut_ptr(), z, bias, post);
         }
         let rest = line.len() - whole;
         if rest > 0 {
-            let mut tail = [0.0f32; 8];
+            let (mut tail, mut z_tail) = ([0.0f32; 8], [0.0f32; 8]);
             tail[..rest].copy_from_slice(&line[whole..]);
-            let mut z_tail = [0.0f32; 8];
-            let z = z.map(|(z, r)| {
+            if let Some(z) = before.or(after) {
                 z_tail[..rest].copy_from_slice(&z[whole..][..rest]);
-                (&z_tail[..], r)
-            });
-            eight::<SILU>(tail.as_mut_ptr(), residual(z, 0), bias, post);
+            }
+            let z = (
+                before.map(|_| z_tail.as_ptr()),
+                after.map(|_| z_tail.as_ptr()),
+            );
+            eight::<SILU>(tail.as_mut_ptr(), z, bias, post);
             line[whole..].copy_from_slice(&tail[..rest]);
         }
     }
