@@ -553,7 +553,7 @@ impl Conv {
 
     /// Whether the CPU kernel computes geometry `g` of this Conv as a sum over its taps of
     /// shifted input lines (`conv_taps.rs`: few channels, stride 1 or a large strided kernel,
-    /// AVX-512): the cost model gives these their own entry too.
+    /// AVX2 or AVX-512): the cost model gives these their own entry too.
     pub fn cpu_takes_taps(&self, g: &Geom2) -> bool {
         g.cg > 1
             && !self.cpu_takes_winograd(g)
@@ -562,7 +562,7 @@ impl Conv {
 
     /// Whether the CPU kernel computes geometry `g` of this Conv as `W @ X` on its input
     /// planes in place (`conv_pointwise.rs`: a 1x1, stride 1, unpadded, of few output or
-    /// input channels, AVX-512).
+    /// input channels, AVX2 or AVX-512).
     pub fn cpu_takes_pointwise(&self, g: &Geom2) -> bool {
         g.cg > 1 && cpu::pointwise::applies(g)
     }

@@ -1,5 +1,6 @@
-//! Conv as `C = W @ X` for 1x1 convs of stride 1 without padding, on AVX-512: each output
-//! plane is a row of C, each input plane a row of X, both read and written in place.
+//! Conv as `C = W @ X` for 1x1 convs of stride 1 without padding, on AVX-512 and AVX2 (the
+//! taps kernel of each, fewer convs on AVX2: [`MAX_CHANNELS_AVX2`]): each output plane is a
+//! row of C, each input plane a row of X, both read and written in place.
 //!
 //! The taps path's kernel (`conv_taps.rs`, one tap at offset 0) keeps 8 output channels x 48
 //! pixels in registers over all input channels, loading 3 vectors of each input plane and
@@ -26,6 +27,7 @@ use super::taps::{
 };
 use super::{packed::finish_lines, with_scratch, OutPtr};
 use crate::conv::{Epilogue, Geom2};
+use crate::simd::Level;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -44,16 +46,38 @@ const MAX_CHANNELS_ANY_OUT: usize = 32;
 /// the kernel's 48 positions.
 const MIN_PIXELS: usize = 16;
 
+/// Input channels up to which (at most [`MAX_OUT_CHANNELS_AVX2`] output channels: up to
+/// [`MAX_CHANNELS_FEW_OUT_AVX2`]), and output pixels from which, the AVX2 kernel was measured
+/// faster than im2col + the `gemm` crate (AMD Zen 3, 2 threads, the paths alone alternated,
+/// three runs: the `taps_speed` test): 16 -> 64 on 55x55 1.13-1.24x, 32 -> 128 on 27x27
+/// 1.27-1.33x, 32 -> 32 on 80x80 1.00-1.08x, 64 -> 16 on 55x55 1.09-1.15x. It lost from 64
+/// channels to more outputs (64 -> 64 on 56x56 0.84-0.94x, 64 -> 256 0.90-0.92x, 64 -> 64
+/// on 40x40 0.86-1.07x), from 128 channels (128 -> 16 on 55x55 0.91-0.98x, 256 -> 32 on
+/// 27x27 0.90-0.95x), and on 13x13 (48 -> 192 0.82-0.91x, 256 -> 48 0.77-0.80x).
+const MAX_CHANNELS_AVX2: usize = 32;
+const MAX_CHANNELS_FEW_OUT_AVX2: usize = 64;
+const MAX_OUT_CHANNELS_AVX2: usize = 16;
+const MIN_PIXELS_AVX2: usize = 729;
+
 /// Whether `conv_cpu` takes this path: a 1x1 conv of stride 1, unpadded, one group, a
-/// multiple of 8 output channels, fewer than 64 of them or at most 32 input channels, at
-/// least [`MIN_PIXELS`], AVX-512, enabled.
+/// multiple of 8 output channels, at least [`MIN_PIXELS`], enabled; on AVX-512 fewer than
+/// 64 output channels or at most 32 input channels, on AVX2 planes of [`MIN_PIXELS_AVX2`]
+/// and the channels of [`MAX_CHANNELS_AVX2`].
 pub(in crate::conv) fn applies(g: &Geom2) -> bool {
+    let pixels = g.oh * g.ow;
     (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.group) == (1, 1, 1, 1, 0, 0, 1)
         && (g.oh, g.ow) == (g.h, g.w)
         && g.m.is_multiple_of(MR)
-        && g.oh * g.ow >= MIN_PIXELS
-        && (g.m <= MAX_OUT_CHANNELS || g.c <= MAX_CHANNELS_ANY_OUT)
-        && crate::simd::avx512()
+        && pixels >= MIN_PIXELS
+        && match crate::simd::level() {
+            Level::Avx512 => g.m <= MAX_OUT_CHANNELS || g.c <= MAX_CHANNELS_ANY_OUT,
+            Level::Avx2 => {
+                pixels >= MIN_PIXELS_AVX2
+                    && (g.c <= MAX_CHANNELS_AVX2
+                        || g.c <= MAX_CHANNELS_FEW_OUT_AVX2 && g.m <= MAX_OUT_CHANNELS_AVX2)
+            }
+            Level::Baseline => false,
+        }
         && enabled()
 }
 
@@ -126,7 +150,7 @@ pub(in crate::conv) fn pointwise_path(
                     let (ks, wb) = block_in(wk, g.c * MR, mb, oc);
                     let to = |p: usize| TileOut::of(&ks, plane, (s1 - p).min(NP), ke, None);
                     for p in (s0..s1).step_by(NP) {
-                        // SAFETY: AVX-512 present (`applies`); X's planes are read at pixels
+                        // SAFETY: AVX2 or AVX-512 present (`applies`); X's planes are read at pixels
                         // `p..s1` only (`positions`), in bounds of `xn`; the output rows
                         // `ks` at those pixels are in bounds (checked above) and written
                         // by this task only (tasks are distinct (image, channels, pixels)

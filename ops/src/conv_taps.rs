@@ -1,7 +1,9 @@
 //! Conv as a sum over its taps of shifted input lines, for stride-1 convs of few input
 //! channels (squeezenet's 16 -> 64 3x3 on 55x55, yolov8n's 16- and 32-channel 3x3 convs,
 //! inception_v1's 5x5 ones) and strided convs of large kernels (alexnet's 3 -> 64 11x11/4,
-//! 7x7/2 first convs), on AVX-512 (elsewhere these stay on im2col + GEMM).
+//! 7x7/2 first convs), on AVX-512, and on AVX2 through `conv_taps_avx2.rs`'s kernel (fewer
+//! convs: [`MAX_OUT_CHANNELS_AVX2`], [`MIN_STRIDED_TAPS_AVX2`]); elsewhere these stay on
+//! im2col + GEMM.
 //!
 //! The input planes are copied zero-padded to `wp = ow + (kw - 1) dw` columns, so output
 //! pixel `(oy, ox)` sits at line position `p = oy wp + ox` and tap `(a, b)` reads the padded
@@ -27,6 +29,7 @@
 use super::{packed::finish_lines, padded_plane, rects, with_scratch, OutPtr};
 use crate::conv::{Activation, Epilogue, Geom2};
 use crate::phase_planes::{copy_every, inside_columns};
+use crate::simd::Level;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -61,6 +64,18 @@ const MIN_PIXEL_TAPS: usize = 3600;
 /// 3x3/2 ones stay off: 3 -> 64 on 224x224 1.07-1.16x, 3 -> 16 on 320x320 0.98-0.99x.
 const MIN_STRIDED_TAPS: usize = 49;
 
+/// Output channels (at most, stride 1) and taps (at least, strided) where the AVX2 kernel
+/// (`conv_taps_avx2.rs`) was measured faster than im2col + the `gemm` crate (AMD Zen 3, 2
+/// threads, the paths alone alternated: the `taps_speed` test): 16 -> 16 3x3 on 80x80
+/// 1.10-1.37x, 32 -> 32 on 40x40 1.05-1.23x, alexnet's 3 -> 64 11x11/4 1.12-1.22x. From 48
+/// output channels it lost or tied (16 -> 64 3x3 on 55x55 0.80-0.93x, 32 -> 64 on 40x40
+/// 0.94-0.97x, 16 -> 48 5x5 on 13x13 0.83-0.93x, 32 -> 96 5x5 on 27x27 0.83-1.03x), and so
+/// did 7x7/2 first convs (3 -> 64 0.94-0.99x). Winograd F(4x4, 3x3) still comes first for a
+/// kept W of 16 channels (`conv_winograd.rs`): 0.61-0.88x of this kernel's time on those
+/// 3x3s.
+const MAX_OUT_CHANNELS_AVX2: usize = 32;
+const MIN_STRIDED_TAPS_AVX2: usize = 100;
+
 /// Fewest output pixels per image where the packed path reads a conv of a kept W in place
 /// (`conv_implicit.rs`): on smaller planes that path was measured faster (32 -> 96 5x5 on
 /// 27x27 1.60x of im2col against 1.19x here, 16 -> 48 5x5 on 13x13 1.76x against 1.24x, 24 ->
@@ -74,9 +89,10 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0"))
 }
 
-/// Whether `conv_cpu` takes this path: AVX-512, group 1, a 2-D kernel (more than one tap on
-/// both axes), at most [`MAX_CHANNELS`] input channels (from [`MIN_CHANNELS`] at stride 1; a
-/// strided kernel of [`MIN_STRIDED_TAPS`]) and [`MAX_OUT_CHANNELS`] output channels,
+/// Whether `conv_cpu` takes this path: AVX2 or AVX-512, group 1, a 2-D kernel (more than one
+/// tap on both axes), at most [`MAX_CHANNELS`] input channels (from [`MIN_CHANNELS`] at
+/// stride 1; a strided kernel of [`MIN_STRIDED_TAPS`], on AVX2 [`MIN_STRIDED_TAPS_AVX2`]) and
+/// [`MAX_OUT_CHANNELS`] output channels (on AVX2 at stride 1 [`MAX_OUT_CHANNELS_AVX2`]),
 /// [`MIN_PIXEL_TAPS`], enabled; for a `kept` W the packed path reads in place, planes of
 /// [`MIN_PIXELS_BESIDE_IMPLICIT`] or more.
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
@@ -90,13 +106,15 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
         && g.kw > 1
         && Lines::row(g) >= MIN_ROW
         && g.c <= MAX_CHANNELS
-        && match (g.sh, g.sw) {
-            (1, 1) => g.c >= MIN_CHANNELS,
+        && match (g.sh, g.sw, crate::simd::level()) {
+            (_, _, Level::Baseline) => false,
+            (1, 1, Level::Avx2) => g.c >= MIN_CHANNELS && g.m <= MAX_OUT_CHANNELS_AVX2,
+            (1, 1, _) => g.c >= MIN_CHANNELS,
+            (_, _, Level::Avx2) => g.kh * g.kw >= MIN_STRIDED_TAPS_AVX2,
             _ => g.kh * g.kw >= MIN_STRIDED_TAPS,
         }
         && g.m <= MAX_OUT_CHANNELS
         && g.oh * g.ow * g.kh * g.kw >= MIN_PIXEL_TAPS
-        && crate::simd::avx512()
         && enabled()
 }
 
@@ -263,7 +281,7 @@ pub(in crate::conv) fn taps_path(
                         at: t,
                     };
                     let to = TileOut::of(&ks, g.oh * g.ow, (span - t).min(NP), ke, Some(gaps));
-                    // SAFETY: AVX-512 present (`applies`); every plane has `NP` + the
+                    // SAFETY: AVX2 or AVX-512 present (`applies`); every plane has `NP` + the
                     // largest offset floats past its last row's positions; the output rows
                     // `ks` of the task's output rows are in bounds (checked above) and
                     // written by this task only (tasks are distinct (image, channels, rows)
@@ -443,10 +461,11 @@ pub(in crate::conv) struct RowGaps {
     at: usize,
 }
 
-/// [`avx512::tile`] where it exists; [`applies`] keeps other targets off this path.
+/// [`avx512::tile`] on AVX-512, [`avx2::tile`] on AVX2; [`applies`] keeps other CPUs and
+/// targets off this path.
 ///
 /// # Safety
-/// As [`avx512::tile`].
+/// As [`avx512::tile`], and AVX2 and FMA present.
 pub(in crate::conv) unsafe fn tile(
     x: *const f32,
     plane: usize,
@@ -459,19 +478,25 @@ pub(in crate::conv) unsafe fn tile(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract.
     unsafe {
-        match offs {
-            [0] => avx512::tile::<true>(x, plane, c, offs, wb, out, to),
-            _ => avx512::tile::<false>(x, plane, c, offs, wb, out, to),
+        match (offs, crate::simd::avx512()) {
+            ([0], true) => avx512::tile::<true>(x, plane, c, offs, wb, out, to),
+            (_, true) => avx512::tile::<false>(x, plane, c, offs, wb, out, to),
+            ([0], false) => avx2::tile::<true>(x, plane, c, offs, wb, out, to),
+            (_, false) => avx2::tile::<false>(x, plane, c, offs, wb, out, to),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!(
-        "conv taps path without AVX-512 {:?} {:?} {:?}",
+        "conv taps path without AVX2 {:?} {:?} {:?}",
         (x, plane, c, offs.len(), wb.len(), out),
         (to.ld, to.rows, to.positions, to.relu),
         (to.bias, to.gaps.map(|r| (r.wp, r.ow, r.at)))
     )
 }
+
+#[cfg(target_arch = "x86_64")]
+#[path = "conv_taps_avx2.rs"]
+mod avx2;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {

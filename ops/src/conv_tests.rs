@@ -982,32 +982,83 @@ fn implicit_im2col_matches_definition() {
 /// through a channel, against the definition: 3x3 and 5x5, a 3x5 kernel, dilation, asymmetric
 /// and no pads, channel counts not a multiple of the kernel's 8, several images, planes of one
 /// task and of several; strided kernels of 49 taps or more (phase planes): alexnet's first
-/// conv, with dilation, strides not dividing the kernel, unequal strides, pads.
+/// conv, with dilation, strides not dividing the kernel, unequal strides, pads. The AVX2
+/// kernel takes the cases marked so (at most 32 output channels at stride 1, 100 taps
+/// strided); the others run it on AVX-512 only.
 #[test]
 fn taps_path_matches_definition() {
-    let cases: &[OneGroupCase] = &[
-        ([1, 8, 20, 23], 13, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
-        ([2, 16, 23, 19], 24, [3, 3], [1, 1], [1, 1], [0, 2, 1, 0]),
-        ([1, 12, 30, 31], 40, [5, 5], [1, 1], [2, 2], [4, 4, 4, 4]),
-        ([1, 32, 19, 40], 96, [3, 5], [1, 1], [1, 1], [1, 2, 1, 2]),
-        ([3, 8, 22, 26], 8, [3, 3], [1, 1], [1, 1], [0, 0, 0, 0]),
-        ([1, 9, 64, 70], 17, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
-        ([2, 3, 67, 67], 20, [11, 11], [4, 4], [1, 1], [0, 0, 0, 0]),
-        ([1, 3, 83, 80], 64, [11, 11], [4, 4], [1, 1], [2, 2, 2, 2]),
-        ([1, 5, 61, 64], 24, [10, 11], [2, 3], [1, 1], [0, 2, 1, 1]),
-        ([1, 16, 60, 62], 32, [5, 21], [2, 2], [2, 1], [4, 10, 4, 10]),
-        ([1, 2, 70, 66], 8, [11, 11], [3, 3], [1, 1], [5, 5, 5, 5]),
-        ([1, 8, 150, 6], 16, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
-        ([1, 3, 45, 47], 24, [7, 7], [2, 2], [1, 1], [3, 3, 3, 3]),
+    let cases: &[(OneGroupCase, bool)] = &[
+        (
+            ([1, 8, 20, 23], 13, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+            true,
+        ),
+        (
+            ([2, 16, 23, 19], 24, [3, 3], [1, 1], [1, 1], [0, 2, 1, 0]),
+            true,
+        ),
+        (
+            ([1, 12, 30, 31], 40, [5, 5], [1, 1], [2, 2], [4, 4, 4, 4]),
+            false,
+        ),
+        (
+            ([1, 12, 30, 31], 28, [5, 5], [1, 1], [2, 2], [4, 4, 4, 4]),
+            true,
+        ),
+        (
+            ([1, 32, 19, 40], 96, [3, 5], [1, 1], [1, 1], [1, 2, 1, 2]),
+            false,
+        ),
+        (
+            ([1, 32, 19, 40], 32, [3, 5], [1, 1], [1, 1], [1, 2, 1, 2]),
+            true,
+        ),
+        (
+            ([3, 8, 22, 26], 8, [3, 3], [1, 1], [1, 1], [0, 0, 0, 0]),
+            true,
+        ),
+        (
+            ([1, 9, 64, 70], 17, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+            true,
+        ),
+        (
+            ([2, 3, 67, 67], 20, [11, 11], [4, 4], [1, 1], [0, 0, 0, 0]),
+            true,
+        ),
+        (
+            ([1, 3, 83, 80], 64, [11, 11], [4, 4], [1, 1], [2, 2, 2, 2]),
+            true,
+        ),
+        (
+            ([1, 5, 61, 64], 24, [10, 11], [2, 3], [1, 1], [0, 2, 1, 1]),
+            true,
+        ),
+        (
+            ([1, 16, 60, 62], 32, [5, 21], [2, 2], [2, 1], [4, 10, 4, 10]),
+            true,
+        ),
+        (
+            ([1, 2, 70, 66], 8, [11, 11], [3, 3], [1, 1], [5, 5, 5, 5]),
+            true,
+        ),
+        (
+            ([1, 8, 150, 6], 16, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+            true,
+        ),
+        (
+            ([1, 3, 45, 47], 24, [7, 7], [2, 2], [1, 1], [3, 3, 3, 3]),
+            false,
+        ),
     ];
     let acts = [Activation::None, Activation::Relu, Activation::Sigmoid];
-    for (i, &(xs, m, k, s, d, pads)) in cases.iter().enumerate() {
+    for (i, &((xs, m, k, s, d, pads), avx2)) in cases.iter().enumerate() {
         let plain = Conv::plain(&conv_attrs(1, s, d, pads)).unwrap();
         let (g, _) = plain.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
         let on = std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
+        let level = crate::simd::level();
         assert_eq!(
             cpu::taps::applies(&g, false),
-            on && crate::simd::avx512(),
+            on && (level == crate::simd::Level::Avx512
+                || avx2 && level == crate::simd::Level::Avx2),
             "{xs:?} m {m} k {k:?} s {s:?}"
         );
         for (bias, kept) in [(true, false), (false, false), (true, true)] {
@@ -1041,21 +1092,28 @@ fn taps_path_matches_definition() {
 /// 64 of them or at most 32 input channels) against the definition, through `Op::cpu`, whole
 /// and cut in two mid-plane and mid-block: planes not a multiple of the kernel's 48 pixels,
 /// of one span and of several, several images, W kept and not; the bias and Relu applied by
-/// the kernel, other activations and both residuals after it.
+/// the kernel, other activations and both residuals after it. The AVX2 kernel takes the
+/// cases marked so (planes of 729 pixels, at most 32 input channels or 64 to 16 outputs);
+/// the others run it on AVX-512 only.
 #[test]
 fn pointwise_path_matches_definition() {
-    let cases: &[([usize; 4], usize)] = &[
-        ([2, 40, 9, 11], 16),
-        ([1, 130, 7, 7], 40),
-        ([1, 16, 23, 29], 96),
-        ([1, 300, 5, 4], 8),
-        ([3, 9, 17, 3], 24),
-        ([1, 32, 13, 13], 64),
-        ([1, 12, 100, 100], 56),
+    let cases: &[([usize; 4], usize, bool)] = &[
+        ([2, 40, 9, 11], 16, false),
+        ([1, 130, 7, 7], 40, false),
+        ([1, 16, 23, 29], 96, false),
+        ([1, 300, 5, 4], 8, false),
+        ([3, 9, 17, 3], 24, false),
+        ([1, 32, 13, 13], 64, false),
+        ([1, 12, 100, 100], 56, true),
+        ([2, 40, 28, 27], 16, true),
+        ([1, 64, 31, 30], 16, true),
+        ([1, 24, 31, 30], 120, true),
+        ([3, 9, 37, 23], 24, true),
     ];
     let on = std::env::var("TANDEM_CONV_POINTWISE").as_deref() != Ok("0");
     let acts = [Activation::None, Activation::Relu, Activation::Sigmoid];
-    for (i, &(xs, m)) in cases.iter().enumerate() {
+    let level = crate::simd::level();
+    for (i, &(xs, m, avx2)) in cases.iter().enumerate() {
         let attrs = conv_attrs(1, [1, 1], [1, 1], [0, 0, 0, 0]);
         for (bias, kept) in [(true, true), (false, true), (true, false)] {
             let act = acts[(i + bias as usize) % acts.len()];
@@ -1071,7 +1129,8 @@ fn pointwise_path_matches_definition() {
             let (g, _) = op.geom(&[&xs, &[m, xs[1], 1, 1]]).unwrap();
             assert_eq!(
                 op.cpu_takes_pointwise(&g),
-                on && crate::simd::avx512(),
+                on && (level == crate::simd::Level::Avx512
+                    || avx2 && level == crate::simd::Level::Avx2),
                 "{xs:?} m {m}"
             );
         }
@@ -1165,4 +1224,94 @@ fn column_convs_run_as_rows() {
     let lines = g.n * g.m * g.oh;
     assert!(g.as_row(&(0..lines)).is_some());
     assert!(cpu::implicit::column_as_row(&g, &(0..lines)).is_none());
+}
+
+/// Speed of the taps path (`conv_taps.rs`; 1x1s: the pointwise path, `conv_pointwise.rs`)
+/// against Winograd F(4x4, 3x3) (W kept, 3x3s) and im2col + GEMM on the model shapes it
+/// serves, each with W in its kept form, alternated, best of 30 (not a test: `cargo test
+/// --release -p tandem-ops --lib taps_speed -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn taps_speed() {
+    // (C, M, k, plane, stride, pad)
+    let shapes: &[(usize, usize, usize, usize, usize, usize)] = &[
+        (16, 64, 3, 55, 1, 1),
+        (32, 128, 3, 27, 1, 1),
+        (16, 16, 3, 80, 1, 1),
+        (32, 32, 3, 40, 1, 1),
+        (32, 64, 3, 40, 1, 1),
+        (32, 96, 5, 27, 1, 2),
+        (16, 48, 5, 13, 1, 2),
+        (3, 64, 11, 224, 4, 2),
+        (3, 64, 7, 224, 2, 3),
+        (16, 64, 1, 55, 1, 0),
+        (64, 16, 1, 55, 1, 0),
+        (128, 16, 1, 55, 1, 0),
+        (32, 128, 1, 27, 1, 0),
+        (256, 32, 1, 27, 1, 0),
+        (256, 48, 1, 13, 1, 0),
+        (48, 192, 1, 13, 1, 0),
+        (64, 64, 1, 56, 1, 0),
+        (64, 256, 1, 56, 1, 0),
+        (32, 32, 1, 80, 1, 0),
+        (64, 64, 1, 40, 1, 0),
+    ];
+    let reps = 30;
+    for &(c, m, k, hw, s, p) in shapes {
+        let xs = [1, c, hw, hw];
+        let x = random(c * hw * hw, 1);
+        let w = random(m * c * k * k, 2);
+        let b = random(m, 3);
+        let attrs = conv_attrs(1, [s, s], [1, 1], [p as i64; 4]);
+        let op = Conv {
+            activation: Activation::Relu,
+            ..Conv::plain(&attrs).unwrap()
+        };
+        let (g, _) = op.geom(&[&xs, &[m, c, k, k]]).unwrap();
+        let rows = m * g.oh;
+        let mut out = vec![0.0f32; m * g.oh * g.ow];
+        let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu.into());
+        let mut blocks = vec![0.0f32; cpu::taps::blocks_len(&g)];
+        let bl = blocks.len() - cpu::taps::MR;
+        cpu::taps::pack_weights(&w, c, k * k, 0..m, &mut blocks[..bl]);
+        let wino = cpu::winograd::supports(&g).then(|| {
+            let mut u = vec![0.0f32; m * c * Variant::F4.points()];
+            cpu::winograd::transform_weights(Variant::F4, &w, c, 0..m, &mut u);
+            u
+        });
+        let wb = (w.as_slice(), Some(blocks.as_slice()));
+        let bep = (Some(b.as_slice()), Activation::Relu.into());
+        let mut best = [f64::MAX; 3];
+        for i in 0..=reps {
+            for (j, t) in best.iter_mut().enumerate() {
+                let start = std::time::Instant::now();
+                match (j, &wino) {
+                    (0, _) if k == 1 => {
+                        cpu::pointwise::pointwise_path(&g, &x, wb, bep, None, &mut out, 0..rows)
+                    }
+                    (0, _) => cpu::taps::taps_path(&g, &x, wb, bep, None, &mut out, 0..rows),
+                    (1, Some(u)) => {
+                        let v = Variant::F4;
+                        cpu::winograd::winograd_path(v, &g, &x, ab, Some(u), &mut out, 0..rows)
+                    }
+                    (1, None) => continue,
+                    _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
+                }
+                if i > 0 {
+                    *t = t.min(start.elapsed().as_secs_f64());
+                }
+            }
+        }
+        let gf = 2.0 * (m * c * k * k * g.oh * g.ow) as f64 / 1e9;
+        let [tt, tw, tg] = best;
+        println!(
+            "C {c:4} M {m:4} {k}x{k}/{s} {hw:3}x{hw:<3} taps {:7.1} us {:4.0} GF/s | F4 {:7.1} us x{:.2} | im2col {:7.1} us x{:.2}",
+            tt * 1e6,
+            gf / tt,
+            tw * 1e6,
+            tw / tt,
+            tg * 1e6,
+            tg / tt
+        );
+    }
 }

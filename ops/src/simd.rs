@@ -78,7 +78,7 @@ pub fn cpu_level() -> Level {
 }
 
 /// Whether [`level`] is AVX-512: the paths written with AVX-512 intrinsics alone (the conv
-/// taps, pointwise, packed and in-place im2col paths) run only then.
+/// packed and in-place im2col paths) run only then.
 #[inline]
 pub fn avx512() -> bool {
     level() == Level::Avx512

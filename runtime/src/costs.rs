@@ -213,8 +213,8 @@ mod tests {
         // conv_winograd.rs takes 3x3 stride-1 group-1 convs with C, M >= 64 and >= 400
         // output pixels, or >= 100 where W is a constant the op keeps the transform of;
         // TANDEM_CONV_WINOGRAD=0 turns it off (then they are im2col's).
-        // Without AVX-512 (so without the taps path) a kept W takes it from 16 input channels
-        // on planes of 729 pixels and up.
+        // Without AVX-512 (where the taps path takes few output channels only) a kept W takes
+        // it from 16 input channels on planes of 729 pixels and up.
         let on = std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
         let winograd = if on { "winograd" } else { "kxk" };
         let few = !tandem_ops::simd::avx512();
@@ -258,11 +258,13 @@ mod tests {
     #[test]
     fn few_channel_convs_get_the_taps_variant() {
         // conv_taps.rs takes stride-1 group-1 2-D convs of 8 to 32 input and at most 96 output
-        // channels, with output pixels x taps from 3600, on AVX-512; TANDEM_CONV_TAPS=0 turns
-        // it off (then they are im2col's). A kept W of 32 output channels or more on a plane
-        // under 40x40 takes the packed path's im2col read in place instead (`kxk`).
-        let on =
-            tandem_ops::simd::avx512() && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
+        // channels (on AVX2 at most 32), with output pixels x taps from 3600;
+        // TANDEM_CONV_TAPS=0 turns it off (then they are im2col's). A kept W of 32 output
+        // channels or more on a plane under 40x40 takes the packed path's im2col read in
+        // place instead (`kxk`, AVX-512).
+        let level = tandem_ops::simd::level();
+        let on = level >= tandem_ops::simd::Level::Avx2
+            && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
         let implicit = tandem_ops::simd::avx512()
             && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
             && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
@@ -270,11 +272,20 @@ mod tests {
         let winograd = !tandem_ops::simd::avx512()
             && std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
         let taps = if on { "taps" } else { "kxk" };
+        let wide_taps = match level {
+            tandem_ops::simd::Level::Avx512 => taps,
+            _ => "kxk",
+        };
         for kept in [false, true] {
             let large = if kept && winograd { "winograd" } else { taps };
             assert_eq!(conv_variant(16, 16, 40, 1, kept), large, "kept {kept}");
+            let large = if kept && winograd {
+                "winograd"
+            } else {
+                wide_taps
+            };
             assert_eq!(conv_variant(16, 64, 40, 1, kept), large, "kept {kept}");
-            let small = if kept && implicit { "kxk" } else { taps };
+            let small = if kept && implicit { "kxk" } else { wide_taps };
             assert_eq!(conv_variant(32, 96, 20, 1, kept), small, "kept {kept}");
             assert_eq!(conv_variant(32, 96, 19, 1, kept), "kxk", "3x3 on 19x19");
             assert_eq!(conv_variant(16, 16, 40, 2, kept), "kxk", "stride 2");
