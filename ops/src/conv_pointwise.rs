@@ -48,12 +48,13 @@ const MIN_PIXELS: usize = 16;
 
 /// Input channels up to which (at most [`MAX_OUT_CHANNELS_AVX2`] output channels: up to
 /// [`MAX_CHANNELS_FEW_OUT_AVX2`]), and output pixels from which, the AVX2 kernel was measured
-/// faster than im2col + the `gemm` crate (AMD Zen 3, 2 threads, the paths alone alternated,
-/// three runs: the `taps_speed` test): 16 -> 64 on 55x55 1.13-1.24x, 32 -> 128 on 27x27
-/// 1.27-1.33x, 32 -> 32 on 80x80 1.00-1.08x, 64 -> 16 on 55x55 1.09-1.15x. It lost from 64
-/// channels to more outputs (64 -> 64 on 56x56 0.84-0.94x, 64 -> 256 0.90-0.92x, 64 -> 64
-/// on 40x40 0.86-1.07x), from 128 channels (128 -> 16 on 55x55 0.91-0.98x, 256 -> 32 on
-/// 27x27 0.90-0.95x), and on 13x13 (48 -> 192 0.82-0.91x, 256 -> 48 0.77-0.80x).
+/// faster than im2col + the `gemm` crate (AMD Zen 3, 2 threads, the paths alone alternated:
+/// the `taps_speed` test; docs/bench.md, "The taps kernel on AVX2"): 16 -> 64 on 55x55
+/// 1.06-1.24x, 32 -> 128 on 27x27 1.27-1.41x, 32 -> 32 on 80x80 1.00-1.08x, 64 -> 16 on 55x55
+/// 1.09-1.17x. It lost from 64 channels to more outputs (64 -> 64 on 56x56 0.84-0.94x, 64 ->
+/// 256 0.90-0.92x, 64 -> 64 on 40x40 0.86-1.07x), from 128 channels (128 -> 16 on 55x55
+/// 0.87-1.05x, 256 -> 32 on 27x27 0.90-0.99x), and on 13x13 (48 -> 192 0.76-0.97x, 256 -> 48
+/// 0.73-0.86x).
 const MAX_CHANNELS_AVX2: usize = 32;
 const MAX_CHANNELS_FEW_OUT_AVX2: usize = 64;
 const MAX_OUT_CHANNELS_AVX2: usize = 16;
@@ -150,11 +151,11 @@ pub(in crate::conv) fn pointwise_path(
                     let (ks, wb) = block_in(wk, g.c * MR, mb, oc);
                     let to = |p: usize| TileOut::of(&ks, plane, (s1 - p).min(NP), ke, None);
                     for p in (s0..s1).step_by(NP) {
-                        // SAFETY: AVX2 or AVX-512 present (`applies`); X's planes are read at pixels
-                        // `p..s1` only (`positions`), in bounds of `xn`; the output rows
-                        // `ks` at those pixels are in bounds (checked above) and written
-                        // by this task only (tasks are distinct (image, channels, pixels)
-                        // blocks).
+                        // SAFETY: AVX2 or AVX-512 present (`applies`); X's planes are
+                        // read at pixels `p..s1` only (`positions`), in bounds of `xn`; the
+                        // output rows `ks` at those pixels are in bounds (checked above) and
+                        // written by this task only (tasks are distinct (image, channels,
+                        // pixels) blocks).
                         unsafe {
                             tile(
                                 xn.as_ptr().add(p),

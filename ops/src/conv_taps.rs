@@ -281,8 +281,8 @@ pub(in crate::conv) fn taps_path(
                         at: t,
                     };
                     let to = TileOut::of(&ks, g.oh * g.ow, (span - t).min(NP), ke, Some(gaps));
-                    // SAFETY: AVX2 or AVX-512 present (`applies`); every plane has `NP` + the
-                    // largest offset floats past its last row's positions; the output rows
+                    // SAFETY: AVX2 or AVX-512 present (`applies`); every plane has `NP` +
+                    // the largest offset floats past its last row's positions; the output rows
                     // `ks` of the task's output rows are in bounds (checked above) and
                     // written by this task only (tasks are distinct (image, channels, rows)
                     // blocks), the kernel storing the first `ow` of each row's positions.
