@@ -3,20 +3,22 @@
 //!
 //! Sixteen 8-lane registers cannot hold the AVX-512 kernel's 8 x 3 accumulators, so the block
 //! runs as micro-tiles of [`ROWS`] output channels x [`NV`] vectors of 8 positions: 12
-//! accumulators, 3 vectors of input and one broadcast weight per (channel, tap) step. Each
-//! micro-tile reads its weights at the block's stride `MR`, so the layout of W stays the one
-//! [`pack_weights`](super::pack_weights) makes for both kernels. Loads are plain where a
-//! micro-tile's positions are all inside `positions`, masked in the last one (the pointwise
-//! path reads X in place, with nothing past its end). Stores are plain where a vector's 8
-//! positions land in one output row; the others (row ends, gaps, a block's last columns) go
-//! lane by lane from a copy on the stack, as AMD cores take a dozen cycles per masked store.
+//! accumulators, the 2 broadcast weights of a (channel, tap) step and one vector of input at
+//! a time, 15 registers (4 x 3 needed all 16 and kept a sum on the stack; 4 x 2's 8 sums ran
+//! slower: docs/bench.md, "The taps kernel on AVX2"). Each micro-tile reads its weights at the
+//! block's stride `MR`, so the layout of W stays the one [`pack_weights`](super::pack_weights)
+//! makes for both kernels. Loads are plain where a micro-tile's positions are all inside
+//! `positions`, masked in the last one (the pointwise path reads X in place, with nothing past
+//! its end). Stores are plain where a vector's 8 positions land in one output row; the others
+//! (row ends, gaps, a block's last columns) go lane by lane from a copy on the stack, as AMD
+//! cores take a dozen cycles per masked store.
 //!
 //! Sits between `conv_taps.rs`'s [`tile`](super::tile) and the CPU's vector units.
 
 use super::{RowGaps, TileOut, MR, NP};
 use std::arch::x86_64::*;
 
-/// Output channels per micro-tile (a half of the block's `MR`).
+/// Output channels per micro-tile (a quarter of the block's `MR`).
 const ROWS: usize = 2;
 /// Vectors of 8 positions per micro-tile.
 const NV: usize = 6;
