@@ -561,10 +561,10 @@ impl Conv {
     }
 
     /// Whether the CPU kernel computes geometry `g` of this Conv as `W @ X` on its input
-    /// planes in place (`conv_pointwise.rs`: a 1x1, stride 1, unpadded, of few output or
-    /// input channels, AVX2 or AVX-512).
+    /// planes (`conv_pointwise.rs`: a 1x1, stride 1, unpadded, of few output or input
+    /// channels, AVX-512, or AVX2 where the kernel applies the whole epilogue).
     pub fn cpu_takes_pointwise(&self, g: &Geom2) -> bool {
-        g.cg > 1 && cpu::pointwise::applies(g)
+        g.cg > 1 && cpu::pointwise::applies(g, self.epilogue())
     }
 
     /// What this Conv applies to each output element after the bias.

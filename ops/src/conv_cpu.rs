@@ -14,7 +14,7 @@
 //! convs of a constant W with many output channels the GEMM on W packed once
 //! (`conv_packed.rs`, [`packed::applies`]), which reads the im2col of a kernel of several taps
 //! in place (`conv_implicit.rs`; `TANDEM_CONV_IMPLICIT=0`). 1x1 convs of few output or input
-//! channels run as `W @ X` on the input planes in place (`conv_pointwise.rs`,
+//! channels run as `W @ X` on the input planes (in place; on AVX2 from copied spans) (`conv_pointwise.rs`,
 //! [`pointwise::applies`]; `TANDEM_CONV_POINTWISE=0`). On planes below 14x14 (Winograd) and 40x40 (taps) a kept W
 //! takes the packed path rather than those two.
 //!
@@ -825,7 +825,7 @@ pub fn conv_cpu(
         winograd::winograd_path(v, g, x, (w, b, first), transform, out, rows.clone());
     } else if taps::applies(g, false) {
         return taps::taps_path(g, x, (w, blocks), (b, ep), z, out, rows);
-    } else if pointwise::applies(g) {
+    } else if pointwise::applies(g, ep) {
         return pointwise::pointwise_path(g, x, (w, blocks), (b, ep), z, out, rows);
     } else {
         return gemm_path(g, x, (w, b, ep), z, out, rows);

@@ -1,6 +1,7 @@
 //! Conv as `C = W @ X` for 1x1 convs of stride 1 without padding, on AVX-512 and AVX2 (the
 //! taps kernel of each, fewer convs on AVX2: [`MAX_CHANNELS_AVX2`]): each output plane is a
-//! row of C, each input plane a row of X, both read and written in place.
+//! row of C, each input plane a row of X, written in place and read in place (on AVX2, from
+//! a copy of each span of the rows).
 //!
 //! The taps path's kernel (`conv_taps.rs`, one tap at offset 0) keeps 8 output channels x 48
 //! pixels in registers over all input channels, loading 3 vectors of each input plane and
@@ -20,12 +21,23 @@
 //! leave a block part empty (yolov8n's 64 -> 18 ran 1.2-1.6x), and a plane of one pixel fills
 //! one of the kernel's 48 positions.
 //!
+//! On AVX2 (AMD Zen 3, 32 KB of L1) each task first copies a span of its pixels from every
+//! input plane into lines next to each other, starting on a cache line, then runs every
+//! block of output channels over the copy. Read in place, the lines of a span lie a plane
+//! apart, and the AVX2 kernel ran at 0.58-1.00x the `gemm` crate's speed where on the copy
+//! it ran 0.85-1.31x (2 threads, the paths alone alternated in one process, two runs: 64 ->
+//! 256 on 56x56 0.80-1.00 -> 1.04-1.31, 128 -> 512 on 28x28 0.69-0.81 -> 1.05-1.14, 1024 ->
+//! 256 on 14x14 0.58-0.71 -> 0.85-0.98). The copy also let it take more convs
+//! ([`MAX_CHANNELS_AVX2`]). Copying the input channels in chunks of 16 KB, each chunk's sums
+//! continued from the stored block, lost to one copy of all of them (128 -> 512 on 28x28
+//! 0.94-1.01 against 1.10-1.14). AVX-512 reads in place as measured on the Intel Xeon.
+//!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and `conv_taps.rs`'s kernel.
 
 use super::taps::{
     block_groups, block_in, image_rects, pack_weights, tile, InKernel, TileOut, MR, NP,
 };
-use super::{packed::finish_lines, with_scratch, OutPtr};
+use super::{packed::finish_lines, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::simd::Level;
 use rayon::prelude::*;
@@ -47,24 +59,30 @@ const MAX_CHANNELS_ANY_OUT: usize = 32;
 const MIN_PIXELS: usize = 16;
 
 /// Input channels up to which (at most [`MAX_OUT_CHANNELS_AVX2`] output channels: up to
-/// [`MAX_CHANNELS_FEW_OUT_AVX2`]), and output pixels from which, the AVX2 kernel was measured
-/// faster than im2col + the `gemm` crate (AMD Zen 3, 2 threads, the paths alone alternated:
-/// the `taps_speed` test; docs/bench.md, "The taps kernel on AVX2"): 16 -> 64 on 55x55
-/// 1.06-1.24x, 32 -> 128 on 27x27 1.27-1.41x, 32 -> 32 on 80x80 1.00-1.08x, 64 -> 16 on 55x55
-/// 1.09-1.17x. It lost from 64 channels to more outputs (64 -> 64 on 56x56 0.84-0.94x, 64 ->
-/// 256 0.90-0.92x, 64 -> 64 on 40x40 0.86-1.07x), from 128 channels (128 -> 16 on 55x55
-/// 0.87-1.05x, 256 -> 32 on 27x27 0.90-0.99x), and on 13x13 (48 -> 192 0.76-0.97x, 256 -> 48
-/// 0.73-0.86x).
-const MAX_CHANNELS_AVX2: usize = 32;
-const MAX_CHANNELS_FEW_OUT_AVX2: usize = 64;
-const MAX_OUT_CHANNELS_AVX2: usize = 16;
+/// [`MAX_CHANNELS_FEW_OUT_AVX2`]), and output pixels from which, the AVX2 kernel on copied
+/// spans was measured faster than im2col + the `gemm` crate, with the bias and a Relu in the
+/// kernel (AMD Zen 3, 2 threads, the paths alone alternated in one process, crate time /
+/// this path's, two runs: the ignored `pointwise_speed` test; docs/bench.md, "1x1 convs on
+/// AVX2 from copied input lines"): 64 -> 256 on 56x56 1.12-1.31x, 64 -> 64 1.03-1.41x,
+/// 128 -> 128 1.14-1.27x, 96 -> 128 1.19-1.42x, 128 -> 512 on 28x28 1.06-1.14x, 128 -> 32
+/// on 27x27 1.16-1.40x, 256 -> 32 1.05-1.23x, 96 -> 16 on 55x55 1.05-1.21x. From more
+/// input channels to more outputs it lost or tied (256 -> 64 on 56x56 0.89-1.19x, 512 ->
+/// 128 on 28x28 0.93-1.14x, 1024 -> 256 on 14x14 0.85-0.97x), as on planes below 27x27
+/// (480 -> 64 on 14x14 0.82-0.93x). With a residual or another epilogue after the product
+/// (a pass over each task's block) it tied or lost at every shape (128 -> 512 on 28x28
+/// 0.90x, 16 -> 64 on 55x55 0.88-0.92x), so AVX2 takes only convs whose whole epilogue
+/// the kernel applies.
+const MAX_CHANNELS_AVX2: usize = 128;
+const MAX_CHANNELS_FEW_OUT_AVX2: usize = 256;
+const MAX_OUT_CHANNELS_AVX2: usize = 32;
 const MIN_PIXELS_AVX2: usize = 729;
 
-/// Whether `conv_cpu` takes this path: a 1x1 conv of stride 1, unpadded, one group, a
-/// multiple of 8 output channels, at least [`MIN_PIXELS`], enabled; on AVX-512 fewer than
-/// 64 output channels or at most 32 input channels, on AVX2 planes of [`MIN_PIXELS_AVX2`]
-/// and the channels of [`MAX_CHANNELS_AVX2`].
-pub(in crate::conv) fn applies(g: &Geom2) -> bool {
+/// Whether `conv_cpu` takes this path for a conv of epilogue `ep`: a 1x1 conv of stride 1,
+/// unpadded, one group, a multiple of 8 output channels, at least [`MIN_PIXELS`], enabled;
+/// on AVX-512 fewer than 64 output channels or at most 32 input channels, on AVX2 planes of
+/// [`MIN_PIXELS_AVX2`], the channels of [`MAX_CHANNELS_AVX2`] and an epilogue the kernel
+/// applies whole.
+pub(in crate::conv) fn applies(g: &Geom2, ep: Epilogue) -> bool {
     let pixels = g.oh * g.ow;
     (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.group) == (1, 1, 1, 1, 0, 0, 1)
         && (g.oh, g.ow) == (g.h, g.w)
@@ -74,6 +92,7 @@ pub(in crate::conv) fn applies(g: &Geom2) -> bool {
             Level::Avx512 => g.m <= MAX_OUT_CHANNELS || g.c <= MAX_CHANNELS_ANY_OUT,
             Level::Avx2 => {
                 pixels >= MIN_PIXELS_AVX2
+                    && InKernel::whole(ep)
                     && (g.c <= MAX_CHANNELS_AVX2
                         || g.c <= MAX_CHANNELS_FEW_OUT_AVX2 && g.m <= MAX_OUT_CHANNELS_AVX2)
             }
@@ -83,12 +102,16 @@ pub(in crate::conv) fn applies(g: &Geom2) -> bool {
 }
 
 /// Bytes of input lines a span of pixels reads (in L1 while every block of output channels
-/// runs over the span).
+/// runs over the span), in place or copied (on AVX2 spans of 16 KB took 0.83-1.10x the time,
+/// 0.99x on average over 46 convs and runs).
 const SPAN_BYTES: usize = 32 << 10;
 
+/// Floats of one cache line: the copied lines start on one.
+const LINE_FLOATS: usize = 16;
+
 /// Output lines `rows` (`(n, oc, oh)`) of a convolution [`applies`] accepts: the bias and a
-/// plain Relu applied by the kernel, any other `ep` and the residual `z` in a pass over each
-/// task's block after its product. `blocks` is W as [`pack_weights`] lays it out, where the
+/// plain Relu applied by the kernel, any other `ep` and the residual `z` (AVX-512 only) in a
+/// pass over each task's block after its product. `blocks` is W as [`pack_weights`] lays it out, where the
 /// op keeps it; without it W is packed for the call.
 pub(in crate::conv) fn pointwise_path(
     g: &Geom2,
@@ -140,26 +163,20 @@ pub(in crate::conv) fn pointwise_path(
                 first + (oc.len() - 1) * plane + pix.end <= optr.1,
                 "pointwise: output block out of bounds"
             );
-            // Spans of pixels whose input lines stay in L1 (one tile at least): every block
-            // of output channels runs over a whole span, so that the stores of a block's
-            // 8 output lines are long runs (a 12 -> 96 conv on 160x160 writes 96 planes;
-            // tile by tile, each tile's stores went to all 96).
-            let span = (SPAN_BYTES / (4 * g.c)).max(NP) / NP * NP;
-            for s0 in pix.clone().step_by(span) {
-                let s1 = (s0 + span).min(pix.end);
+            let run = |xs: &[f32], ld: usize, s0: usize, s1: usize| {
                 for mb in mb0..mb1 {
                     let (ks, wb) = block_in(wk, g.c * MR, mb, oc);
                     let to = |p: usize| TileOut::of(&ks, plane, (s1 - p).min(NP), ke, None);
                     for p in (s0..s1).step_by(NP) {
-                        // SAFETY: AVX2 or AVX-512 present (`applies`); X's planes are
-                        // read at pixels `p..s1` only (`positions`), in bounds of `xn`; the
-                        // output rows `ks` at those pixels are in bounds (checked above) and
-                        // written by this task only (tasks are distinct (image, channels,
-                        // pixels) blocks).
+                        // SAFETY: AVX2 or AVX-512 present (`applies`); `xs` holds the input
+                        // lines at stride `ld` from pixel `s0`, read at pixels `p..s1` only
+                        // (`positions`); the output rows `ks` at those pixels are in bounds
+                        // (checked above) and written by this task only (tasks are distinct
+                        // (image, channels, pixels) blocks).
                         unsafe {
                             tile(
-                                xn.as_ptr().add(p),
-                                plane,
+                                xs.as_ptr().add(p - s0),
+                                ld,
                                 g.c,
                                 &[0],
                                 wb,
@@ -169,7 +186,34 @@ pub(in crate::conv) fn pointwise_path(
                         }
                     }
                 }
-            }
+            };
+            // Spans of pixels whose input lines stay in L1 (one tile at least): every block
+            // of output channels runs over a whole span, so that the stores of a block's
+            // 8 output lines are long runs (a 12 -> 96 conv on 160x160 writes 96 planes;
+            // tile by tile, each tile's stores went to all 96). On AVX2 each span's lines
+            // are copied next to each other first (module docs).
+            let in_place = crate::simd::avx512();
+            let span = (SPAN_BYTES / (4 * g.c)).max(NP) / NP * NP;
+            let copy = if in_place {
+                0
+            } else {
+                g.c * span + LINE_FLOATS
+            };
+            with_tmp(copy, |buf| {
+                let at = buf.as_ptr().align_offset(64).min(buf.len());
+                let buf = &mut buf[at..];
+                for s0 in pix.clone().step_by(span) {
+                    let s1 = (s0 + span).min(pix.end);
+                    if in_place {
+                        run(&xn[s0..], plane, s0, s1);
+                        continue;
+                    }
+                    for (ci, line) in buf.chunks_mut(span).take(g.c).enumerate() {
+                        line[..s1 - s0].copy_from_slice(&xn[ci * plane + s0..ci * plane + s1]);
+                    }
+                    run(buf, span, s0, s1);
+                }
+            });
             if !ke.whole {
                 finish_lines(
                     g,

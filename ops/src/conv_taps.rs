@@ -27,7 +27,7 @@
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the CPU's vector units.
 
 use super::{packed::finish_lines, padded_plane, rects, with_scratch, OutPtr};
-use crate::conv::{Activation, Epilogue, Geom2};
+use crate::conv::{Activation, Epilogue, Geom2, Residual};
 use crate::phase_planes::{copy_every, inside_columns};
 use crate::simd::Level;
 use rayon::prelude::*;
@@ -383,14 +383,20 @@ pub(in crate::conv) struct InKernel<'a> {
 }
 
 impl<'a> InKernel<'a> {
+    /// Whether the kernel applies all of `ep`: no residual, no affine, no activation but a
+    /// Relu.
+    pub(in crate::conv) fn whole(ep: Epilogue) -> bool {
+        ep.residual == Residual::None
+            && ep.post.is_none()
+            && matches!(ep.act, Activation::None | Activation::Relu)
+    }
+
     pub(in crate::conv) fn of(
         b: Option<&'a [f32]>,
         z: Option<&[f32]>,
         ep: Epilogue,
     ) -> InKernel<'a> {
-        let whole = z.is_none()
-            && ep.post.is_none()
-            && matches!(ep.act, Activation::None | Activation::Relu);
+        let whole = z.is_none() && InKernel::whole(ep);
         InKernel {
             whole,
             bias: b.filter(|_| whole),

@@ -1093,8 +1093,10 @@ fn taps_path_matches_definition() {
 /// and cut in two mid-plane and mid-block: planes not a multiple of the kernel's 48 pixels,
 /// of one span and of several, several images, W kept and not; the bias and Relu applied by
 /// the kernel, other activations and both residuals after it. The AVX2 kernel takes the
-/// cases marked so (planes of 729 pixels, at most 32 input channels or 64 to 16 outputs);
-/// the others run it on AVX-512 only.
+/// cases marked so (planes of 729 pixels, at most 128 input channels or 256 to 32 outputs,
+/// no epilogue but a Relu;
+/// its copied spans of input lines, several to a plane and a part one at its end); the
+/// others run it on AVX-512 only.
 #[test]
 fn pointwise_path_matches_definition() {
     let cases: &[([usize; 4], usize, bool)] = &[
@@ -1109,6 +1111,9 @@ fn pointwise_path_matches_definition() {
         ([1, 64, 31, 30], 16, true),
         ([1, 24, 31, 30], 120, true),
         ([3, 9, 37, 23], 24, true),
+        ([2, 128, 28, 27], 64, true),
+        ([1, 200, 27, 28], 24, true),
+        ([1, 200, 27, 28], 40, false),
     ];
     let on = std::env::var("TANDEM_CONV_POINTWISE").as_deref() != Ok("0");
     let acts = [Activation::None, Activation::Relu, Activation::Sigmoid];
@@ -1127,20 +1132,21 @@ fn pointwise_path_matches_definition() {
             };
             activated_case(&op, xs, m, [1, 1], [1, 1], [1, 1], [0; 4], bias);
             let (g, _) = op.geom(&[&xs, &[m, xs[1], 1, 1]]).unwrap();
+            let avx2 = avx2 && act != Activation::Sigmoid;
             assert_eq!(
                 op.cpu_takes_pointwise(&g),
                 on && (level == crate::simd::Level::Avx512
                     || avx2 && level == crate::simd::Level::Avx2),
-                "{xs:?} m {m}"
+                "{xs:?} m {m} {act:?}"
             );
         }
     }
     residual_cases([2, 24, 7, 10], 24, [1, 1], [0; 4]);
     // Measured slower here than the packed path or the `gemm` crate: 64 or more output
-    // channels from more than 32 input channels, output channels in a part-filled block, a
-    // plane of one pixel; padded or strided 1x1s are not read in place.
+    // channels from more than 128 input channels (AVX-512: 32), output channels in a
+    // part-filled block, a plane of one pixel; padded or strided 1x1s are not read in place.
     for (xs, m, s, pads) in [
-        ([1, 64, 56, 56], 64, 1, 0),
+        ([1, 160, 56, 56], 128, 1, 0),
         ([1, 512, 13, 13], 1000, 1, 0),
         ([1, 64, 40, 40], 18, 1, 0),
         ([1, 192, 1, 1], 48, 1, 0),
@@ -1255,6 +1261,14 @@ fn taps_speed() {
         (64, 256, 1, 56, 1, 0),
         (32, 32, 1, 80, 1, 0),
         (64, 64, 1, 40, 1, 0),
+        (96, 16, 1, 55, 1, 0),
+        (128, 32, 1, 27, 1, 0),
+        (96, 128, 1, 56, 1, 0),
+        (128, 128, 1, 56, 1, 0),
+        (128, 512, 1, 28, 1, 0),
+        (256, 64, 1, 56, 1, 0),
+        (512, 128, 1, 28, 1, 0),
+        (1024, 256, 1, 14, 1, 0),
     ];
     let reps = 30;
     for &(c, m, k, hw, s, p) in shapes {
