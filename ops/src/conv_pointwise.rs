@@ -24,13 +24,14 @@
 //! On AVX2 (AMD Zen 3, 32 KB of L1) each task first copies a span of its pixels from every
 //! input plane into lines next to each other, starting on a cache line, then runs every
 //! block of output channels over the copy. Read in place, the lines of a span lie a plane
-//! apart, and the AVX2 kernel ran at 0.58-1.00x the `gemm` crate's speed where on the copy
-//! it ran 0.85-1.31x (2 threads, the paths alone alternated in one process, two runs: 64 ->
-//! 256 on 56x56 0.80-1.00 -> 1.04-1.31, 128 -> 512 on 28x28 0.69-0.81 -> 1.05-1.14, 1024 ->
-//! 256 on 14x14 0.58-0.71 -> 0.85-0.98). The copy also let it take more convs
-//! ([`MAX_CHANNELS_AVX2`]). Copying the input channels in chunks of 16 KB, each chunk's sums
-//! continued from the stored block, lost to one copy of all of them (128 -> 512 on 28x28
-//! 0.94-1.01 against 1.10-1.14). AVX-512 reads in place as measured on the Intel Xeon.
+//! apart on few cache sets (2 threads, the paths alone alternated in one process, crate time
+//! / this path's: 64 -> 256 on 56x56 0.84-1.00 in place, 1.05-1.27 copied; 128 -> 512 on
+//! 28x28 0.74-1.10 and 1.09-1.12; 1024 -> 256 on 14x14 0.58-0.71 and 0.87-0.98; copied
+//! faster in 45 of 46 pairs; docs/bench.md, "1x1 convs on AVX2 from copied input lines").
+//! The copy also let it take more convs ([`MAX_CHANNELS_AVX2`]). Copying the input channels
+//! in chunks of 16 KB, each chunk's sums continued from the stored block, lost to one copy
+//! of all of them (128 -> 512 on 28x28 0.94-1.01 against 1.06-1.14). AVX-512 reads in place
+//! as measured on the Intel Xeon.
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and `conv_taps.rs`'s kernel.
 
@@ -62,16 +63,16 @@ const MIN_PIXELS: usize = 16;
 /// [`MAX_CHANNELS_FEW_OUT_AVX2`]), and output pixels from which, the AVX2 kernel on copied
 /// spans was measured faster than im2col + the `gemm` crate, with the bias and a Relu in the
 /// kernel (AMD Zen 3, 2 threads, the paths alone alternated in one process, crate time /
-/// this path's, two runs: the ignored `pointwise_speed` test; docs/bench.md, "1x1 convs on
-/// AVX2 from copied input lines"): 64 -> 256 on 56x56 1.12-1.31x, 64 -> 64 1.03-1.41x,
-/// 128 -> 128 1.14-1.27x, 96 -> 128 1.19-1.42x, 128 -> 512 on 28x28 1.06-1.14x, 128 -> 32
-/// on 27x27 1.16-1.40x, 256 -> 32 1.05-1.23x, 96 -> 16 on 55x55 1.05-1.21x. From more
-/// input channels to more outputs it lost or tied (256 -> 64 on 56x56 0.89-1.19x, 512 ->
-/// 128 on 28x28 0.93-1.14x, 1024 -> 256 on 14x14 0.85-0.97x), as on planes below 27x27
-/// (480 -> 64 on 14x14 0.82-0.93x). With a residual or another epilogue after the product
-/// (a pass over each task's block) it tied or lost at every shape (128 -> 512 on 28x28
-/// 0.90x, 16 -> 64 on 55x55 0.88-0.92x), so AVX2 takes only convs whose whole epilogue
-/// the kernel applies.
+/// this path's, two runs; `taps_speed` lists these shapes; docs/bench.md, "1x1 convs on
+/// AVX2 from copied input lines"): 64 -> 256 on 56x56 1.05-1.27x, 64 -> 64 1.03-1.31x,
+/// 128 -> 128 1.13-1.25x, 96 -> 128 1.23-1.40x, 128 -> 512 on 28x28 1.09-1.12x, 128 -> 32
+/// on 27x27 1.15-1.40x, 256 -> 32 1.15-1.25x, 96 -> 16 on 55x55 1.17-1.21x. From more
+/// input channels to more outputs it lost (256 -> 64 on 56x56 0.89-0.92x, 512 -> 128 on
+/// 28x28 0.94-0.95x, 1024 -> 256 on 14x14 0.87-0.98x), as on planes below 27x27 (480 -> 64
+/// on 14x14 0.82-0.87x). With a residual or another epilogue after the product (a pass over
+/// each task's block) it tied or lost (0.88-1.10x; 128 -> 512 on 28x28 0.90-0.91x, 16 ->
+/// 64 on 55x55 0.88-0.92x), so AVX2 takes only convs whose whole epilogue the kernel
+/// applies.
 const MAX_CHANNELS_AVX2: usize = 128;
 const MAX_CHANNELS_FEW_OUT_AVX2: usize = 256;
 const MAX_OUT_CHANNELS_AVX2: usize = 32;
