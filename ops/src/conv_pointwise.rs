@@ -112,8 +112,8 @@ const LINE_FLOATS: usize = 16;
 
 /// Output lines `rows` (`(n, oc, oh)`) of a convolution [`applies`] accepts: the bias and a
 /// plain Relu applied by the kernel, any other `ep` and the residual `z` (AVX-512 only) in a
-/// pass over each task's block after its product. `blocks` is W as [`pack_weights`] lays it out, where the
-/// op keeps it; without it W is packed for the call.
+/// pass over each task's block after its product. `blocks` is W as [`pack_weights`] lays it
+/// out, where the op keeps it; without it W is packed for the call.
 pub(in crate::conv) fn pointwise_path(
     g: &Geom2,
     x: &[f32],
@@ -201,7 +201,11 @@ pub(in crate::conv) fn pointwise_path(
                 g.c * span + LINE_FLOATS
             };
             with_tmp(copy, |buf| {
-                let at = buf.as_ptr().align_offset(64).min(buf.len());
+                let at = buf
+                    .as_ptr()
+                    .align_offset(64)
+                    .min(LINE_FLOATS)
+                    .min(buf.len());
                 let buf = &mut buf[at..];
                 for s0 in pix.clone().step_by(span) {
                     let s1 = (s0 + span).min(pix.end);
