@@ -193,32 +193,25 @@ pub(in crate::conv) fn pointwise_path(
             // 8 output lines are long runs (a 12 -> 96 conv on 160x160 writes 96 planes;
             // tile by tile, each tile's stores went to all 96). On AVX2 each span's lines
             // are copied next to each other first (module docs).
-            let in_place = crate::simd::avx512();
             let span = (SPAN_BYTES / (4 * g.c)).max(NP) / NP * NP;
-            let copy = if in_place {
-                0
+            let spans = pix
+                .clone()
+                .step_by(span)
+                .map(|s0| (s0, (s0 + span).min(pix.end)));
+            if crate::simd::avx512() {
+                spans.for_each(|(s0, s1)| run(&xn[s0..], plane, s0, s1));
             } else {
-                g.c * span + LINE_FLOATS
-            };
-            with_tmp(copy, |buf| {
-                let at = buf
-                    .as_ptr()
-                    .align_offset(64)
-                    .min(LINE_FLOATS)
-                    .min(buf.len());
-                let buf = &mut buf[at..];
-                for s0 in pix.clone().step_by(span) {
-                    let s1 = (s0 + span).min(pix.end);
-                    if in_place {
-                        run(&xn[s0..], plane, s0, s1);
-                        continue;
+                with_tmp(g.c * span + LINE_FLOATS, |buf| {
+                    let at = buf.as_ptr().align_offset(64).min(LINE_FLOATS);
+                    let buf = &mut buf[at..];
+                    for (s0, s1) in spans {
+                        for (ci, line) in buf.chunks_mut(span).take(g.c).enumerate() {
+                            line[..s1 - s0].copy_from_slice(&xn[ci * plane + s0..][..s1 - s0]);
+                        }
+                        run(buf, span, s0, s1);
                     }
-                    for (ci, line) in buf.chunks_mut(span).take(g.c).enumerate() {
-                        line[..s1 - s0].copy_from_slice(&xn[ci * plane + s0..ci * plane + s1]);
-                    }
-                    run(buf, span, s0, s1);
-                }
-            });
+                });
+            }
             if !ke.whole {
                 finish_lines(
                     g,

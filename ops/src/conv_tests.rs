@@ -1094,9 +1094,8 @@ fn taps_path_matches_definition() {
 /// of one span and of several, several images, W kept and not; the bias and Relu applied by
 /// the kernel, other activations and both residuals after it. The AVX2 kernel takes the
 /// cases marked so (planes of 729 pixels, at most 128 input channels or 256 to 32 outputs,
-/// no epilogue but a Relu;
-/// its copied spans of input lines, several to a plane and a part one at its end); the
-/// others run it on AVX-512 only.
+/// no epilogue but a Relu; its copied spans of input lines, several to a plane and a part
+/// one at its end); the others run it on AVX-512 only.
 #[test]
 fn pointwise_path_matches_definition() {
     let cases: &[([usize; 4], usize, bool)] = &[
