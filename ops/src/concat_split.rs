@@ -93,6 +93,14 @@ impl Op for Concat {
         true
     }
 
+    fn appends_inputs(&self, ins: &[&TensorMeta]) -> bool {
+        // One outer row: each input is one contiguous part of the output.
+        self.infer(ins).is_ok()
+            && self
+                .axis(ins)
+                .is_ok_and(|a| ins[0].shape[..a].iter().all(|&d| d == 1))
+    }
+
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
         let a = self.axis(ins)?;
         let mut shape = ins[0].shape.clone();

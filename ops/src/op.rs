@@ -89,6 +89,13 @@ pub trait Op: Debug + Send + Sync {
         false
     }
 
+    /// True when output 0 is its inputs' elements one after another, in input order (a Concat
+    /// with only 1s before its axis): the runtime may then grow input 0's buffer into the
+    /// output, appending the others, instead of calling [`Op::cpu`] to copy all of them.
+    fn appends_inputs(&self, _ins: &[&TensorMeta]) -> bool {
+        false
+    }
+
     /// True when [`Op::cpu`] writes every element of the output rows it is asked for, in every
     /// output it computes: the runtime then hands it reused buffers as they are instead of
     /// zero-filling them first (a memset per output, up to a fifth of a densenet121 run).

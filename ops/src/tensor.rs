@@ -146,6 +146,43 @@ impl Data {
         }
     }
 
+    /// Appends `other`'s elements (growing the allocation as a `Vec` does, by doubling);
+    /// false, with nothing appended, when the element types differ.
+    /// Large tails are copied in parallel on the current rayon pool.
+    pub fn append(&mut self, other: &Data) -> bool {
+        fn extend<T: Copy + Send + Sync>(v: &mut Vec<T>, o: &[T]) {
+            use rayon::prelude::*;
+            /// Elements of a piece copied by one task: 64 KB and up are worth a second thread.
+            const PIECE: usize = 1 << 14;
+            if o.len() < 2 * PIECE {
+                return v.extend_from_slice(o);
+            }
+            let old = v.len();
+            v.reserve(o.len());
+            (v.spare_capacity_mut()[..o.len()].par_chunks_mut(PIECE))
+                .zip(o.par_chunks(PIECE))
+                .for_each(|(dst, src)| {
+                    for (d, s) in dst.iter_mut().zip(src) {
+                        d.write(*s);
+                    }
+                });
+            // SAFETY: the `o.len()` elements past `old` were written just above.
+            unsafe { v.set_len(old + o.len()) };
+        }
+        match (self, other) {
+            (Data::F32(v), Data::F32(o)) => extend(v, o),
+            (Data::F16(v), Data::F16(o)) => extend(v, o),
+            (Data::F64(v), Data::F64(o)) => extend(v, o),
+            (Data::I64(v), Data::I64(o)) => extend(v, o),
+            (Data::I32(v), Data::I32(o)) => extend(v, o),
+            (Data::I8(v), Data::I8(o)) => extend(v, o),
+            (Data::U8(v), Data::U8(o)) => extend(v, o),
+            (Data::Bool(v), Data::Bool(o)) => extend(v, o),
+            _ => return false,
+        }
+        true
+    }
+
     /// Makes this `len` zeros (false for bool), keeping the allocation when it is big enough
     /// and growing it to exactly `len` otherwise.
     pub fn reset_zeroed(&mut self, len: usize) {
@@ -341,5 +378,37 @@ impl TensorMeta {
     /// Bytes on the host.
     pub fn bytes(&self) -> u64 {
         (self.numel() * self.dtype.size()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `append` gives the two sequences one after another, for tails copied in one piece and
+    /// in parallel pieces (including a part piece), keeps the allocation where it has room,
+    /// and refuses another element type without appending.
+    #[test]
+    fn append_is_concatenation() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for (a, b) in [(5, 7), (1000, (1 << 15) + 3), ((1 << 16) + 1, 1 << 17)] {
+            let x: Vec<f32> = (0..a).map(|i| i as f32).collect();
+            let y: Vec<f32> = (0..b).map(|i| -(i as f32) - 0.5).collect();
+            let mut d = Data::F32(Vec::with_capacity(a + b));
+            d.append(&Data::F32(x.clone()));
+            let held = d.capacity();
+            pool.install(|| assert!(d.append(&Data::F32(y.clone()))));
+            assert_eq!(d, Data::F32([x, y].concat()), "{a} + {b}");
+            assert_eq!(d.capacity(), held, "{a} + {b}: no new allocation");
+            let u: Vec<u8> = (0..b).map(|i| i as u8).collect();
+            let mut e = Data::U8(vec![7; a]);
+            e.append(&Data::U8(u.clone()));
+            assert_eq!(e, Data::U8([vec![7; a], u].concat()));
+            assert!(!e.append(&d));
+            assert_eq!(e.len(), a + b);
+        }
     }
 }

@@ -13,6 +13,7 @@
 //! be awaited, never blocked on. On native targets the awaited futures are already complete when
 //! first polled (the GPU layer waits inside them), so [`execute`] is a plain `block_on`.
 
+mod append;
 mod fault;
 mod host_buffers;
 
@@ -460,6 +461,16 @@ impl<'a> Run<'a> {
             None => Vec::new(),
         };
         let mut ins = self.host_inputs(s, &halves).await?;
+        if rows.is_none() {
+            let start = Instant::now();
+            if let Some(t) = self.appended(s, &mut ins) {
+                self.cpu_started = start - self.started;
+                self.slots[node.outputs[0]].host = Some(Arc::new(t));
+                ins.clear();
+                self.ins_buf = ins;
+                return Ok(start.elapsed());
+            }
+        }
         // No allocation per step for the argument lists: up to 8 inputs in an array, the
         // input and output Vecs reused from step to step.
         let (small, many): ([&Tensor; 8], Vec<&Tensor>);
@@ -480,7 +491,11 @@ impl<'a> Run<'a> {
         let mut outs = std::mem::take(&mut self.outs_buf);
         outs.clear();
         let zeroed = !node.op.overwrites_outputs();
-        outs.extend(step.outputs.iter().map(|m| self.spare.take(m, zeroed)));
+        let room = &cx.plan.room;
+        outs.extend(
+            (step.outputs.iter().zip(&node.outputs))
+                .map(|(m, &v)| self.spare.take_with_room(m, zeroed, room[v])),
+        );
         let start = Instant::now();
         self.cpu_started = start - self.started;
         let rows = rows.unwrap_or_else(|| step.rows.clone());

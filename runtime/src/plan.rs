@@ -90,6 +90,10 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// For each value, the index of the last step that reads it (`None`: no step reads it).
     pub last_use: Vec<Option<usize>>,
+    /// For each value, the elements its host buffer is allocated to hold (0: its own): a
+    /// CPU Concat's input 0, read there last, gets room for the Concat's output, which then
+    /// takes over the buffer and appends the other inputs (`exec/append.rs`).
+    pub room: Vec<usize>,
     /// Nodes evaluated at plan time because all their inputs were constants.
     pub folded: Vec<usize>,
     /// Predicted run time (placement `auto` only), seconds.
@@ -356,10 +360,12 @@ pub fn build_around_busy_gpu(
             last_use[*v] = Some(s);
         }
     }
+    let room = append_room(graph, &steps, &last_use);
     let mut plan = Plan {
         metas,
         steps,
         last_use,
+        room,
         folded,
         predicted,
         gpu_wait,
@@ -370,6 +376,40 @@ pub fn build_around_busy_gpu(
     };
     plan.host_peak = crate::limits::peak_intermediates(graph, &plan);
     Ok(plan)
+}
+
+/// [`Plan::room`]: from the last step back, so that a Concat whose output is itself input 0 of
+/// a later one (densenet121's dense blocks) passes that one's room on to its own input 0.
+fn append_room(graph: &Graph, steps: &[Step], last_use: &[Option<usize>]) -> Vec<usize> {
+    let mut room = vec![0; graph.values.len()];
+    for (s, step) in steps.iter().enumerate().rev() {
+        let node = &graph.nodes[step.node];
+        let (Some(Some(v)), Some(&out), Some(meta)) = (
+            node.inputs.first(),
+            node.outputs.first(),
+            step.outputs.first(),
+        ) else {
+            continue;
+        };
+        let refs: Vec<&TensorMeta> = step.inputs.iter().collect();
+        let on_cpu = matches!(
+            step.kind,
+            StepKind::Whole {
+                device: Device::Cpu,
+                ..
+            }
+        );
+        if on_cpu
+            && last_use[*v] == Some(s)
+            && !graph.inputs.contains(v)
+            && !graph.outputs.contains(v)
+            && node.inputs[1..].iter().all(|i| *i != Some(*v))
+            && node.op.appends_inputs(&refs)
+        {
+            room[*v] = room[out].max(meta.numel());
+        }
+    }
+    room
 }
 
 /// Steps for the non-view nodes, in execution order, plus the predicted run time for `auto`.

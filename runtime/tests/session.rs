@@ -414,3 +414,71 @@ fn an_all_cpu_auto_plan_runs_in_the_cpu_plans_order() {
     assert_eq!(order(Placement::Cpu), ["a", "b1", "b2", "b3", "add"]);
     assert_eq!(order(Placement::Auto), order(Placement::Cpu));
 }
+
+/// A CPU Concat takes over its input 0's buffer and appends the others where that input is
+/// read there last (exec/append.rs): chains of such Concats (densenet's dense blocks) must
+/// give the plain Concat's result, and an input 0 that a later node still reads, or that
+/// the Concat reads twice, must stay as it was. On every placement, over several runs (so
+/// buffers kept between runs are appended to as well). On the CPU the plan gives room to
+/// exactly the four inputs that may be appended to.
+#[test]
+fn concats_append_only_to_inputs_nobody_reads_later() {
+    let axis0 = |mut n: NodeProto| {
+        n.attribute.push(AttributeProto {
+            name: "axis".into(),
+            i: Some(0),
+            r#type: attribute_type::INT,
+            ..Default::default()
+        });
+        n
+    };
+    let bytes = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(GraphProto {
+            node: vec![
+                node("Relu", "relu", &["x"], &["r"]),
+                axis0(node("Concat", "c1", &["r", "x"], &["c1"])),
+                node("Neg", "neg", &["c1"], &["n"]),
+                axis0(node("Concat", "c2", &["c1", "n"], &["c2"])),
+                node("Abs", "abs", &["x"], &["a"]),
+                axis0(node("Concat", "c3", &["a", "c2"], &["c3"])),
+                axis0(node("Concat", "e", &["c3", "a", "x"], &["e"])),
+                node("Sigmoid", "sig", &["x"], &["s"]),
+                axis0(node("Concat", "g", &["s", "s"], &["g"])),
+                axis0(node("Concat", "y", &["e", "g"], &["y"])),
+            ],
+            name: "test".into(),
+            input: vec![vi("x", data_type::FLOAT, &[2, 8])],
+            output: vec![vi("y", data_type::FLOAT, &[18, 8])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    for placement in [Placement::Cpu, Placement::Gpu, Placement::Auto] {
+        let opts = SessionOptions::default().placement(placement).gpu(gpu());
+        let s = Session::new(bytes.as_slice(), opts).unwrap();
+        if placement == Placement::Cpu {
+            let plan = s.plan(&[("x", x())]).unwrap();
+            // r, c1 and c3 (each appended to, c1 and c3 passing on e's and y's room) and e;
+            // not a (read again by e) nor s (read twice by g).
+            assert_eq!(plan.room.iter().filter(|&&r| r > 0).count(), 4);
+            assert_eq!(plan.room.iter().max(), Some(&(18 * 8)));
+        }
+        for k in [1.0f32, -2.0, 0.5] {
+            let x = x_times(k);
+            let xv = x.as_f32().unwrap();
+            let map = |f: fn(f32) -> f32| xv.iter().map(|&v| f(v)).collect::<Vec<f32>>();
+            let c1 = [map(|v| v.max(0.0)), xv.to_vec()].concat();
+            let c2 = [c1.clone(), c1.iter().map(|v| -v).collect()].concat();
+            let (a, sig) = (map(f32::abs), map(|v| 1.0 / (1.0 + (-v).exp())));
+            let want = [a.clone(), c2, a, xv.to_vec(), sig.clone(), sig].concat();
+            let outs = s.run(&[("x", x.clone())]).unwrap();
+            assert_close(&outs[0].1, &Tensor::f32(&[18, 8], want), 1e-6, 1e-6);
+        }
+    }
+}

@@ -143,7 +143,13 @@ impl HostBuffers {
     /// zero-filled when `zeroed`, else holding whatever it held (for a kernel that overwrites
     /// every element, `Op::overwrites_outputs`); a new allocation is zeros either way.
     pub fn take(&mut self, m: &TensorMeta, zeroed: bool) -> Tensor {
-        let n = m.numel();
+        self.take_with_room(m, zeroed, 0)
+    }
+
+    /// [`HostBuffers::take`] of a tensor whose allocation holds at least `room` elements (a
+    /// Concat appends to it later, `exec/append.rs`).
+    pub fn take_with_room(&mut self, m: &TensorMeta, zeroed: bool, room: usize) -> Tensor {
+        let n = m.numel().max(room);
         let kept = |r: std::ops::RangeInclusive<usize>| {
             self.free.range((m.dtype, *r.start())..=(m.dtype, *r.end()))
         };
@@ -152,7 +158,10 @@ impl HostBuffers {
             .or_else(|| kept(n / 2..=n.saturating_sub(1)).next_back())
             .map(|(k, _)| *k);
         let Some(key) = fit.filter(|_| n > 0) else {
-            return Tensor::zeros(m.dtype, &m.shape);
+            let mut t = Tensor::zeros(m.dtype, &[n]);
+            t.data.reset_len(m.numel());
+            t.shape.clone_from(&m.shape);
+            return t;
         };
         let list = self.free.get_mut(&key).expect("the key was just found");
         let (_, mut t) = list.pop().expect("no empty lists are kept");
@@ -160,9 +169,12 @@ impl HostBuffers {
             self.free.remove(&key);
         }
         self.bytes -= held_bytes(&t);
+        if t.data.capacity() < n {
+            t.data.reset_len(n);
+        }
         match zeroed {
-            true => t.data.reset_zeroed(n),
-            false => t.data.reset_len(n),
+            true => t.data.reset_zeroed(m.numel()),
+            false => t.data.reset_len(m.numel()),
         }
         t.shape.clear();
         t.shape.extend_from_slice(&m.shape);
