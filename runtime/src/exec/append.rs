@@ -7,8 +7,12 @@
 //! step. Why: densenet121's dense blocks concatenate each layer's 32 new channels to all the
 //! channels before them, so a plain Concat copies the whole block's features again at every
 //! layer (58 Concats, about 2 ms of a 56 ms run here); squeezenet's fire modules concatenate
-//! their two expand convs. Appending copies only the new parts, and a `Vec` grows by doubling,
-//! so most appends find room in the allocation the previous one left.
+//! their two expand convs. Appending copies only the new parts. The plan ([`Plan::room`])
+//! has input 0 allocated with room for the whole output: a buffer grown later would be fresh
+//! pages, and appending into one measured slower than the copy (docs/bench.md, "Concat by
+//! appending to its first input").
+//!
+//! [`Plan::room`]: crate::plan::Plan::room
 
 use super::Run;
 use std::sync::Arc;
@@ -16,9 +20,10 @@ use tandem_ops::Tensor;
 
 impl Run<'_> {
     /// Step `s`'s output by appending `ins[1..]` to input 0's buffer, or `None` (with `ins`
-    /// untouched) where that does not apply: the op does not append, input 0 is read again
-    /// later or by this step twice, is a model input or output, is not whole on the host, GPU
-    /// work is pending, or something else holds its tensor.
+    /// as it was) where that does not apply: the plan gave input 0 no room (the op does not
+    /// append, runs elsewhere, or input 0 is read later, twice, or is a model input or
+    /// output), the buffer lacks the room (a view's or a split's), input 0 is not whole on
+    /// the host, GPU work is pending, or something else holds its tensor.
     pub(super) fn appended(&mut self, s: usize, ins: &mut [Arc<Tensor>]) -> Option<Tensor> {
         let step = &self.cx.plan.steps[s];
         let node = &self.cx.graph.nodes[step.node];
