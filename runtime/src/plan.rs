@@ -391,7 +391,6 @@ fn append_room(graph: &Graph, steps: &[Step], last_use: &[Option<usize>]) -> Vec
         ) else {
             continue;
         };
-        let refs: Vec<&TensorMeta> = step.inputs.iter().collect();
         let on_cpu = matches!(
             step.kind,
             StepKind::Whole {
@@ -404,7 +403,9 @@ fn append_room(graph: &Graph, steps: &[Step], last_use: &[Option<usize>]) -> Vec
             && !graph.inputs.contains(v)
             && !graph.outputs.contains(v)
             && node.inputs[1..].iter().all(|i| *i != Some(*v))
-            && node.op.appends_inputs(&refs)
+            && node
+                .op
+                .appends_inputs(&step.inputs.iter().collect::<Vec<_>>())
         {
             room[*v] = room[out].max(meta.numel());
         }

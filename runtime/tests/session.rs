@@ -41,6 +41,11 @@ fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
 }
 
 fn model(nodes: Vec<NodeProto>, weights: Vec<TensorProto>) -> Vec<u8> {
+    model_to(nodes, weights, &[2, 4])
+}
+
+/// [`model`] with output `y` of shape `y_dims`.
+fn model_to(nodes: Vec<NodeProto>, weights: Vec<TensorProto>, y_dims: &[i64]) -> Vec<u8> {
     ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
@@ -52,7 +57,7 @@ fn model(nodes: Vec<NodeProto>, weights: Vec<TensorProto>) -> Vec<u8> {
             name: "test".into(),
             initializer: weights,
             input: vec![vi("x", data_type::FLOAT, &[2, 8])],
-            output: vec![vi("y", data_type::FLOAT, &[2, 4])],
+            output: vec![vi("y", data_type::FLOAT, y_dims)],
             ..Default::default()
         }),
         ..Default::default()
@@ -369,28 +374,17 @@ fn the_cpu_thread_count_is_configurable() {
 #[test]
 fn an_all_cpu_auto_plan_runs_in_the_cpu_plans_order() {
     use tandem::plan::{self, Request};
-    let bytes = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        graph: Some(GraphProto {
-            node: vec![
-                node("Relu", "a", &["x"], &["ya"]),
-                node("Neg", "b1", &["x"], &["y1"]),
-                node("Neg", "b2", &["y1"], &["y2"]),
-                node("Neg", "b3", &["y2"], &["y3"]),
-                node("Add", "add", &["ya", "y3"], &["y"]),
-            ],
-            name: "branches".into(),
-            input: vec![vi("x", data_type::FLOAT, &[2, 8])],
-            output: vec![vi("y", data_type::FLOAT, &[2, 8])],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-    .encode_to_vec();
+    let bytes = model_to(
+        vec![
+            node("Relu", "a", &["x"], &["ya"]),
+            node("Neg", "b1", &["x"], &["y1"]),
+            node("Neg", "b2", &["y1"], &["y2"]),
+            node("Neg", "b3", &["y2"], &["y3"]),
+            node("Add", "add", &["ya", "y3"], &["y"]),
+        ],
+        vec![],
+        &[2, 8],
+    );
     let graph = tandem::import::import_bytes(&bytes, None).unwrap();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -432,33 +426,22 @@ fn concats_append_only_to_inputs_nobody_reads_later() {
         });
         n
     };
-    let bytes = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        graph: Some(GraphProto {
-            node: vec![
-                node("Relu", "relu", &["x"], &["r"]),
-                axis0(node("Concat", "c1", &["r", "x"], &["c1"])),
-                node("Neg", "neg", &["c1"], &["n"]),
-                axis0(node("Concat", "c2", &["c1", "n"], &["c2"])),
-                node("Abs", "abs", &["x"], &["a"]),
-                axis0(node("Concat", "c3", &["a", "c2"], &["c3"])),
-                axis0(node("Concat", "e", &["c3", "a", "x"], &["e"])),
-                node("Sigmoid", "sig", &["x"], &["s"]),
-                axis0(node("Concat", "g", &["s", "s"], &["g"])),
-                axis0(node("Concat", "y", &["e", "g"], &["y"])),
-            ],
-            name: "test".into(),
-            input: vec![vi("x", data_type::FLOAT, &[2, 8])],
-            output: vec![vi("y", data_type::FLOAT, &[18, 8])],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-    .encode_to_vec();
+    let bytes = model_to(
+        vec![
+            node("Relu", "relu", &["x"], &["r"]),
+            axis0(node("Concat", "c1", &["r", "x"], &["c1"])),
+            node("Neg", "neg", &["c1"], &["n"]),
+            axis0(node("Concat", "c2", &["c1", "n"], &["c2"])),
+            node("Abs", "abs", &["x"], &["a"]),
+            axis0(node("Concat", "c3", &["a", "c2"], &["c3"])),
+            axis0(node("Concat", "e", &["c3", "a", "x"], &["e"])),
+            node("Sigmoid", "sig", &["x"], &["s"]),
+            axis0(node("Concat", "g", &["s", "s"], &["g"])),
+            axis0(node("Concat", "y", &["e", "g"], &["y"])),
+        ],
+        vec![],
+        &[18, 8],
+    );
     for placement in [Placement::Cpu, Placement::Gpu, Placement::Auto] {
         let opts = SessionOptions::default().placement(placement).gpu(gpu());
         let s = Session::new(bytes.as_slice(), opts).unwrap();

@@ -30,11 +30,11 @@ impl Run<'_> {
         let v = node.inputs.first().copied().flatten()?;
         let out = &step.outputs[0];
         let slot = &self.slots[v];
-        // The plan gives room only to input 0 of a CPU Concat that appends, read there last.
+        // The plan gives room only to input 0 of a CPU Concat that appends, read there last
+        // and once.
         let movable = self.cx.plan.room[v] != 0
             && ins.iter().map(|t| t.numel()).sum::<usize>() == out.numel()
             && ins.iter().all(|t| t.dtype() == out.dtype)
-            && node.inputs[1..].iter().all(|&i| i != Some(v))
             && self.host_free_after(v, s)
             && slot.gpu.is_none()
             && slot.split.is_none()

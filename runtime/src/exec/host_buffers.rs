@@ -169,7 +169,7 @@ impl HostBuffers {
             self.free.remove(&key);
         }
         self.bytes -= held_bytes(&t);
-        if t.data.capacity() < n {
+        if room > m.numel() && t.data.capacity() < n {
             t.data.reset_len(n);
         }
         match zeroed {
