@@ -170,18 +170,17 @@ pub fn measure(n: usize, threads: usize, secs: f64) -> GemmResult {
             },
         ],
     );
-    let named = |name: &str, r: &Result<f64, String>, failed: &str| match r {
-        Ok(g) => (name.to_string(), *g),
+    let named = |name: String, r: &Result<f64, String>, failed: &str| match r {
+        Ok(g) => (name, *g),
         Err(e) => (format!("{name} ({failed}: {e})"), f64::NAN),
     };
-    let numpy = match &best[2] {
-        Ok(g) => (numpy_name, *g),
-        Err(e) => named("numpy", &Err(e.clone()), "unavailable"),
-    };
+    if best[2].is_err() {
+        numpy_name = "numpy".to_string();
+    }
     let gflops = vec![
-        named("tandem MatMul", &best[0], "failed"),
-        named("gemm crate 0.19", &best[1], "failed"),
-        numpy,
+        named("tandem MatMul".to_string(), &best[0], "failed"),
+        named("gemm crate 0.19".to_string(), &best[1], "failed"),
+        named(numpy_name, &best[2], "unavailable"),
     ];
     GemmResult {
         shape: format!("{n}x{n}x{n}"),
