@@ -174,13 +174,14 @@ pub fn measure(n: usize, threads: usize, secs: f64) -> GemmResult {
         Ok(g) => (name, *g),
         Err(e) => (format!("{name} ({failed}: {e})"), f64::NAN),
     };
-    if best[2].is_err() {
-        numpy_name = "numpy".to_string();
-    }
+    let numpy = match best[2] {
+        Ok(_) => numpy_name,
+        Err(_) => "numpy".to_string(),
+    };
     let gflops = vec![
         named("tandem MatMul".to_string(), &best[0], "failed"),
         named("gemm crate 0.19".to_string(), &best[1], "failed"),
-        named(numpy_name, &best[2], "unavailable"),
+        named(numpy, &best[2], "unavailable"),
     ];
     GemmResult {
         shape: format!("{n}x{n}x{n}"),
