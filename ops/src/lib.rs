@@ -6,6 +6,7 @@
 //! and no ONNX protobuf here.
 
 pub mod arity;
+pub mod attention;
 mod attrs;
 pub mod binary;
 pub mod cast;

@@ -63,7 +63,10 @@ fn kept_packing_enabled() -> bool {
 
 /// The shape an operand stored as `stored` has when read through `perm`, and the element
 /// stride in storage of each of its dimensions.
-fn permuted(stored: &[usize], perm: Option<&[usize]>) -> Result<(Vec<usize>, Vec<usize>)> {
+pub(crate) fn permuted(
+    stored: &[usize],
+    perm: Option<&[usize]>,
+) -> Result<(Vec<usize>, Vec<usize>)> {
     let st = strides(stored);
     let Some(perm) = perm else {
         return Ok((stored.to_vec(), st));

@@ -55,6 +55,15 @@ pub fn log_softmax(a: &Attrs) -> Result<Box<dyn Op>> {
     make(a, "LogSoftmax", Mode::Log)
 }
 
+/// Whether `op` is a Softmax (not Log- or Hardmax) over the last axis of an input of `rank`
+/// (the runtime's attention fusion asks, with the rank the declared shapes give).
+pub fn is_softmax_over_last_axis(op: &dyn Op, rank: usize) -> bool {
+    let Some(s) = op.as_any().and_then(|a| a.downcast_ref::<Softmax>()) else {
+        return false;
+    };
+    s.mode == Mode::Softmax && rank >= 1 && (s.axis == -1 || s.axis == rank as i64 - 1)
+}
+
 /// Hardmax: 1 at the first maximum along `axis`, 0 elsewhere (same axis rules as Softmax).
 pub fn hardmax(a: &Attrs) -> Result<Box<dyn Op>> {
     make(a, "Hardmax", Mode::Hard)
@@ -89,6 +98,10 @@ impl Softmax {
 impl Op for Softmax {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn overwrites_outputs(&self) -> bool {
@@ -237,7 +250,7 @@ fn hard_lanes(x: &[f32], y: &mut [f32], n: usize, inner: usize) {
 
 crate::simd::kernel! {
     /// One contiguous lane, on the widest vectors the CPU has (`crate::simd`).
-    fn lane(x: &[f32], y: &mut [f32], log: bool) {
+    pub(crate) fn lane(x: &[f32], y: &mut [f32], log: bool) {
         // No shift fix-up for an infinite max: a lane with +inf (or only -inf) is all NaN, as in
         // onnxruntime (README.md, "Numerics"); a NaN anywhere makes the sum NaN. The max over 16
         // partial maxima (f32::max ignores NaN, so the order does not matter).

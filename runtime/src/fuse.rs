@@ -11,6 +11,8 @@
 //! the rank of its input is known before any shape is ([`rank_of`]), and a Relu after those
 //! (applied in the same pass, `BatchNorm::relu`). A Transpose that only feeds a MatMul folds
 //! into it: the MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`).
+//! An attention block's `MatMul(Q, Kt)`, scale, mask Add, Softmax and `MatMul(P, V)` become one
+//! Attention node (`fuse/attention.rs`), after those folds.
 //! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
 //! (`fuse/rms_norm.rs`). Before all that, a node that repeats an earlier node's op, attributes
 //! and inputs is dropped and its readers read the earlier one's outputs (`fuse/repeated.rs`).
@@ -37,6 +39,7 @@
 //! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused; `TANDEM_FUSE_RESIDUAL=0`
 //! leaves residual Adds; `TANDEM_FUSE_BN_RELU=0` leaves Relus after a lone BatchNormalization;
 //! `TANDEM_FUSE_TRANSPOSE=0` leaves Transposes before MatMuls unfused;
+//! `TANDEM_FUSE_ATTENTION=0` leaves attention chains;
 //! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains; `TANDEM_FUSE_REPEATED=0` leaves repeated
 //! nodes.
 
@@ -48,6 +51,7 @@ use tandem_ops::matmul::MatMul;
 use tandem_ops::norm_channel::BatchNorm;
 use tandem_ops::{DType, Op, Tensor, TensorMeta};
 
+mod attention;
 mod epilogue;
 mod matmul_operands;
 pub mod repeated;
@@ -139,6 +143,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
     let hard = on("TANDEM_FUSE_HARDSWISH");
     let (transposes, rms_norms) = (on("TANDEM_FUSE_TRANSPOSE"), on("TANDEM_FUSE_RMS_NORM"));
+    let attention = on("TANDEM_FUSE_ATTENTION");
     let residuals = on("TANDEM_FUSE_RESIDUAL");
     let bn_relu = on("TANDEM_FUSE_BN_RELU");
     let mut summary = FuseSummary::default();
@@ -242,6 +247,32 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         }
         let node = &mut graph.nodes[i];
         node.op = Box::new(matmul);
+        summary.fused.push((node.name.clone(), label(node)));
+    }
+    for i in (0..graph.nodes.len()).filter(|_| attention) {
+        let Some(chain) = (!removed[i])
+            .then(|| attention::chain_from(graph, &uses, i))
+            .flatten()
+        else {
+            continue;
+        };
+        let absorbed: Vec<usize> = std::iter::once(i).chain(chain.absorbed).collect();
+        if absorbed.iter().chain([&chain.last]).any(|&n| removed[n]) {
+            continue;
+        }
+        let gone: HashSet<String> = absorbed
+            .iter()
+            .map(|&n| graph.nodes[n].name.clone())
+            .collect();
+        absorbed.iter().for_each(|&n| removed[n] = true);
+        dropped.extend(chain.dropped);
+        let node = &mut graph.nodes[chain.last];
+        summary
+            .fused
+            .retain(|(n, _)| !gone.contains(n) && *n != node.name);
+        node.inputs = chain.inputs.into_iter().map(Some).collect();
+        node.op_type = "Attention".into();
+        node.op = Box::new(chain.op);
         summary.fused.push((node.name.clone(), label(node)));
     }
     for i in (0..graph.nodes.len()).filter(|_| rms_norms) {
@@ -486,9 +517,12 @@ fn fold_into_batch_norm(
 
 /// The rank of `v` where the graph fixes it before any shape is known: a value with a declared
 /// shape (inputs, constants), a Conv's output (its W's rank), the output of a node that keeps
-/// its input's rank (Concat: any input's; pools, BatchNormalization, Relu) or of a broadcasting
-/// Add, Mul or Sum (the largest of its inputs' ranks), or a constant the pass can evaluate
-/// ([`const_of`]), looked up `depth` producers back at most.
+/// its input's rank (Concat: any input's; pools, BatchNormalization, Relu, Cast, Transpose,
+/// Slice and unary math) or of a broadcasting Add, Sub, Mul, Div or Sum (the largest of its
+/// inputs' ranks), a Reshape's to a constant shape (that shape's length), an Unsqueeze's
+/// (its own shape inference on a stand-in input of that rank: the number of axes it inserts
+/// does not depend on the dimensions), or a constant the pass can evaluate ([`const_of`]),
+/// looked up `depth` producers back at most.
 fn rank_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<usize> {
     if let Some(s) = &graph.values[v].shape {
         return Some(s.len());
@@ -502,11 +536,26 @@ fn rank_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<usize> 
     let rank = |u: &ValueId| rank_of(graph, uses, *u, depth - 1);
     match node.op_type.as_str() {
         "Conv" => rank(node.inputs.get(1)?.as_ref()?),
-        "MaxPool" | "AveragePool" | "BatchNormalization" | "Relu" => {
+        "MaxPool" | "AveragePool" | "BatchNormalization" | "Relu" | "Cast" | "Transpose"
+        | "Slice" | "Neg" | "Sqrt" | "Exp" | "Erf" | "Tanh" | "Sigmoid" | "Cos" | "Sin" => {
             rank(node.inputs.first()?.as_ref()?)
         }
+        "Reshape" => Some(const_of(graph, uses, (*node.inputs.get(1)?)?, 4)?.numel()),
         "Concat" => ins.clone().find_map(rank),
-        "Add" | "Mul" | "Sum" => ins.map(rank).try_fold(0, |a, r| Some(a.max(r?))),
+        "Add" | "Sub" | "Mul" | "Div" | "Sum" => ins.map(rank).try_fold(0, |a, r| Some(a.max(r?))),
+        "Unsqueeze" => {
+            let data = TensorMeta::new(DType::F32, vec![1; rank(node.inputs.first()?.as_ref()?)?]);
+            let axes = match node.inputs.get(1).copied().flatten() {
+                Some(a) => Some(const_of(graph, uses, a, 4)?),
+                None => None,
+            };
+            let axes = axes.map(|t| TensorMeta {
+                value: Some(t.clone()),
+                ..t.meta()
+            });
+            let ins: Vec<&TensorMeta> = std::iter::once(&data).chain(axes.as_ref()).collect();
+            Some(node.op.infer(&ins).ok()?.first()?.shape.len())
+        }
         _ => const_of(graph, uses, v, 4).map(|t| t.shape.len()),
     }
 }

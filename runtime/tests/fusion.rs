@@ -16,6 +16,8 @@ use tandem::{Placement, Session, SessionOptions, Tensor};
 use tandem_ops::conv::{Activation, Conv, Epilogue, Residual};
 use tandem_ops::{AttrValue, Attrs, Op};
 
+#[path = "fusion/attention.rs"]
+mod attention;
 #[path = "fusion/repeated.rs"]
 mod repeated;
 #[path = "fusion/rms_norm.rs"]

@@ -52,6 +52,7 @@ shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul");
 shader!(CONV, "conv", "float_bits");
 shader!(CONV_TRANSPOSE, "conv_transpose");
+shader!(ATTENTION, "attention");
 
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
@@ -75,4 +76,5 @@ pub const ALL: &[Shader] = &[
     MATMUL,
     CONV,
     CONV_TRANSPOSE,
+    ATTENTION,
 ];

@@ -488,7 +488,7 @@ pub fn base_op(key: &str) -> &str {
 pub fn family(op: &str) -> &'static str {
     let op = base_op(op);
     match op {
-        "MatMul" | "Gemm" => "matmul",
+        "MatMul" | "Gemm" | "Attention" => "matmul",
         "Conv" | "ConvTranspose" => "conv",
         "Softmax" | "LogSoftmax" => "softmax",
         "LayerNormalization" | "InstanceNormalization" | "BatchNormalization" | "LRN" => "norm",

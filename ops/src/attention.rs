@@ -1,0 +1,462 @@
+//! Scaled dot-product attention as one node: `softmax(Q @ Kt ÷ c + mask) @ V` (or `× c`, or no
+//! scale; mask optional), what the runtime's fusion pass makes of an attention block's MatMul,
+//! Div or Mul, Add, Softmax (last axis), MatMul chain (`fuse/attention.rs` in `tandem`).
+//!
+//! Sits between that pass and the shared CPU GEMM ([`crate::cpu_gemm`]) / `attention.wgsl`.
+//! Why: unfused, every head's `[Sq, Sk]` scores are written and read back four times (the
+//! MatMul, the scale, the mask, the Softmax), 786 KB per node for minilm's 12 heads at 128
+//! tokens, into host buffers last touched a layer earlier. Here the CPU computes a block of a
+//! head's query rows at a time: the scores into a scratch of the calling thread (`sgemm`),
+//! scaled, masked and normalised there, then `P @ V` straight into the output, so they never
+//! leave the core's cache.
+//!
+//! Semantics are the unfused nodes': Q, Kt and V are read through the permutations of folded
+//! Transposes (as [`crate::matmul::MatMul::perms`]), every operand broadcasts as MatMul's batch
+//! dimensions and Add do (numpy, right-aligned; the mask may broadcast the scores' rows and
+//! columns too, and they its), the scale divides or multiplies as the Div or Mul did, and the
+//! Softmax is the Softmax kernel's (`softmax::lane`). Operands must have rank >= 2 (the pass
+//! only fuses where their ranks are known to be). Inputs: Q, Kt, V, and the mask when given;
+//! output `[batch..., Sq, Dv]`, split by rows (`b * Sq + i`).
+
+use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
+use crate::matmul::{f32_in, f32_out, permuted};
+use crate::shape::{broadcast_shapes, grid_1d, strides};
+use crate::{DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// How the scores are scaled before the mask: as the Div or Mul node the pass absorbed did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scale {
+    None,
+    Mul(f32),
+    Div(f32),
+}
+
+/// See the module doc.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attention {
+    /// Permutations Q, Kt and V are read through (folded Transposes), `None` for as stored.
+    pub perms: [Option<Vec<usize>>; 3],
+    pub scale: Scale,
+}
+
+/// Score elements per CPU task: a block's scores (twice, 128 KiB) stay in L2. Blocks take
+/// whole heads up to Sk = 128 (each `sgemm` packs its Kt and V again), else fewer query rows.
+const BLOCK: usize = 1 << 14;
+/// Below this many multiply-adds the rows run on the calling thread (a decode step).
+const SMALL_MACS: usize = 1 << 17;
+
+/// One operand's element strides per output batch dimension (0 where broadcast) and along its
+/// two matrix dimensions.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Strided {
+    bs: Vec<usize>,
+    rs: usize,
+    cs: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Geom {
+    batch: Vec<usize>,
+    sq: usize,
+    sk: usize,
+    d: usize,
+    dv: usize,
+    q: Strided,
+    k: Strided,
+    v: Strided,
+    mask: Option<Strided>,
+}
+
+impl Geom {
+    fn batches(&self) -> usize {
+        self.batch.iter().product()
+    }
+
+    fn out_shape(&self) -> Vec<usize> {
+        let mut s = self.batch.clone();
+        s.extend([self.sq, self.dv]);
+        s
+    }
+
+    /// Offsets of batch `bi` (flat over the output batch dims) in Q, Kt, V and the mask.
+    fn offsets(&self, mut bi: usize) -> [usize; 4] {
+        let mut o = [0; 4];
+        for d in (0..self.batch.len()).rev() {
+            let idx = bi % self.batch[d];
+            bi /= self.batch[d];
+            o[0] += idx * self.q.bs[d];
+            o[1] += idx * self.k.bs[d];
+            o[2] += idx * self.v.bs[d];
+            o[3] += idx * self.mask.as_ref().map_or(0, |m| m.bs[d]);
+        }
+        o
+    }
+}
+
+/// Strides of an operand of `shape` (element strides `st`) read as `target` (right-aligned,
+/// 0 on dimensions it broadcasts), split into batch strides and the last two.
+fn aligned(shape: &[usize], st: &[usize], target: &[usize]) -> Strided {
+    let off = target.len() - shape.len();
+    let mut all: Vec<usize> = (0..target.len())
+        .map(|t| match t.checked_sub(off) {
+            Some(i) if shape[i] != 1 => st[i],
+            _ => 0,
+        })
+        .collect();
+    let cs = all.pop().unwrap_or(0);
+    let rs = all.pop().unwrap_or(0);
+    Strided { bs: all, rs, cs }
+}
+
+impl Attention {
+    fn geom(&self, ins: &[&TensorMeta]) -> Result<Geom> {
+        let read = |i: usize| {
+            let (shape, st) = permuted(&ins[i].shape, self.perms[i].as_deref())?;
+            match shape.len() {
+                0 | 1 => Err(OpError::Unsupported(format!(
+                    "Attention: operand {i} has shape {shape:?}; the fused node needs rank >= 2"
+                ))),
+                _ => Ok((shape, st)),
+            }
+        };
+        let ((q, q_st), (k, k_st), (v, v_st)) = (read(0)?, read(1)?, read(2)?);
+        let last2 = |s: &[usize]| (s[s.len() - 2], s[s.len() - 1]);
+        let ((sq0, d), (d2, sk0), (vk, dv)) = (last2(&q), last2(&k), last2(&v));
+        if d != d2 {
+            return Err(OpError::Invalid(format!(
+                "Attention (Q @ Kt): inner dimensions differ: Q {q:?}, Kt {k:?}"
+            )));
+        }
+        let batch_of = |s: &[usize]| s[..s.len() - 2].to_vec();
+        let mut scores = broadcast_shapes(&[&batch_of(&q), &batch_of(&k)])?;
+        scores.extend([sq0, sk0]);
+        let mask = ins.get(3).map(|m| m.shape.clone());
+        if let Some(m) = &mask {
+            scores = broadcast_shapes(&[&scores, m])?;
+        }
+        let (sq, sk) = last2(&scores);
+        if vk != sk {
+            return Err(OpError::Invalid(format!(
+                "Attention (P @ V): inner dimensions differ: scores {scores:?}, V {v:?}"
+            )));
+        }
+        let batch = broadcast_shapes(&[&batch_of(&scores), &batch_of(&v)])?;
+        let with = |a: usize, b: usize| {
+            let mut t = batch.clone();
+            t.extend([a, b]);
+            t
+        };
+        Ok(Geom {
+            q: aligned(&q, &q_st, &with(sq, d)),
+            k: aligned(&k, &k_st, &with(d, sk)),
+            v: aligned(&v, &v_st, &with(sk, dv)),
+            mask: mask.map(|m| aligned(&m, &strides(&m), &with(sq, sk))),
+            batch,
+            sq,
+            sk,
+            d,
+            dv,
+        })
+    }
+
+    /// Output rows `qs` of batch `b` into `dst` (`qs.len() x Dv`); see the module doc.
+    fn block(&self, g: &Geom, data: [&[f32]; 4], b: usize, qs: Range<usize>, dst: &mut [f32]) {
+        let [qo, ko, vo, mo] = g.offsets(b);
+        let (n, sk) = (qs.len(), g.sk);
+        // Scratch of this thread, kept between calls (`sgemm` overwrites it: beta 0).
+        thread_local!(static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) });
+        SCRATCH.with_borrow_mut(|scratch| {
+            if scratch.len() < 2 * n * sk {
+                scratch.resize(2 * n * sk, 0.0);
+            }
+            let (s, p) = scratch[..2 * n * sk].split_at_mut(n * sk);
+            self.scores_then_values(g, data, [qo, ko, vo, mo], qs, (s, p), dst);
+        });
+    }
+
+    /// [`Attention::block`] with its scratch: scores into `s`, probabilities into `p`.
+    fn scores_then_values(
+        &self,
+        g: &Geom,
+        [q, k, v, mask]: [&[f32]; 4],
+        [qo, ko, vo, mo]: [usize; 4],
+        qs: Range<usize>,
+        (s, p): (&mut [f32], &mut [f32]),
+        dst: &mut [f32],
+    ) {
+        let (n, sk) = (qs.len(), g.sk);
+        let view = |data, offset, t: &Strided| MatRef {
+            data,
+            offset,
+            rs: t.rs,
+            cs: t.cs,
+        };
+        let q_rows = view(q, qo + qs.start * g.q.rs, &g.q);
+        let scores = MatMut::row_major(s, 0, sk);
+        sgemm(
+            n,
+            sk,
+            g.d,
+            1.0,
+            q_rows,
+            view(k, ko, &g.k),
+            0.0,
+            scores,
+            Threads::Single,
+        );
+        if sk > 0 {
+            for (i, (row, out)) in s.chunks_mut(sk).zip(p.chunks_mut(sk)).enumerate() {
+                let m = g.mask.as_ref().map(|m| (mo + (qs.start + i) * m.rs, m.cs));
+                scale_and_mask(row, self.scale, mask, m);
+                crate::softmax::lane(row, out, false);
+            }
+        }
+        let probs = MatRef::row_major(p, 0, sk);
+        let out = MatMut::row_major(dst, 0, g.dv);
+        sgemm(
+            n,
+            g.dv,
+            sk,
+            1.0,
+            probs,
+            view(v, vo, &g.v),
+            0.0,
+            out,
+            Threads::Single,
+        );
+    }
+}
+
+crate::simd::kernel! {
+    /// `row = row ÷ c (or × c) + mask[at + j * step]` (`mask_at` = `(at, step)`), as the
+    /// unfused Div or Mul and Add compute it; widest vectors (`crate::simd`).
+    fn scale_and_mask(row: &mut [f32], scale: Scale, mask: &[f32], mask_at: Option<(usize, usize)>) {
+        match scale {
+            Scale::Mul(c) => row.iter_mut().for_each(|x| *x *= c),
+            Scale::Div(c) => row.iter_mut().for_each(|x| *x /= c),
+            Scale::None => {}
+        }
+        let n = row.len();
+        match mask_at {
+            Some((at, 1)) => {
+                for (x, m) in row.iter_mut().zip(&mask[at..at + n]) {
+                    *x += m;
+                }
+            }
+            Some((at, step)) => {
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x += mask[at + j * step];
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+/// `attention.wgsl` parameters (layout mirrored there).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct AttentionParams {
+    sq: u32,
+    sk: u32,
+    d: u32,
+    dv: u32,
+    row_start: u32,
+    rows: u32,
+    nbd: u32,
+    /// 0 none, 1 multiply, 2 divide.
+    scale_mode: u32,
+    scale: f32,
+    masked: u32,
+    q_rs: u32,
+    q_cs: u32,
+    k_rs: u32,
+    k_cs: u32,
+    v_rs: u32,
+    v_cs: u32,
+    m_rs: u32,
+    m_cs: u32,
+    _pad: [u32; 2],
+    bshape: [u32; 8],
+    q_bs: [u32; 8],
+    k_bs: [u32; 8],
+    v_bs: [u32; 8],
+    m_bs: [u32; 8],
+}
+
+/// The most value elements (Dv) one GPU invocation accumulates (its private array).
+pub const GPU_MAX_DV: usize = 128;
+
+impl Op for Attention {
+    fn name(&self) -> &'static str {
+        "Attention"
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
+    fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        if !(3..=4).contains(&ins.len()) {
+            return Err(OpError::Invalid(format!(
+                "Attention takes 3 or 4 inputs (Q, Kt, V, mask), got {}",
+                ins.len()
+            )));
+        }
+        if let Some((i, t)) = ins.iter().enumerate().find(|(_, t)| t.dtype != DType::F32) {
+            return Err(OpError::Unsupported(format!(
+                "Attention: input {i} has dtype {}, only f32 is implemented",
+                t.dtype
+            )));
+        }
+        Ok(vec![TensorMeta::new(
+            DType::F32,
+            self.geom(ins)?.out_shape(),
+        )])
+    }
+
+    fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
+        let flops = self.geom(ins).map_or(0, |g| {
+            let rows = (g.batches() * g.sq * g.sk) as u64;
+            rows * (2 * (g.d + g.dv) as u64 + 6)
+        });
+        Work {
+            flops,
+            bytes_read: ins.iter().map(|i| i.bytes()).sum(),
+            bytes_written: outs.iter().map(|o| o.bytes()).sum(),
+        }
+    }
+
+    fn split_axis(&self, ins: &[&TensorMeta], _outs: &[TensorMeta]) -> Option<usize> {
+        Some(self.geom(ins).ok()?.batch.len())
+    }
+
+    fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
+        let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
+        let g = self.geom(&metas.iter().collect::<Vec<_>>())?;
+        let data = [
+            f32_in("Attention", ins[0])?,
+            f32_in("Attention", ins[1])?,
+            f32_in("Attention", ins[2])?,
+            ins.get(3).map_or(Ok(&[][..]), |m| f32_in("Attention", m))?,
+        ];
+        let out = f32_out("Attention", &mut outs[0])?;
+        let total = g.batches() * g.sq;
+        let rows = rows.start.min(total)..rows.end.min(total);
+        if rows.is_empty() || g.dv == 0 {
+            return Ok(());
+        }
+        // Tasks of at most ROWS query rows within one batch, each with its block of the output.
+        let mut tasks = Vec::new();
+        let mut rest = &mut out[rows.start * g.dv..rows.end * g.dv];
+        let mut r = rows.start;
+        while r < rows.end {
+            let (b, i) = (r / g.sq, r % g.sq);
+            let n = (BLOCK / g.sk.max(1)).max(8).min(g.sq - i).min(rows.end - r);
+            let (dst, tail) = rest.split_at_mut(n * g.dv);
+            tasks.push((b, i..i + n, dst));
+            rest = tail;
+            r += n;
+        }
+        let run =
+            |(b, qs, dst): (usize, Range<usize>, &mut [f32])| self.block(&g, data, b, qs, dst);
+        if rows.len() * g.sk * (g.d + g.dv) < SMALL_MACS || tasks.len() == 1 {
+            tasks.into_iter().for_each(run);
+        } else {
+            tasks.into_par_iter().for_each(run);
+        }
+        Ok(())
+    }
+
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        _outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>> {
+        let g = self.geom(ins)?;
+        let total = g.batches() * g.sq;
+        let rows = rows.start.min(total)..rows.end.min(total);
+        if rows.is_empty() || g.dv == 0 {
+            return Ok(Vec::new());
+        }
+        let unsupported =
+            |why: String| Err(OpError::Unsupported(format!("Attention on GPU: {why}")));
+        if g.dv > GPU_MAX_DV {
+            return unsupported(format!(
+                "{} value elements per row, at most {GPU_MAX_DV}",
+                g.dv
+            ));
+        }
+        if g.batch.len() > 8 {
+            return unsupported(format!("more than 8 batch dims ({:?})", g.batch));
+        }
+        let u = |v: usize| {
+            u32::try_from(v)
+                .map_err(|_| OpError::Unsupported(format!("Attention on GPU: {v} exceeds u32")))
+        };
+        let (scale_mode, scale) = match self.scale {
+            Scale::None => (0, 1.0),
+            Scale::Mul(c) => (1, c),
+            Scale::Div(c) => (2, c),
+        };
+        let m = g.mask.clone().unwrap_or_default();
+        let mut p = AttentionParams {
+            sq: u(g.sq)?,
+            sk: u(g.sk)?,
+            d: u(g.d)?,
+            dv: u(g.dv)?,
+            row_start: u(rows.start)?,
+            rows: u(rows.len())?,
+            nbd: g.batch.len() as u32,
+            scale_mode,
+            scale,
+            masked: g.mask.is_some() as u32,
+            q_rs: u(g.q.rs)?,
+            q_cs: u(g.q.cs)?,
+            k_rs: u(g.k.rs)?,
+            k_cs: u(g.k.cs)?,
+            v_rs: u(g.v.rs)?,
+            v_cs: u(g.v.cs)?,
+            m_rs: u(m.rs)?,
+            m_cs: u(m.cs)?,
+            _pad: [0; 2],
+            bshape: [0; 8],
+            q_bs: [0; 8],
+            k_bs: [0; 8],
+            v_bs: [0; 8],
+            m_bs: [0; 8],
+        };
+        for d in 0..g.batch.len() {
+            p.bshape[d] = u(g.batch[d])?;
+            p.q_bs[d] = u(g.q.bs[d])?;
+            p.k_bs[d] = u(g.k.bs[d])?;
+            p.v_bs[d] = u(g.v.bs[d])?;
+            p.m_bs[d] = u(m.bs.get(d).copied().unwrap_or(0))?;
+        }
+        // The mask binds only when given; the shader then reads Q in its place, never used.
+        let inputs = if g.mask.is_some() {
+            vec![0, 1, 2, 3]
+        } else {
+            vec![0, 1, 2, 0]
+        };
+        let wg = grid_1d(rows.len() as u64, 64);
+        Ok(vec![GpuKernel::new(
+            tandem_shaders::ATTENTION,
+            inputs,
+            vec![0],
+            &p,
+            wg,
+        )])
+    }
+}
+
+#[cfg(test)]
+#[path = "attention_tests.rs"]
+mod tests;

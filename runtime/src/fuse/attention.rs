@@ -1,0 +1,127 @@
+//! Attention fusion: `MatMul(Q, Kt)`, then a Div or Mul by a scalar constant (optional), an Add
+//! of a mask (optional), a Softmax over the last axis and `MatMul(P, V)` become one Attention
+//! node ([`tandem_ops::attention::Attention`]): per block of a head's query rows, the scores
+//! stay in the core's cache instead of passing through four host buffers. The Transposes of
+//! the head splits, already folded into the MatMuls (`matmul_operands.rs`), carry over.
+//!
+//! Sits inside the fusion pass (`fuse.rs`), which asks [`chain_from`] about each MatMul. Only
+//! where every value between the nodes has the next node as its only reader, and where the
+//! ranks of Q, Kt, V (each at least 2) and of the mask are known before any input is given:
+//! from a folded permutation's length, else as `fuse::rank_of` finds them (minilm's mask:
+//! `Mul(Sub(1, Cast(Unsqueeze(Unsqueeze(attention_mask)))), min)`). The ranks settle which
+//! axis the Softmax normalises; a rank-1 operand (which MatMul promotes) is left unfused.
+
+use super::{const_of, default_domain, rank_of, Uses};
+use crate::graph::{Graph, ValueId};
+use tandem_ops::attention::{Attention, Scale};
+use tandem_ops::matmul::MatMul;
+
+/// An attention chain found from its first MatMul.
+pub(super) struct AttentionChain {
+    pub op: Attention,
+    /// Q, Kt, V and the mask, the fused node's inputs.
+    pub inputs: Vec<ValueId>,
+    /// The nodes after the first MatMul up to the Softmax (absorbed), and the last MatMul (which
+    /// becomes the fused node: every input is made before it).
+    pub absorbed: Vec<usize>,
+    pub last: usize,
+    /// The scale's constant, no longer read by the fused node.
+    pub dropped: Option<ValueId>,
+}
+
+/// The attention chain that starts at MatMul node `i`, if any (see the module doc).
+pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<AttentionChain> {
+    let matmul = |n: usize| {
+        let nd = &graph.nodes[n];
+        let ok = nd.op_type == "MatMul" && default_domain(nd) && nd.outputs.len() == 1;
+        let mm = nd.op.as_any()?.downcast_ref::<MatMul>()?;
+        match (ok, nd.inputs.as_slice()) {
+            (true, [Some(a), Some(b)]) => Some((mm, *a, *b)),
+            _ => None,
+        }
+    };
+    let (qk, q, kt) = matmul(i)?;
+    let rank = |v: ValueId, perm: &Option<Vec<usize>>| match perm {
+        Some(p) => Some(p.len()),
+        None => declared_rank(graph, uses, v),
+    };
+    let (rq, rk) = (rank(q, &qk.perms[0])?, rank(kt, &qk.perms[1])?);
+    if rq < 2 || rk < 2 {
+        return None;
+    }
+    let next = |v: ValueId| {
+        let r = uses.sole_reader(v)?;
+        let nd = &graph.nodes[r];
+        (default_domain(nd) && nd.outputs.len() == 1).then_some((r, nd))
+    };
+    let mut absorbed = Vec::new();
+    let mut cur = graph.nodes[i].outputs[0];
+    let (mut scale, mut dropped) = (Scale::None, None);
+    let (mut r, mut nd) = next(cur)?;
+    if let ("Div" | "Mul", [Some(a), Some(b)]) = (nd.op_type.as_str(), nd.inputs.as_slice()) {
+        let c = match (nd.op_type.as_str(), *a == cur, *b == cur) {
+            ("Div", true, false) => *b,
+            ("Mul", true, false) => *b,
+            ("Mul", false, true) => *a,
+            _ => return None,
+        };
+        let value = match const_of(graph, uses, c, 4)?.as_f32()? {
+            [s] => *s,
+            _ => return None,
+        };
+        scale = match nd.op_type.as_str() {
+            "Div" => Scale::Div(value),
+            _ => Scale::Mul(value),
+        };
+        dropped = Some(c);
+        absorbed.push(r);
+        cur = nd.outputs[0];
+        (r, nd) = next(cur)?;
+    }
+    let mut mask = None;
+    let mut scores_rank = rq.max(rk);
+    if let ("Add", [Some(a), Some(b)]) = (nd.op_type.as_str(), nd.inputs.as_slice()) {
+        let m = match (*a == cur, *b == cur) {
+            (true, false) => *b,
+            (false, true) => *a,
+            _ => return None,
+        };
+        scores_rank = scores_rank.max(declared_rank(graph, uses, m)?);
+        mask = Some(m);
+        absorbed.push(r);
+        cur = nd.outputs[0];
+        (r, nd) = next(cur)?;
+    }
+    let softmax_ok = nd.op_type == "Softmax"
+        && tandem_ops::softmax::is_softmax_over_last_axis(nd.op.as_ref(), scores_rank);
+    if !softmax_ok {
+        return None;
+    }
+    absorbed.push(r);
+    let (last, _) = next(nd.outputs[0])?;
+    let (pv, p, v) = matmul(last)?;
+    if p != nd.outputs[0] || pv.perms[0].is_some() || rank(v, &pv.perms[1])? < 2 {
+        return None;
+    }
+    let mut inputs = vec![q, kt, v];
+    inputs.extend(mask);
+    Some(AttentionChain {
+        op: Attention {
+            perms: [
+                qk.perms[0].clone(),
+                qk.perms[1].clone(),
+                pv.perms[1].clone(),
+            ],
+            scale,
+        },
+        inputs,
+        absorbed,
+        last,
+        dropped,
+    })
+}
+
+/// The rank of `v` before any input is given (see the module doc).
+fn declared_rank(graph: &Graph, uses: &Uses, v: ValueId) -> Option<usize> {
+    rank_of(graph, uses, v, 8)
+}
