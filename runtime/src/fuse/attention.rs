@@ -43,7 +43,7 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<Attenti
     let (qk, q, kt) = matmul(i)?;
     let rank = |v: ValueId, perm: &Option<Vec<usize>>| match perm {
         Some(p) => Some(p.len()),
-        None => declared_rank(graph, uses, v),
+        None => rank_of(graph, uses, v, 8),
     };
     let (rq, rk) = (rank(q, &qk.perms[0])?, rank(kt, &qk.perms[1])?);
     if rq < 2 || rk < 2 {
@@ -86,7 +86,7 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<Attenti
             (false, true) => *a,
             _ => return None,
         };
-        scores_rank = scores_rank.max(declared_rank(graph, uses, m)?);
+        scores_rank = scores_rank.max(rank_of(graph, uses, m, 8)?);
         mask = Some(m);
         absorbed.push(r);
         cur = nd.outputs[0];
@@ -119,9 +119,4 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<Attenti
         last,
         dropped,
     })
-}
-
-/// The rank of `v` before any input is given (see the module doc).
-fn declared_rank(graph: &Graph, uses: &Uses, v: ValueId) -> Option<usize> {
-    rank_of(graph, uses, v, 8)
 }
