@@ -14,7 +14,8 @@
 //! An attention block's `MatMul(Q, Kt)`, scale, mask Add, Softmax and `MatMul(P, V)` become one
 //! Attention node (`fuse/attention.rs`), after those folds.
 //! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
-//! (`fuse/rms_norm.rs`). Before all that, a node that repeats an earlier node's op, attributes
+//! (`fuse/rms_norm.rs`), and the five-node exact Gelu of BERT-style exports one Gelu
+//! (`fuse/gelu.rs`). Before all that, a node that repeats an earlier node's op, attributes
 //! and inputs is dropped and its readers read the earlier one's outputs (`fuse/repeated.rs`).
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
@@ -39,7 +40,7 @@
 //! `TANDEM_FUSE_POST_AFFINE=0` leaves only the scalar affine unfused; `TANDEM_FUSE_RESIDUAL=0`
 //! leaves residual Adds; `TANDEM_FUSE_BN_RELU=0` leaves Relus after a lone BatchNormalization;
 //! `TANDEM_FUSE_TRANSPOSE=0` leaves Transposes before MatMuls unfused;
-//! `TANDEM_FUSE_ATTENTION=0` leaves attention chains;
+//! `TANDEM_FUSE_ATTENTION=0` leaves attention chains; `TANDEM_FUSE_GELU=0` leaves Gelu chains;
 //! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains; `TANDEM_FUSE_REPEATED=0` leaves repeated
 //! nodes.
 
@@ -53,6 +54,7 @@ use tandem_ops::{DType, Op, Tensor, TensorMeta};
 
 mod attention;
 mod epilogue;
+mod gelu;
 mod matmul_operands;
 pub mod repeated;
 mod rms_norm;
@@ -143,7 +145,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
     let hard = on("TANDEM_FUSE_HARDSWISH");
     let (transposes, rms_norms) = (on("TANDEM_FUSE_TRANSPOSE"), on("TANDEM_FUSE_RMS_NORM"));
-    let attention = on("TANDEM_FUSE_ATTENTION");
+    let (attention, gelus) = (on("TANDEM_FUSE_ATTENTION"), on("TANDEM_FUSE_GELU"));
     let residuals = on("TANDEM_FUSE_RESIDUAL");
     let bn_relu = on("TANDEM_FUSE_BN_RELU");
     let mut summary = FuseSummary::default();
@@ -287,6 +289,26 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         node.inputs = vec![Some(chain.x), Some(chain.scale)];
         node.op_type = "RMSNormalization".into();
         node.op = tandem_ops::norm::rms_norm_last_axis(chain.eps);
+        take_over(graph, &uses, i, &chain.rest, (&mut removed, &mut dropped));
+        let node = &graph.nodes[i];
+        summary.fused.push((node.name.clone(), label(node)));
+    }
+    for i in (0..graph.nodes.len()).filter(|_| gelus) {
+        let Some(chain) = (!removed[i])
+            .then(|| gelu::chain_from(graph, &uses, i))
+            .flatten()
+        else {
+            continue;
+        };
+        if chain.rest.iter().any(|&n| removed[n]) {
+            continue;
+        }
+        let node = &mut graph.nodes[i];
+        dropped.extend(node.inputs.iter().flatten());
+        node.inputs = vec![Some(chain.x)];
+        node.op_type = "Gelu".into();
+        node.op = tandem_ops::unary::gelu(&tandem_ops::Attrs::new(20))
+            .expect("Gelu's default attributes are valid");
         take_over(graph, &uses, i, &chain.rest, (&mut removed, &mut dropped));
         let node = &graph.nodes[i];
         summary.fused.push((node.name.clone(), label(node)));

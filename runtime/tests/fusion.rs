@@ -18,6 +18,8 @@ use tandem_ops::{AttrValue, Attrs, Op};
 
 #[path = "fusion/attention.rs"]
 mod attention;
+#[path = "fusion/gelu.rs"]
+mod gelu;
 #[path = "fusion/repeated.rs"]
 mod repeated;
 #[path = "fusion/rms_norm.rs"]
