@@ -19,7 +19,7 @@
 //! output `[batch..., Sq, Dv]`, split by rows (`b * Sq + i`).
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
-use crate::matmul::{f32_in, f32_out, permuted};
+use crate::matmul::{check_f32, f32_in, f32_out, permuted, u32_of};
 use crate::shape::{broadcast_shapes, grid_1d, strides};
 use crate::{DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
@@ -309,12 +309,7 @@ impl Op for Attention {
                 ins.len()
             )));
         }
-        if let Some((i, t)) = ins.iter().enumerate().find(|(_, t)| t.dtype != DType::F32) {
-            return Err(OpError::Unsupported(format!(
-                "Attention: input {i} has dtype {}, only f32 is implemented",
-                t.dtype
-            )));
-        }
+        check_f32("Attention", ins)?;
         Ok(vec![TensorMeta::new(
             DType::F32,
             self.geom(ins)?.out_shape(),
@@ -397,10 +392,7 @@ impl Op for Attention {
         if g.batch.len() > 8 {
             return unsupported(format!("more than 8 batch dims ({:?})", g.batch));
         }
-        let u = |v: usize| {
-            u32::try_from(v)
-                .map_err(|_| OpError::Unsupported(format!("Attention on GPU: {v} exceeds u32")))
-        };
+        let u = |v: usize| u32_of(v, "Attention size");
         let (scale_mode, scale) = match self.scale {
             Scale::None => (0, 1.0),
             Scale::Mul(c) => (1, c),

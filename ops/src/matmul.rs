@@ -223,7 +223,7 @@ pub(crate) struct MatmulParams {
     pub b_bs: [u32; 8],
 }
 
-fn u32_of(v: usize, what: &str) -> Result<u32> {
+pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| OpError::Unsupported(format!("{what} {v} exceeds u32 on GPU")))
 }
 
@@ -289,7 +289,7 @@ pub(crate) fn matmul_kernels(
     Ok(kernels)
 }
 
-fn check_f32(op: &str, ins: &[&TensorMeta]) -> Result<()> {
+pub(crate) fn check_f32(op: &str, ins: &[&TensorMeta]) -> Result<()> {
     for (i, t) in ins.iter().enumerate() {
         if t.dtype != DType::F32 {
             return Err(OpError::Unsupported(format!(

@@ -582,6 +582,15 @@ fn rank_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<usize> 
     }
 }
 
+/// The value of `v` when it is an f32 constant with one element (see [`const_of`]): the scale
+/// and epsilon constants of the RMSNorm, Gelu and attention folds.
+fn scalar(graph: &Graph, uses: &Uses, v: ValueId) -> Option<f32> {
+    match const_of(graph, uses, v, 4)?.as_f32()? {
+        [s] => Some(*s),
+        _ => None,
+    }
+}
+
 /// `v` as an f32 constant (see [`const_of`]).
 fn f32_const(graph: &Graph, uses: &Uses, v: Option<ValueId>) -> Option<Arc<Tensor>> {
     let t = const_of(graph, uses, v?, 4)?;

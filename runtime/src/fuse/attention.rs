@@ -11,7 +11,7 @@
 //! `Mul(Sub(1, Cast(Unsqueeze(Unsqueeze(attention_mask)))), min)`). The ranks settle which
 //! axis the Softmax normalises; a rank-1 operand (which MatMul promotes) is left unfused.
 
-use super::{const_of, default_domain, rank_of, Uses};
+use super::{default_domain, rank_of, scalar, Uses};
 use crate::graph::{Graph, ValueId};
 use tandem_ops::attention::{Attention, Scale};
 use tandem_ops::matmul::MatMul;
@@ -65,10 +65,7 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<Attenti
             ("Mul", false, true) => *a,
             _ => return None,
         };
-        let value = match const_of(graph, uses, c, 4)?.as_f32()? {
-            [s] => *s,
-            _ => return None,
-        };
+        let value = scalar(graph, uses, c)?;
         scale = match nd.op_type.as_str() {
             "Div" => Scale::Div(value),
             _ => Scale::Mul(value),

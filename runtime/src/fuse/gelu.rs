@@ -8,7 +8,7 @@
 //! kernel computes `0.5 * x * (1 + erf(x / sqrt 2))` (`x * FRAC_1_SQRT_2`, within an ulp of
 //! the Div).
 
-use super::{const_of, default_domain, Uses};
+use super::{default_domain, scalar, Uses};
 use crate::graph::{Graph, ValueId};
 
 /// A Gelu chain found from its first node.
@@ -22,11 +22,8 @@ pub(super) struct GeluChain {
 /// value between its nodes has the next node as its only reader.
 pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<GeluChain> {
     let near = |v: ValueId, want: f64| {
-        let c = const_of(graph, uses, v, 4)?;
-        match c.as_f32()? {
-            [s] if ((*s as f64) - want).abs() <= 1e-6 * want => Some(()),
-            _ => None,
-        }
+        let s = scalar(graph, uses, v)? as f64;
+        ((s - want).abs() <= 1e-6 * want).then_some(())
     };
     // `op(a, b)` where one operand is `cur` and the other a scalar near `want` (the Div only
     // as `cur / c`).

@@ -8,7 +8,7 @@
 //! 1-D f32 constant scale: whatever the input's rank, that is RMSNormalization over the last
 //! axis with the same broadcasting.
 
-use super::{const_of, default_domain, Uses};
+use super::{const_of, default_domain, scalar, Uses};
 use crate::graph::{Graph, ValueId};
 
 /// An RMSNorm chain found from its first node.
@@ -70,12 +70,4 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<RmsChai
         eps,
         rest: vec![mean, add, sqrt, div, mul],
     })
-}
-
-/// The value of `v` when it is a constant f32 with one element.
-fn scalar(graph: &Graph, uses: &Uses, v: ValueId) -> Option<f32> {
-    match const_of(graph, uses, v, 4)?.as_f32()? {
-        [s] => Some(*s),
-        _ => None,
-    }
 }
