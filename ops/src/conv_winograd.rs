@@ -151,14 +151,23 @@ const MIN_PIXELS_KEPT: usize = 100;
 const MIN_PIXELS_BESIDE_IMPLICIT: usize = 196;
 const MAX_CHANNELS_BESIDE_IMPLICIT: usize = 255;
 
+/// [`MIN_PIXELS_BESIDE_IMPLICIT`] where AVX-512 runs at half width (AMD Zen 4,
+/// [`avx512_full_width`](crate::simd::avx512_full_width)): 13x13 planes took 0.80-0.93x the
+/// in-place im2col's time there (inception_v1's 96 -> 208 to 160 -> 320, squeezenet's
+/// 64 -> 256), 10x10 ones 1.14-1.17x (yolov8n's 64 -> 64 and 128 -> 128 at 320x320).
+const MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH: usize = 169;
+
 /// Fewest input channels, and output pixels per image, where a kept W takes Winograd on a CPU
-/// without AVX-512 (where the taps path's AVX2 kernel, `conv_taps_avx2.rs`, took 1.1-1.6x
+/// without AVX-512 at full width (on AVX2, the taps path's AVX2 kernel, `conv_taps_avx2.rs`, took 1.1-1.6x
 /// Winograd's time on 16 -> 16 3x3 on 80x80 and 32 -> 32 on 40x40, and the rest are im2col +
 /// GEMM's):
 /// F(4x4, 3x3) ran 1.18-1.80x as fast as im2col from 16 channels on 28x28 to 160x160 planes,
 /// 1.03x for 16 -> 16 on 40x40, F(2x2, 3x3) 1.10x for 32 -> 128 on 27x27, but 1.01-1.04x on
 /// 20x20 and 13x13 (AMD Zen 3, 2 threads; docs/bench.md, "The packed GEMM on AVX2; Winograd
-/// from 16 channels without AVX-512").
+/// from 16 channels without AVX-512"). On AMD Zen 4 (AVX-512 at half width) squeezenet's
+/// 16 -> 64 on 55x55 and 32 -> 128 on 27x27 took 0.76-0.88x the taps kernel's time, yolov8n's
+/// 16 -> 16 on 80x80 and 32 -> 32 on 40x40 0.82-0.89x (docs/bench.md, "Zen 4: Winograd where
+/// AVX2 hosts take it").
 const MIN_CHANNELS_WITHOUT_TAPS: usize = 16;
 const MIN_PIXELS_WITHOUT_TAPS: usize = 729;
 
@@ -177,11 +186,17 @@ pub(in crate::conv) fn supports(g: &Geom2) -> bool {
 /// Whether `conv_cpu` takes the Winograd path: supported, enabled, and channels and plane
 /// large enough to be measured faster than im2col + GEMM, with W transformed per call or
 /// `kept` ([`Conv::with_constant_weight`](crate::conv::Conv::with_constant_weight)); a kept
-/// W the packed path reads in place needs [`MIN_PIXELS_BESIDE_IMPLICIT`] below 256 channels.
+/// W the packed path reads in place needs [`MIN_PIXELS_BESIDE_IMPLICIT`] below 256 channels
+/// ([`MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH`] where AVX-512 runs at half width), and one of
+/// few channels [`MIN_PIXELS_WITHOUT_TAPS`] without full-width AVX-512.
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
+    let full_width = crate::simd::avx512_full_width();
     let min_pixels = match kept {
         true if g.c <= MAX_CHANNELS_BESIDE_IMPLICIT && super::implicit::takes_kept(g) => {
-            MIN_PIXELS_BESIDE_IMPLICIT
+            match full_width {
+                true => MIN_PIXELS_BESIDE_IMPLICIT,
+                false => MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH,
+            }
         }
         true => MIN_PIXELS_KEPT,
         false => MIN_PIXELS,
@@ -189,7 +204,7 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
     let few_channels = kept
         && g.c >= MIN_CHANNELS_WITHOUT_TAPS
         && g.oh * g.ow >= MIN_PIXELS_WITHOUT_TAPS
-        && !crate::simd::avx512();
+        && !full_width;
     supports(g)
         && (g.c >= MIN_CHANNELS || few_channels)
         && g.m >= MIN_OUT_CHANNELS

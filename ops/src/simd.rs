@@ -84,6 +84,40 @@ pub fn avx512() -> bool {
     level() == Level::Avx512
 }
 
+/// Whether [`avx512`] holds on a core that runs 512-bit vectors at full width, so that an
+/// AVX-512 instruction does twice an AVX2 one's work. AMD Zen 4 (family 0x19) splits each
+/// into two 256-bit halves: there the conv paths chosen for AVX-512's width (the taps kernel
+/// and the in-place im2col on 13x13 to 14x14 planes) lose to Winograd, as on AVX2 hosts
+/// (`conv_winograd.rs`, docs/bench.md "Zen 4: Winograd where AVX2 hosts take it").
+/// `TANDEM_AVX512_FULL_WIDTH=0|1` overrides the detection (read once, for A/B timing).
+pub fn avx512_full_width() -> bool {
+    static FULL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    avx512()
+        && *FULL.get_or_init(
+            || match std::env::var("TANDEM_AVX512_FULL_WIDTH").as_deref() {
+                Ok("0") => false,
+                Ok("1") => true,
+                _ => !amd_family_19h(),
+            },
+        )
+}
+
+/// Whether this is an AMD core of family 0x19 (Zen 3 and Zen 4; of them only Zen 4 has
+/// AVX-512).
+fn amd_family_19h() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // CPUID leaves 0 (vendor) and 1 (signature) exist on every x86-64 CPU.
+        let (vendor, signature) = (__cpuid(0), __cpuid(1).eax);
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let family = ((signature >> 8) & 0xf) + ((signature >> 20) & 0xff);
+        amd && family == 0x19
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Every level this CPU runs, baseline first.
 pub fn cpu_levels() -> Vec<Level> {
     let top = cpu_level();

@@ -213,11 +213,11 @@ mod tests {
         // conv_winograd.rs takes 3x3 stride-1 group-1 convs with C, M >= 64 and >= 400
         // output pixels, or >= 100 where W is a constant the op keeps the transform of;
         // TANDEM_CONV_WINOGRAD=0 turns it off (then they are im2col's).
-        // Without AVX-512 (where the taps path takes few output channels only) a kept W takes
-        // it from 16 input channels on planes of 729 pixels and up.
+        // Without full-width AVX-512 (AVX2, or AMD Zen 4's halves) a kept W takes it from 16
+        // input channels on planes of 729 pixels and up.
         let on = std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
         let winograd = if on { "winograd" } else { "kxk" };
-        let few = !tandem_ops::simd::avx512();
+        let few = !tandem_ops::simd::avx512_full_width();
         for kept in [false, true] {
             assert_eq!(conv_variant(64, 64, 32, 1, kept), winograd, "kept {kept}");
             assert_eq!(conv_variant(64, 64, 32, 2, kept), "kxk", "stride 2");
@@ -227,16 +227,16 @@ mod tests {
                 want,
                 "48 inputs, kept {kept}"
             );
-            if few {
-                // (On AVX-512 the taps path takes these.)
-                assert_eq!(
-                    conv_variant(16, 64, 27, 1, kept),
-                    want,
-                    "16 inputs, kept {kept}"
-                );
-            }
+            // (128 outputs: more than the taps path takes; with full-width AVX-512 it takes
+            // the kept ones.)
+            let want_16 = if few { want } else { "kxk" };
+            assert_eq!(
+                conv_variant(16, 128, 27, 1, kept),
+                want_16,
+                "16 inputs, kept {kept}"
+            );
             assert_eq!(conv_variant(48, 64, 26, 1, kept), "kxk", "676 pixels");
-            assert_eq!(conv_variant(15, 64, 32, 1, kept), "kxk", "15 inputs");
+            assert_eq!(conv_variant(15, 128, 32, 1, kept), "kxk", "15 inputs");
             assert_eq!(conv_variant(64, 64, 8, 1, kept), "kxk", "64 output pixels");
         }
         assert_eq!(
@@ -249,6 +249,18 @@ mod tests {
             winograd,
             "256 pixels, W kept"
         );
+        // A kept W on 13x13 from 64 channels: Winograd's, unless the packed path's in-place
+        // im2col (AVX-512) runs at full width; on 10x10 that path's wherever it runs.
+        let implicit = tandem_ops::simd::avx512()
+            && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
+            && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
+        let at_13 = match implicit && !few {
+            true => "kxk",
+            false => winograd,
+        };
+        assert_eq!(conv_variant(64, 256, 13, 1, true), at_13, "13x13, W kept");
+        let at_10 = if implicit { "kxk" } else { winograd };
+        assert_eq!(conv_variant(128, 128, 10, 1, true), at_10, "10x10, W kept");
         // The GPU has one kernel for both.
         assert_eq!(device_variant("winograd", Device::Gpu), "kxk");
         assert_eq!(device_variant("winograd", Device::Cpu), "winograd");
@@ -268,8 +280,9 @@ mod tests {
         let implicit = tandem_ops::simd::avx512()
             && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
             && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
-        // Without AVX-512 a kept W of these on 27x27 and up is Winograd's (the test above).
-        let winograd = !tandem_ops::simd::avx512()
+        // Without full-width AVX-512 a kept W of these on 27x27 and up is Winograd's (the
+        // test above).
+        let winograd = !tandem_ops::simd::avx512_full_width()
             && std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
         let taps = if on { "taps" } else { "kxk" };
         let wide_taps = match level {
