@@ -16,8 +16,11 @@
 //!
 //! A max is exact like the other max paths: each maximum keeps the earlier operand on a tie
 //! and propagates NaN, so across then down gives the first maximum in row-major window order.
-//! An average (stride 1 only: strided ones stay on the phase planes, whose row-major sum every
-//! SIMD level must match) sums each window row, then the rows, like the bands.
+//! A stride-1 average sums each window row, then the rows, like the bands; a strided one adds
+//! its 9 taps one by one in row-major order (window rows outside the plane as zeros) straight
+//! from the permuted input vectors, as the phase planes do, so every SIMD level gives the same
+//! bits. shufflenet's 3x3/2 pad-1 AveragePools, one thread, best of 2000: 24 x 56 x 56 88 ->
+//! 21 us, 240 x 28 x 28 112 -> 64, 480 x 14 x 14 110 -> 71 (the phase planes before them).
 //!
 //! Sits between [`Pool::pool_planes_f32`](super::Pool) (geometry, the choice of path) and the
 //! CPU's vector units.
@@ -167,6 +170,53 @@ unsafe fn plane_rows<V: lanes::Lanes, const MAX: bool>(
         true => V::max_first(earlier, later),
         false => V::add(earlier, later),
     };
+    if !MAX && (sh, sw) != (1, 1) {
+        // A strided average adds its 9 taps one by one in row-major order, window rows
+        // outside the plane as zeros, as the phase planes do: the same bits at every level.
+        assert_eq!(dst.len(), lines.len() * ow, "pool 3x3: output block size");
+        let (out, room) = (dst.as_mut_ptr(), dst.len());
+        for (j, i) in lines.enumerate() {
+            for (v, mask) in masks.iter().enumerate() {
+                let mut acc: Option<V> = None;
+                for r in 0..3 {
+                    let ir = (sh * i + r) as isize - pt as isize;
+                    let taps: [V; 3] = if (0..h as isize).contains(&ir) {
+                        let row = xplane[ir as usize * w..][..w].as_ptr();
+                        // SAFETY: only the lanes inside the row are read.
+                        let load = |o: usize| {
+                            let at = row.wrapping_offset(from(v, o));
+                            match mask {
+                                None => V::load(at),
+                                Some(mask) => V::load_masked(fill, mask[o], at),
+                            }
+                        };
+                        if sw == 1 {
+                            [load(0), load(1), load(2)]
+                        } else {
+                            let (e, o) = V::evens_odds(load(0), load(1));
+                            [e, o, V::evens_odds(load(2), load(3)).0]
+                        }
+                    } else {
+                        [fill; 3]
+                    };
+                    for t in taps {
+                        acc = Some(acc.map_or(t, |a| V::add(a, t)));
+                    }
+                }
+                let count = V::load(across_counts.as_ptr().add(n * v));
+                let m = V::div(
+                    acc.expect("3 window rows"),
+                    V::mul(count, V::splat(down[i])),
+                );
+                let first = j * ow + n * v;
+                match first + n <= room {
+                    true => V::store(out.add(first), m),
+                    false => V::store_first(out.add(first), m, room - first),
+                }
+            }
+        }
+        return;
+    }
     for (r, reduced) in (first..end).zip(across.chunks_exact_mut(width)) {
         let row = xplane[r * w..][..w].as_ptr();
         for ((v, out), mask) in reduced.chunks_exact_mut(n).enumerate().zip(&*masks) {

@@ -58,10 +58,9 @@ impl Pool {
         if ow == 0 || y.is_empty() {
             return;
         }
-        // Strided averages stay on the phase planes, which add a window's taps in row-major
-        // order: every SIMD level gives the same bits.
-        let stride_1 = g.s[1] == 1 && g.s[2] == 1;
-        if (self.max || stride_1) && pool3x3::applies(g) {
+        // Strided averages add a window's taps in row-major order, on the phase planes and in
+        // `pool_3x3.rs` alike: every SIMD level gives the same bits.
+        if pool3x3::applies(g) {
             let fold = if self.max {
                 pool3x3::Fold::Max
             } else {

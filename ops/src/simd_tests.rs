@@ -196,7 +196,14 @@ fn binary_broadcasts_match_baseline_and_reference() {
 
 #[test]
 fn pools_match_baseline_and_a_naive_window_loop() {
-    for (k, s, p) in [(3, 1, 1), (3, 2, 0), (2, 2, 0), (5, 1, 2), (3, 3, 1)] {
+    for (k, s, p) in [
+        (3, 1, 1),
+        (3, 2, 0),
+        (3, 2, 1),
+        (2, 2, 0),
+        (5, 1, 2),
+        (3, 3, 1),
+    ] {
         for &w in &[5usize, 17, 33] {
             let (c, h) = (2, 6);
             let x = values(c * h * w, 4);
