@@ -140,12 +140,7 @@ unsafe fn plane_rows<V: lanes::Lanes, const MAX: bool>(
     // Input rows the lines read: sh * i - pt + {0, 1, 2} inside 0..h.
     let first = (sh * lines.start).saturating_sub(pt);
     let end = (sh * (lines.end - 1) + 3).saturating_sub(pt).min(h);
-    // Reduced rows hold whole vectors; every value is written before it is read.
     let (across, masks) = scratch;
-    let need = (end - first) * width;
-    if across.len() < need {
-        across.resize(need, 0.0);
-    }
     // Output j reads input columns sw * j - pl + {0, 1, 2}: vector v loads N columns from
     // N * sw * v - pl + each offset, the lanes outside the row masked off (-inf for a max, 0
     // for a sum; never read). Stride 2 loads two vector pairs and pulls the even and odd
@@ -216,6 +211,11 @@ unsafe fn plane_rows<V: lanes::Lanes, const MAX: bool>(
             }
         }
         return;
+    }
+    // Reduced rows hold whole vectors; every value is written before it is read.
+    let need = (end - first) * width;
+    if across.len() < need {
+        across.resize(need, 0.0);
     }
     for (r, reduced) in (first..end).zip(across.chunks_exact_mut(width)) {
         let row = xplane[r * w..][..w].as_ptr();

@@ -185,6 +185,13 @@ mod tests {
     use super::*;
     use tandem_ops::{registry, AttrValue, Attrs};
 
+    /// Whether the packed path's in-place im2col runs here (AVX-512, neither switch off).
+    fn implicit_on() -> bool {
+        tandem_ops::simd::avx512()
+            && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
+            && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0")
+    }
+
     /// The variant of a 3x3 Conv (pads 1) over `[1, c, hw, hw]` into `m` channels, its W a
     /// model constant when `kept`.
     fn conv_variant(c: usize, m: usize, hw: usize, stride: i64, kept: bool) -> &'static str {
@@ -251,9 +258,7 @@ mod tests {
         );
         // A kept W on 13x13 from 64 channels: Winograd's, unless the packed path's in-place
         // im2col (AVX-512) runs at full width; on 10x10 that path's wherever it runs.
-        let implicit = tandem_ops::simd::avx512()
-            && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
-            && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
+        let implicit = implicit_on();
         let at_13 = match implicit && !few {
             true => "kxk",
             false => winograd,
@@ -277,9 +282,7 @@ mod tests {
         let level = tandem_ops::simd::level();
         let on = level >= tandem_ops::simd::Level::Avx2
             && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
-        let implicit = tandem_ops::simd::avx512()
-            && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
-            && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
+        let implicit = implicit_on();
         // Without full-width AVX-512 a kept W of these on 27x27 and up is Winograd's (the
         // test above).
         let winograd = !tandem_ops::simd::avx512_full_width()
