@@ -6,7 +6,9 @@
 //! to each output block (a direct line, a GEMM block) right after it is written, while it is
 //! still in cache; the direct and Winograd paths add a residual in a pass after their blocks.
 //!
-//! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`).
+//! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`); those of a 3x3 or
+//! 5x5 window, stride 1, that keep the plane's size read each plane in place on AVX2 and
+//! AVX-512 (`conv_depthwise.rs`; `TANDEM_CONV_DEPTHWISE=0` turns it off).
 //! 3x3 stride-1 convs with enough channels take Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
 //! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off),
 //! convs of few channels (stride 1, or a strided kernel of 49 taps) the sum over taps of
@@ -35,6 +37,10 @@ pub(super) mod taps;
 
 #[path = "conv_planes.rs"]
 mod planes;
+
+#[cfg(target_arch = "x86_64")]
+#[path = "conv_depthwise.rs"]
+mod depthwise;
 
 #[path = "conv_packed.rs"]
 pub(super) mod packed;
@@ -72,6 +78,10 @@ pub(super) fn direct_path(
     out: &mut [f32],
     rows: Range<usize>,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if depthwise::applies(g) {
+        return depthwise::plane_path(g, x, (w, b, ep), out, rows);
+    }
     if planes::applies(g) {
         return planes::plane_path(g, x, (w, b, ep), out, rows);
     }

@@ -813,22 +813,32 @@ fn winograd_speed() {
     }
 }
 
-/// Depthwise convs (the plane path, whose weighted taps run several vectors at a time) add
-/// each output's taps in window order after the bias, so they equal the definition's loop to
-/// the bit (padding taps add zero products, which leave a nonzero sum unchanged): 3x3 and 5x5,
-/// strided and not, planes whose blocks end inside and outside a group of vectors.
+/// Depthwise convs (the plane path, whose weighted taps run several vectors at a time, and
+/// the in-place path of same-size 3x3 and 5x5 windows, `conv_depthwise.rs`) add each output's
+/// taps in window order after the bias, so they equal the definition's loop to the bit
+/// (padding taps add zero products, which leave a nonzero sum unchanged): 3x3 and 5x5, strided
+/// and not, planes whose blocks end inside and outside a group of vectors, planes narrower
+/// than a vector and than the window (a vector then spans several rows, a tap several rows
+/// past its own), two output channels per input channel, and blocks that start and end
+/// inside a plane (the split run).
 #[test]
 fn depthwise_sums_taps_in_window_order() {
-    // (input shape, kernel, strides, pads)
-    type Case = ([usize; 4], [usize; 2], [usize; 2], [i64; 4]);
+    // (input shape, output channels, kernel, strides, pads)
+    type Case = ([usize; 4], usize, [usize; 2], [usize; 2], [i64; 4]);
     let cases: &[Case] = &[
-        ([1, 5, 13, 17], [5, 5], [1, 1], [2, 2, 2, 2]),
-        ([2, 7, 20, 19], [3, 3], [1, 1], [1, 1, 1, 1]),
-        ([1, 4, 15, 15], [3, 3], [2, 2], [1, 1, 1, 1]),
-        ([1, 3, 7, 7], [5, 5], [2, 2], [2, 2, 2, 2]),
+        ([1, 5, 13, 17], 5, [5, 5], [1, 1], [2, 2, 2, 2]),
+        ([2, 7, 20, 19], 7, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 4, 15, 15], 4, [3, 3], [2, 2], [1, 1, 1, 1]),
+        ([1, 3, 7, 7], 3, [5, 5], [2, 2], [2, 2, 2, 2]),
+        ([1, 6, 7, 7], 6, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([2, 3, 14, 14], 6, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 4, 3, 3], 4, [5, 5], [1, 1], [2, 2, 2, 2]),
+        ([1, 4, 2, 1], 4, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 2, 1, 9], 2, [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 2, 9, 2], 4, [5, 5], [1, 1], [2, 2, 2, 2]),
     ];
-    for &(xs, k, s, pads) in cases {
-        let (got, want) = outputs(xs, xs[1], k, xs[1], s, [1, 1], pads, true);
+    for &(xs, m, k, s, pads) in cases {
+        let (got, want) = outputs(xs, m, k, xs[1], s, [1, 1], pads, true);
         for g in got {
             for (i, (gv, wv)) in g.iter().zip(&want).enumerate() {
                 assert_eq!(

@@ -22,6 +22,8 @@ pub mod gemm_op;
 pub mod generate;
 mod gpu_kernel;
 mod kept;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 pub mod matmul;
 pub mod movement;
 pub mod norm;

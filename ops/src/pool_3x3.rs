@@ -6,7 +6,7 @@
 //! Input rows are read in place, pads and row ends masked off in the loads of the vectors that
 //! cross them: no copy into phase planes (`phase_planes.rs`) or bands (`pool_plane.rs`), which
 //! other pools and every CPU without AVX2 keep. One generic body ([`plane_rows`]) is compiled
-//! for each set's vectors ([`lanes::Lanes`]).
+//! for each set's vectors ([`Lanes`](crate::lanes::Lanes)).
 //!
 //! On an Intel Xeon (AVX-512): squeezenet's three 3x3/2 MaxPools 0.58-0.71 -> 0.34-0.39 ms,
 //! inception's 3x3/1 MaxPools on 14x14 and 7x7 planes 60-79 -> 38-41 us. On an AMD EPYC
@@ -27,7 +27,12 @@
 
 use super::{window_counts, Geo};
 #[cfg(target_arch = "x86_64")]
-use {crate::shape::rows_by_block, rayon::prelude::*, std::ops::Range};
+use {
+    crate::lanes::{Avx2, Avx512, Lanes},
+    crate::shape::rows_by_block,
+    rayon::prelude::*,
+    std::ops::Range,
+};
 
 /// Whether [`pool_f32`] computes this pooling: a 3x3 undilated 2-D window of stride 1 or 2
 /// whose every window holds an input element, on a CPU whose kernels run AVX-512, or of
@@ -80,8 +85,8 @@ pub(super) fn pool_f32(x: &[f32], g: &Geo, fold: Fold, y: &mut [f32], first_row:
     let max = matches!(fold, Fold::Max);
     #[cfg(target_arch = "x86_64")]
     match crate::simd::level() {
-        crate::simd::Level::Avx512 => planes::<lanes::Avx512>(x, g, max, divisors, y, first_row),
-        _ => planes::<lanes::Avx2>(x, g, max, divisors, y, first_row),
+        crate::simd::Level::Avx512 => planes::<Avx512>(x, g, max, divisors, y, first_row),
+        _ => planes::<Avx2>(x, g, max, divisors, y, first_row),
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (x, max, divisors, y, first_row);
@@ -89,7 +94,7 @@ pub(super) fn pool_f32(x: &[f32], g: &Geo, fold: Fold, y: &mut [f32], first_row:
 
 /// [`pool_f32`] on vectors `V`: maxima (`max`) or averages (`divisors`).
 #[cfg(target_arch = "x86_64")]
-fn planes<V: lanes::Lanes>(
+fn planes<V: Compiled>(
     x: &[f32],
     g: &Geo,
     max: bool,
@@ -124,7 +129,7 @@ fn planes<V: lanes::Lanes>(
 /// [`applies`]; `xplane` is one input plane.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn plane_rows<V: lanes::Lanes, const MAX: bool>(
+unsafe fn plane_rows<V: Lanes, const MAX: bool>(
     g: &Geo,
     xplane: &[f32],
     lines: Range<usize>,
@@ -266,199 +271,49 @@ unsafe fn plane_rows<V: lanes::Lanes, const MAX: bool>(
     }
 }
 
-/// The vector instructions [`plane_rows`] runs, for AVX2 (8 lanes) and AVX-512 (16): each a
-/// plain intrinsic or two, inlined into the set's `#[target_feature]` copy of [`plane_rows`].
+/// [`plane_rows`] compiled for each set's instructions.
 #[cfg(target_arch = "x86_64")]
-mod lanes {
-    use super::{plane_rows, Geo, Scratch};
-    use std::arch::x86_64::*;
-    use std::ops::Range;
-
+trait Compiled: Lanes {
     /// # Safety
-    /// Every method needs its set's instructions, present where [`Lanes::plane_rows`] is called.
-    pub(super) trait Lanes: Copy {
-        /// Lanes a vector.
-        const N: usize;
-        /// Which lanes a load reads.
-        type Mask: Copy + Send;
-        /// [`plane_rows`] compiled for this set.
-        unsafe fn plane_rows<const MAX: bool>(
-            g: &Geo,
-            xplane: &[f32],
-            lines: Range<usize>,
-            dst: &mut [f32],
-            scratch: &mut Scratch<Self::Mask>,
-            divisors: (&[f32], &[f32]),
-        );
-        /// A mask of lanes `lanes`.
-        unsafe fn lanes(lanes: Range<usize>) -> Self::Mask;
-        unsafe fn splat(v: f32) -> Self;
-        unsafe fn load(p: *const f32) -> Self;
-        /// The lanes of `mask` from `p` (only those are read), `fill` elsewhere.
-        unsafe fn load_masked(fill: Self, mask: Self::Mask, p: *const f32) -> Self;
-        unsafe fn store(p: *mut f32, v: Self);
-        /// The first `n` lanes of `v` only.
-        unsafe fn store_first(p: *mut f32, v: Self, n: usize);
-        /// The larger of `earlier` and `later`, `earlier` on a tie, NaN if either is NaN.
-        /// (AVX-512's VRANGEPS would be one instruction, but it returns the other operand of a
-        /// quiet NaN.)
-        unsafe fn max_first(earlier: Self, later: Self) -> Self;
-        unsafe fn add(a: Self, b: Self) -> Self;
-        unsafe fn mul(a: Self, b: Self) -> Self;
-        unsafe fn div(a: Self, b: Self) -> Self;
-        /// The even and the odd lanes of `a` then `b` (columns 0, 2, .. and 1, 3, .. of the
-        /// 2N columns they hold).
-        unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self);
+    /// The set's instructions present; as [`plane_rows`].
+    unsafe fn plane_rows<const MAX: bool>(
+        g: &Geo,
+        xplane: &[f32],
+        lines: Range<usize>,
+        dst: &mut [f32],
+        scratch: &mut Scratch<Self::Mask>,
+        divisors: (&[f32], &[f32]),
+    );
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Compiled for Avx2 {
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn plane_rows<const MAX: bool>(
+        g: &Geo,
+        xplane: &[f32],
+        lines: Range<usize>,
+        dst: &mut [f32],
+        scratch: &mut Scratch<Self::Mask>,
+        divisors: (&[f32], &[f32]),
+    ) {
+        // SAFETY: forwarded; AVX2 enabled here.
+        unsafe { plane_rows::<Self, MAX>(g, xplane, lines, dst, scratch, divisors) }
     }
+}
 
-    #[derive(Clone, Copy)]
-    pub(super) struct Avx2(__m256);
-
-    #[derive(Clone, Copy)]
-    pub(super) struct Avx512(__m512);
-
-    impl Lanes for Avx2 {
-        const N: usize = 8;
-        type Mask = __m256i;
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn plane_rows<const MAX: bool>(
-            g: &Geo,
-            xplane: &[f32],
-            lines: Range<usize>,
-            dst: &mut [f32],
-            scratch: &mut Scratch<__m256i>,
-            divisors: (&[f32], &[f32]),
-        ) {
-            // SAFETY: forwarded; AVX2 enabled here.
-            unsafe { plane_rows::<Self, MAX>(g, xplane, lines, dst, scratch, divisors) }
-        }
-        #[inline(always)]
-        unsafe fn lanes(lanes: Range<usize>) -> __m256i {
-            // Built in scalar code: its callers are closures, which are compiled without AVX2.
-            let bits: [i32; 8] = std::array::from_fn(|i| -(lanes.contains(&i) as i32));
-            // SAFETY: 32 bytes of plain integers either way.
-            unsafe { std::mem::transmute::<[i32; 8], __m256i>(bits) }
-        }
-        #[inline(always)]
-        unsafe fn splat(v: f32) -> Self {
-            Self(_mm256_set1_ps(v))
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            Self(_mm256_loadu_ps(p))
-        }
-        #[inline(always)]
-        unsafe fn load_masked(fill: Self, mask: __m256i, p: *const f32) -> Self {
-            let loaded = _mm256_maskload_ps(p, mask);
-            Self(_mm256_blendv_ps(fill.0, loaded, _mm256_castsi256_ps(mask)))
-        }
-        #[inline(always)]
-        unsafe fn store(p: *mut f32, v: Self) {
-            _mm256_storeu_ps(p, v.0)
-        }
-        #[inline(always)]
-        unsafe fn store_first(p: *mut f32, v: Self, n: usize) {
-            _mm256_maskstore_ps(p, Self::lanes(0..n), v.0)
-        }
-        #[inline(always)]
-        unsafe fn max_first(earlier: Self, later: Self) -> Self {
-            // vmaxps(a, b) is `a > b ? a : b`, and `b` when either is NaN.
-            let m = _mm256_max_ps(later.0, earlier.0);
-            let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(later.0, later.0);
-            Self(_mm256_blendv_ps(m, later.0, nan))
-        }
-        #[inline(always)]
-        unsafe fn add(a: Self, b: Self) -> Self {
-            Self(_mm256_add_ps(a.0, b.0))
-        }
-        #[inline(always)]
-        unsafe fn mul(a: Self, b: Self) -> Self {
-            Self(_mm256_mul_ps(a.0, b.0))
-        }
-        #[inline(always)]
-        unsafe fn div(a: Self, b: Self) -> Self {
-            Self(_mm256_div_ps(a.0, b.0))
-        }
-        #[inline(always)]
-        unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self) {
-            // Per 128-bit half: a's evens (odds), then b's; then the 64-bit quarters reordered
-            // to a's low, a's high, b's low, b's high.
-            let e = _mm256_shuffle_ps::<0b10_00_10_00>(a.0, b.0);
-            let o = _mm256_shuffle_ps::<0b11_01_11_01>(a.0, b.0);
-            let order = |v: __m256| {
-                _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
-            };
-            (Self(order(e)), Self(order(o)))
-        }
-    }
-
-    impl Lanes for Avx512 {
-        const N: usize = 16;
-        type Mask = __mmask16;
-        #[target_feature(enable = "avx512f")]
-        unsafe fn plane_rows<const MAX: bool>(
-            g: &Geo,
-            xplane: &[f32],
-            lines: Range<usize>,
-            dst: &mut [f32],
-            scratch: &mut Scratch<__mmask16>,
-            divisors: (&[f32], &[f32]),
-        ) {
-            // SAFETY: forwarded; AVX-512F enabled here.
-            unsafe { plane_rows::<Self, MAX>(g, xplane, lines, dst, scratch, divisors) }
-        }
-        #[inline(always)]
-        unsafe fn lanes(lanes: Range<usize>) -> __mmask16 {
-            ((1u32 << lanes.end) - (1u32 << lanes.start)) as __mmask16
-        }
-        #[inline(always)]
-        unsafe fn splat(v: f32) -> Self {
-            Self(_mm512_set1_ps(v))
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            Self(_mm512_loadu_ps(p))
-        }
-        #[inline(always)]
-        unsafe fn load_masked(fill: Self, mask: __mmask16, p: *const f32) -> Self {
-            Self(_mm512_mask_loadu_ps(fill.0, mask, p))
-        }
-        #[inline(always)]
-        unsafe fn store(p: *mut f32, v: Self) {
-            _mm512_storeu_ps(p, v.0)
-        }
-        #[inline(always)]
-        unsafe fn store_first(p: *mut f32, v: Self, n: usize) {
-            _mm512_mask_storeu_ps(p, Self::lanes(0..n), v.0)
-        }
-        #[inline(always)]
-        unsafe fn max_first(earlier: Self, later: Self) -> Self {
-            // vmaxps(a, b) is `a > b ? a : b`, and `b` when either is NaN.
-            let m = _mm512_max_ps(later.0, earlier.0);
-            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(later.0, later.0);
-            Self(_mm512_mask_mov_ps(m, nan, later.0))
-        }
-        #[inline(always)]
-        unsafe fn add(a: Self, b: Self) -> Self {
-            Self(_mm512_add_ps(a.0, b.0))
-        }
-        #[inline(always)]
-        unsafe fn mul(a: Self, b: Self) -> Self {
-            Self(_mm512_mul_ps(a.0, b.0))
-        }
-        #[inline(always)]
-        unsafe fn div(a: Self, b: Self) -> Self {
-            Self(_mm512_div_ps(a.0, b.0))
-        }
-        #[inline(always)]
-        unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self) {
-            let evens =
-                _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            let odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-            (
-                Self(_mm512_permutex2var_ps(a.0, evens, b.0)),
-                Self(_mm512_permutex2var_ps(a.0, odds, b.0)),
-            )
-        }
+#[cfg(target_arch = "x86_64")]
+impl Compiled for Avx512 {
+    #[target_feature(enable = "avx512f")]
+    unsafe fn plane_rows<const MAX: bool>(
+        g: &Geo,
+        xplane: &[f32],
+        lines: Range<usize>,
+        dst: &mut [f32],
+        scratch: &mut Scratch<Self::Mask>,
+        divisors: (&[f32], &[f32]),
+    ) {
+        // SAFETY: forwarded; AVX-512F enabled here.
+        unsafe { plane_rows::<Self, MAX>(g, xplane, lines, dst, scratch, divisors) }
     }
 }

@@ -252,6 +252,68 @@ fn pools_match_baseline_and_a_naive_window_loop() {
     }
 }
 
+/// Depthwise convs of a same-size 3x3 or 5x5 window (AVX2 and AVX-512 read the planes in
+/// place, `conv_depthwise.rs`; the baseline sums phase planes): every level gives the
+/// baseline's bits, NaN, infinities, zeros of both signs and denormals included, on planes
+/// wider and narrower than a vector (and than the window), two outputs per input channel; the
+/// baseline matches the definition in f64.
+#[test]
+fn depthwise_convs_match_baseline_and_definition() {
+    for k in [3usize, 5] {
+        for (h, w) in [(1, 1), (2, 3), (3, 3), (7, 7), (5, 17), (6, 33), (9, 4)] {
+            let (c, m, p) = (3, 6, k / 2);
+            let x = values(c * h * w, 21);
+            let wt = finite(m * k * k, 22);
+            let b = finite(m, 23);
+            let ins = [
+                Tensor::f32(&[1, c, h, w], x.clone()),
+                Tensor::f32(&[m, 1, k, k], wt.clone()),
+                Tensor::f32(&[m], b.clone()),
+            ];
+            let a = Attrs::new(17)
+                .with("kernel_shape", AttrValue::Ints(vec![k as i64; 2]))
+                .with("pads", AttrValue::Ints(vec![p as i64; 4]))
+                .with("group", AttrValue::Int(c as i64));
+            let got = all_levels("Conv", &a, &ins);
+            // The definition and the sum of its terms' magnitudes (what f32 rounding scales with).
+            let mut want = Vec::new();
+            for oc in 0..m {
+                let ch = oc / (m / c);
+                for i in 0..h {
+                    for j in 0..w {
+                        let (mut sum, mut size) = (b[oc] as f64, (b[oc] as f64).abs());
+                        for di in 0..k {
+                            for dj in 0..k {
+                                let (y, xx) = (
+                                    (i + di) as isize - p as isize,
+                                    (j + dj) as isize - p as isize,
+                                );
+                                if (0..h as isize).contains(&y) && (0..w as isize).contains(&xx) {
+                                    let v = x[(ch * h + y as usize) * w + xx as usize] as f64;
+                                    let term = wt[(oc * k + di) * k + dj] as f64 * v;
+                                    sum += term;
+                                    size += term.abs();
+                                }
+                            }
+                        }
+                        want.push((sum, size));
+                    }
+                }
+            }
+            for (i, (&g, &(want, size))) in got.iter().zip(&want).enumerate() {
+                let ok = match want.is_finite() {
+                    true => (g as f64 - want).abs() <= 1e-6 * (1.0 + size),
+                    false => g.is_nan() == want.is_nan() && (want.is_nan() || g as f64 == want),
+                };
+                assert!(
+                    ok,
+                    "depthwise k{k} {h}x{w}: element {i}: {g:e} vs definition {want:e}"
+                );
+            }
+        }
+    }
+}
+
 /// Naive softmax of `n`-long lanes `inner` apart, in f64.
 fn softmax_ref(x: &[f32], n: usize, inner: usize, log: bool) -> Vec<f64> {
     let mut y = vec![0.0; x.len()];

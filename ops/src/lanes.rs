@@ -1,0 +1,179 @@
+//! The vector instructions the hand-written window kernels run, for AVX2 (8 lanes) and
+//! AVX-512 (16): each a plain intrinsic or two behind one trait ([`Lanes`]), so that a kernel
+//! is one generic body, inlined into each set's `#[target_feature]` copy of it. Loads and
+//! stores take masks, so kernels read input planes in place, pads and row ends masked off.
+//!
+//! Sits between the kernels that read planes in place (`pool_3x3.rs`, `conv_depthwise.rs`)
+//! and the CPU's vector units.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// # Safety
+/// Every method needs its set's instructions: call them only from code compiled for the set
+/// (inlined into a `#[target_feature]` function).
+pub(crate) trait Lanes: Copy {
+    /// Lanes a vector.
+    const N: usize;
+    /// Which lanes a load reads.
+    type Mask: Copy + Send;
+    /// A mask of lanes `lanes`.
+    unsafe fn lanes(lanes: Range<usize>) -> Self::Mask;
+    /// A mask of the lanes whose bits (lane 0 the lowest) are set, built with the set's own
+    /// instructions (a mask per load in a kernel's inner loop; [`Lanes::lanes`] is for code
+    /// that closures run, compiled without them).
+    unsafe fn bits(bits: u32) -> Self::Mask;
+    unsafe fn splat(v: f32) -> Self;
+    unsafe fn load(p: *const f32) -> Self;
+    /// The lanes of `mask` from `p` (only those are read), `fill` elsewhere.
+    unsafe fn load_masked(fill: Self, mask: Self::Mask, p: *const f32) -> Self;
+    unsafe fn store(p: *mut f32, v: Self);
+    /// The first `n` lanes of `v` only.
+    unsafe fn store_first(p: *mut f32, v: Self, n: usize);
+    /// The larger of `earlier` and `later`, `earlier` on a tie, NaN if either is NaN.
+    /// (AVX-512's VRANGEPS would be one instruction, but it returns the other operand of a
+    /// quiet NaN.)
+    unsafe fn max_first(earlier: Self, later: Self) -> Self;
+    unsafe fn add(a: Self, b: Self) -> Self;
+    unsafe fn mul(a: Self, b: Self) -> Self;
+    unsafe fn div(a: Self, b: Self) -> Self;
+    /// The even and the odd lanes of `a` then `b` (columns 0, 2, .. and 1, 3, .. of the
+    /// 2N columns they hold).
+    unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self);
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Avx2(__m256);
+
+#[derive(Clone, Copy)]
+pub(crate) struct Avx512(__m512);
+
+impl Lanes for Avx2 {
+    const N: usize = 8;
+    type Mask = __m256i;
+    #[inline(always)]
+    unsafe fn lanes(lanes: Range<usize>) -> __m256i {
+        // Built in scalar code: its callers are closures, which are compiled without AVX2.
+        let bits: [i32; 8] = std::array::from_fn(|i| -(lanes.contains(&i) as i32));
+        // SAFETY: 32 bytes of plain integers either way.
+        unsafe { std::mem::transmute::<[i32; 8], __m256i>(bits) }
+    }
+    #[inline(always)]
+    unsafe fn bits(bits: u32) -> __m256i {
+        let lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        let set = _mm256_and_si256(_mm256_set1_epi32(bits as i32), lane);
+        _mm256_cmpeq_epi32(set, lane)
+    }
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        Self(_mm256_set1_ps(v))
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Self(_mm256_loadu_ps(p))
+    }
+    #[inline(always)]
+    unsafe fn load_masked(fill: Self, mask: __m256i, p: *const f32) -> Self {
+        let loaded = _mm256_maskload_ps(p, mask);
+        Self(_mm256_blendv_ps(fill.0, loaded, _mm256_castsi256_ps(mask)))
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        _mm256_storeu_ps(p, v.0)
+    }
+    #[inline(always)]
+    unsafe fn store_first(p: *mut f32, v: Self, n: usize) {
+        _mm256_maskstore_ps(p, Self::lanes(0..n), v.0)
+    }
+    #[inline(always)]
+    unsafe fn max_first(earlier: Self, later: Self) -> Self {
+        // vmaxps(a, b) is `a > b ? a : b`, and `b` when either is NaN.
+        let m = _mm256_max_ps(later.0, earlier.0);
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(later.0, later.0);
+        Self(_mm256_blendv_ps(m, later.0, nan))
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Self(_mm256_add_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Self(_mm256_mul_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Self(_mm256_div_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self) {
+        // Per 128-bit half: a's evens (odds), then b's; then the 64-bit quarters reordered
+        // to a's low, a's high, b's low, b's high.
+        let e = _mm256_shuffle_ps::<0b10_00_10_00>(a.0, b.0);
+        let o = _mm256_shuffle_ps::<0b11_01_11_01>(a.0, b.0);
+        let order = |v: __m256| {
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
+        };
+        (Self(order(e)), Self(order(o)))
+    }
+}
+
+impl Lanes for Avx512 {
+    const N: usize = 16;
+    type Mask = __mmask16;
+    #[inline(always)]
+    unsafe fn lanes(lanes: Range<usize>) -> __mmask16 {
+        ((1u32 << lanes.end) - (1u32 << lanes.start)) as __mmask16
+    }
+    #[inline(always)]
+    unsafe fn bits(bits: u32) -> __mmask16 {
+        bits as __mmask16
+    }
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        Self(_mm512_set1_ps(v))
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Self(_mm512_loadu_ps(p))
+    }
+    #[inline(always)]
+    unsafe fn load_masked(fill: Self, mask: __mmask16, p: *const f32) -> Self {
+        Self(_mm512_mask_loadu_ps(fill.0, mask, p))
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        _mm512_storeu_ps(p, v.0)
+    }
+    #[inline(always)]
+    unsafe fn store_first(p: *mut f32, v: Self, n: usize) {
+        _mm512_mask_storeu_ps(p, Self::lanes(0..n), v.0)
+    }
+    #[inline(always)]
+    unsafe fn max_first(earlier: Self, later: Self) -> Self {
+        // vmaxps(a, b) is `a > b ? a : b`, and `b` when either is NaN.
+        let m = _mm512_max_ps(later.0, earlier.0);
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(later.0, later.0);
+        Self(_mm512_mask_mov_ps(m, nan, later.0))
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Self(_mm512_add_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Self(_mm512_mul_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Self(_mm512_div_ps(a.0, b.0))
+    }
+    #[inline(always)]
+    unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self) {
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        (
+            Self(_mm512_permutex2var_ps(a.0, evens, b.0)),
+            Self(_mm512_permutex2var_ps(a.0, odds, b.0)),
+        )
+    }
+}
