@@ -159,23 +159,15 @@ unsafe fn block<V: Lanes, const K: usize>(p: &Plane, first: usize, dst: &mut [f3
     let bias = V::splat(p.bias);
     let x = p.x.as_ptr();
     let out = dst.as_mut_ptr();
+    // A group reads in place and masks only across where its vectors, one either side and
+    // all their taps' rows lie in the plane, and its vectors in the block.
+    let (size, reach, end) = (p.h * w, half * w + n, first + dst.len());
     for (i, masks) in masks.chunks_exact(GROUP * K * K).enumerate() {
         let q = first + i * GROUP * n;
-        let mut acc = [bias; GROUP];
-        for t in 0..K * K {
-            let (d, a) = (t / K, t % K);
-            let offset = (d as isize - half as isize) * w as isize + a as isize - half as isize;
-            for (g, acc) in acc.iter_mut().enumerate() {
-                let at = x.wrapping_offset((q + g * n) as isize + offset);
-                // SAFETY: only the lanes in the plane are read.
-                let xv = V::load_masked(V::splat(0.0), V::bits(masks[g * K * K + t]), at);
-                let product = V::mul(weights[t], xv);
-                *acc = match t {
-                    0 => V::add(bias, product),
-                    _ => V::add(*acc, product),
-                };
-            }
-        }
+        let acc = match q >= reach && q + GROUP * n + reach <= size && q + GROUP * n <= end {
+            true => sum_inside::<V, K>(x, (q, w), &weights, bias, masks),
+            false => sum_masked::<V, K>(x, (q, w), &weights, bias, masks),
+        };
         let at = q - first;
         if at + GROUP * n <= dst.len() {
             for (g, &sum) in acc.iter().enumerate() {
@@ -189,6 +181,84 @@ unsafe fn block<V: Lanes, const K: usize>(p: &Plane, first: usize, dst: &mut [f3
             }
         }
     }
+}
+
+/// The sums of [`GROUP`] vectors from position `q` of a plane of rows of `w` at `x`, each
+/// tap's lanes `masks` keeps read in place, 0 for the rest.
+///
+/// # Safety
+/// `V`'s instructions present; the lanes `masks` keeps lie in the plane.
+#[inline(always)]
+unsafe fn sum_masked<V: Lanes, const K: usize>(
+    x: *const f32,
+    (q, w): (usize, usize),
+    weights: &[V; 25],
+    bias: V,
+    masks: &[u32],
+) -> [V; GROUP] {
+    let half = K / 2;
+    let mut acc = [bias; GROUP];
+    for t in 0..K * K {
+        let (d, a) = (t / K, t % K);
+        let offset = (d as isize - half as isize) * w as isize + a as isize - half as isize;
+        for (g, acc) in acc.iter_mut().enumerate() {
+            let at = x.wrapping_offset((q + g * V::N) as isize + offset);
+            // SAFETY: only the lanes in the plane are read.
+            let xv = V::load_masked(V::splat(0.0), V::bits(masks[g * K * K + t]), at);
+            let product = V::mul(weights[t], xv);
+            *acc = match t {
+                0 => V::add(bias, product),
+                _ => V::add(*acc, product),
+            };
+        }
+    }
+    acc
+}
+
+/// [`sum_masked`] for a group whose vectors, one either side and all their taps' rows lie in
+/// the plane: per tap row, the vectors are loaded once (with one either side) and each tap
+/// across is a shift of two neighbours, its lanes that leave their row 0 (the masks of the
+/// group's centre tap row).
+///
+/// # Safety
+/// `V`'s instructions present; those vectors lie in the plane.
+#[inline(always)]
+unsafe fn sum_inside<V: Lanes, const K: usize>(
+    x: *const f32,
+    (q, w): (usize, usize),
+    weights: &[V; 25],
+    bias: V,
+    masks: &[u32],
+) -> [V; GROUP] {
+    let (n, half) = (V::N, K / 2);
+    let mut acc = [bias; GROUP];
+    for d in 0..K {
+        // The vector before the group's first, `d - K / 2` rows on.
+        let row = x.add(q + d * w - half * w - n);
+        let mut v = [bias; GROUP + 2];
+        for (g, v) in v.iter_mut().enumerate() {
+            *v = V::load(row.add(g * n));
+        }
+        for a in 0..K {
+            let t = d * K + a;
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let mask = V::bits(masks[g * K * K + half * K + a]);
+                let xv = if a < half {
+                    V::across(v[g], v[g + 1], n - (half - a), mask)
+                } else if a > half {
+                    V::across(v[g + 1], v[g + 2], a - half, mask)
+                } else {
+                    v[g + 1]
+                };
+                let product = V::mul(weights[t], xv);
+                *acc = match t {
+                    0 => V::add(bias, product),
+                    _ => V::add(*acc, product),
+                };
+            }
+        }
+    }
+    acc
 }
 
 /// [`block`] compiled for each set's instructions.

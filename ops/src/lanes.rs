@@ -40,6 +40,9 @@ pub(crate) trait Lanes: Copy {
     /// The even and the odd lanes of `a` then `b` (columns 0, 2, .. and 1, 3, .. of the
     /// 2N columns they hold).
     unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self);
+    /// Lanes `by..N + by` of `a` then `b` (`by` 1 or 2, or N - 1 or N - 2), the lanes off in
+    /// `mask` zero.
+    unsafe fn across(a: Self, b: Self, by: usize, mask: Self::Mask) -> Self;
 }
 
 #[derive(Clone, Copy)]
@@ -115,6 +118,19 @@ impl Lanes for Avx2 {
         };
         (Self(order(e)), Self(order(o)))
     }
+    #[inline(always)]
+    unsafe fn across(a: Self, b: Self, by: usize, mask: __m256i) -> Self {
+        // Lanes 4..12 of a then b; each 128-bit half then shifts within itself.
+        let mid = _mm256_castps_si256(_mm256_permute2f128_ps::<0x21>(a.0, b.0));
+        let (a, b) = (_mm256_castps_si256(a.0), _mm256_castps_si256(b.0));
+        let v = match by {
+            1 => _mm256_alignr_epi8::<4>(mid, a),
+            2 => _mm256_alignr_epi8::<8>(mid, a),
+            6 => _mm256_alignr_epi8::<8>(b, mid),
+            _ => _mm256_alignr_epi8::<12>(b, mid),
+        };
+        Self(_mm256_castsi256_ps(_mm256_and_si256(v, mask)))
+    }
 }
 
 impl Lanes for Avx512 {
@@ -175,5 +191,16 @@ impl Lanes for Avx512 {
             Self(_mm512_permutex2var_ps(a.0, evens, b.0)),
             Self(_mm512_permutex2var_ps(a.0, odds, b.0)),
         )
+    }
+    #[inline(always)]
+    unsafe fn across(a: Self, b: Self, by: usize, mask: __mmask16) -> Self {
+        let (a, b) = (_mm512_castps_si512(a.0), _mm512_castps_si512(b.0));
+        let v = match by {
+            1 => _mm512_maskz_alignr_epi32::<1>(mask, b, a),
+            2 => _mm512_maskz_alignr_epi32::<2>(mask, b, a),
+            14 => _mm512_maskz_alignr_epi32::<14>(mask, b, a),
+            _ => _mm512_maskz_alignr_epi32::<15>(mask, b, a),
+        };
+        Self(_mm512_castsi512_ps(v))
     }
 }
