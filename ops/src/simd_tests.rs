@@ -255,12 +255,22 @@ fn pools_match_baseline_and_a_naive_window_loop() {
 /// Depthwise convs of a same-size 3x3 or 5x5 window (AVX2 and AVX-512 read the planes in
 /// place, `conv_depthwise.rs`; the baseline sums phase planes): every level gives the
 /// baseline's bits, NaN, infinities, zeros of both signs and denormals included, on planes
-/// wider and narrower than a vector (and than the window), two outputs per input channel; the
+/// wider and narrower than a vector (and than the window; the widest has groups of vectors
+/// read in place and shifted at both window sizes), two outputs per input channel; the
 /// baseline matches the definition in f64.
 #[test]
 fn depthwise_convs_match_baseline_and_definition() {
     for k in [3usize, 5] {
-        for (h, w) in [(1, 1), (2, 3), (3, 3), (7, 7), (5, 17), (6, 33), (9, 4)] {
+        for (h, w) in [
+            (1, 1),
+            (2, 3),
+            (3, 3),
+            (7, 7),
+            (5, 17),
+            (6, 33),
+            (9, 4),
+            (12, 40),
+        ] {
             let (c, m, p) = (3, 6, k / 2);
             let x = values(c * h * w, 21);
             let wt = finite(m * k * k, 22);
