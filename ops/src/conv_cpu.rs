@@ -7,8 +7,8 @@
 //! still in cache; the direct and Winograd paths add a residual in a pass after their blocks.
 //!
 //! Undilated `cg == 1` convs go plane by plane instead (`conv_planes.rs`); those of a 3x3 or
-//! 5x5 window, stride 1, that keep the plane's size read each plane in place on AVX2 and
-//! AVX-512 (`conv_depthwise.rs`; `TANDEM_CONV_DEPTHWISE=0` turns it off).
+//! 5x5 window, stride 1 keeping the plane's size or stride 2, read each plane in place on
+//! AVX2 and AVX-512 (`conv_depthwise.rs`; `TANDEM_CONV_DEPTHWISE=0` turns it off).
 //! 3x3 stride-1 convs with enough channels take Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
 //! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off),
 //! convs of few channels (stride 1, or a strided kernel of 49 taps) the sum over taps of

@@ -8,6 +8,8 @@
 //! phase planes do (`bias + w0 * x0`, then `+ wt * xt`, a pad's tap reading 0): the same bits.
 //! Four vectors at a time, their sums independent chains.
 //!
+//! Stride 2 (pads up to K / 2) reads in place too, row by row (`conv_depthwise_strided.rs`).
+//!
 //! The phase planes (`conv_planes.rs`, which other depthwise convs and CPUs without AVX2 keep)
 //! fill a padded copy of each plane, copy the rows in, sum into scratch and copy the outputs
 //! out: on shufflenet's 14x14 and 7x7 planes most of their time.
@@ -16,11 +18,14 @@
 //! CPU's vector units (`lanes.rs`).
 
 use super::{epilogue, Epilogue, Geom2};
+#[path = "conv_depthwise_strided.rs"]
+mod strided;
 use crate::lanes::{Avx2, Avx512, Lanes};
 use crate::shape::rows_by_block;
 use crate::simd::Level;
 use rayon::prelude::*;
 use std::ops::Range;
+use strided::Compiled as _;
 
 /// Whether `TANDEM_CONV_DEPTHWISE=0` turned this path off (read once).
 fn enabled() -> bool {
@@ -29,13 +34,17 @@ fn enabled() -> bool {
 }
 
 /// Whether [`plane_path`] computes `g` (a `cg == 1` conv): a 3x3 or 5x5 window of stride 1,
-/// undilated, with K / 2 pads on every side (so the output plane is the input's size), on a
-/// CPU whose kernels run AVX2 or AVX-512, unless `TANDEM_CONV_DEPTHWISE=0`.
+/// undilated, with K / 2 pads on every side (so the output plane is the input's size), or
+/// of stride 2 (`conv_depthwise_strided.rs`), on a CPU whose kernels run AVX2 or AVX-512,
+/// unless `TANDEM_CONV_DEPTHWISE=0`.
 pub(super) fn applies(g: &Geom2) -> bool {
+    crate::simd::level() >= Level::Avx2 && enabled() && (same_size(g) || strided::applies(g))
+}
+
+/// A 3x3 or 5x5 window of stride 1, undilated, with K / 2 pads on every side.
+fn same_size(g: &Geom2) -> bool {
     let k = g.kh;
-    crate::simd::level() >= Level::Avx2
-        && enabled()
-        && (k == 3 || k == 5)
+    (k == 3 || k == 5)
         && g.kw == k
         && (g.sh, g.sw, g.dh, g.dw) == (1, 1, 1, 1)
         && g.pt == (k / 2) as i64
@@ -53,22 +62,32 @@ pub(super) fn plane_path(
     out: &mut [f32],
     rows: Range<usize>,
 ) {
-    let (ow, plane, taps) = (g.ow, g.h * g.w, g.kh * g.kw);
+    let ow = g.ow;
     let pieces = rows_by_block(&mut out[rows.start * ow..rows.end * ow], rows, g.oh, ow);
     // Read here: a level forced in tests holds on this thread only.
     let level = crate::simd::level();
     let (k, lanes) = (g.kh, level.f32_lanes());
+    if !same_size(g) {
+        let (pt, pl) = (g.pt as usize, g.pl as usize);
+        let masks = strided::column_masks(k, (g.w, ow, pl), lanes);
+        let geometry = (pt, pl, ow);
+        return pieces.into_par_iter().for_each(|(p, lines, dst)| {
+            let plane = Plane::of(g, x, (w, b), p);
+            // SAFETY: `applies` checked the level's instructions and the geometry.
+            unsafe {
+                match (level, k) {
+                    (Level::Avx512, 3) => Avx512::rows::<3>(&plane, geometry, lines, dst, &masks),
+                    (Level::Avx512, _) => Avx512::rows::<5>(&plane, geometry, lines, dst, &masks),
+                    (_, 3) => Avx2::rows::<3>(&plane, geometry, lines, dst, &masks),
+                    _ => Avx2::rows::<5>(&plane, geometry, lines, dst, &masks),
+                }
+            }
+            epilogue(dst, None, None, ep);
+        });
+    }
     let whole = tap_masks(k, (g.h, g.w), lanes, 0..g.oh);
     pieces.into_par_iter().for_each(|(p, lines, dst)| {
-        let (n, oc) = (p / g.m, p % g.m);
-        let xplane = &x[(n * g.c + oc / g.mg) * plane..][..plane];
-        let plane = Plane {
-            x: xplane,
-            h: g.h,
-            w: g.w,
-            taps: &w[oc * taps..][..taps],
-            bias: b.map_or(0.0, |b| b[oc]),
-        };
+        let plane = Plane::of(g, x, (w, b), p);
         let part;
         let masks = match lines == (0..g.oh) {
             true => &whole,
@@ -98,6 +117,20 @@ struct Plane<'a> {
     w: usize,
     taps: &'a [f32],
     bias: f32,
+}
+
+impl<'a> Plane<'a> {
+    /// Output plane `p` (`(n, oc)` flattened) of conv `g` from `x`, weights and bias.
+    fn of(g: &Geom2, x: &'a [f32], (w, b): (&'a [f32], Option<&[f32]>), p: usize) -> Self {
+        let (n, oc, size, taps) = (p / g.m, p % g.m, g.h * g.w, g.kh * g.kw);
+        Plane {
+            x: &x[(n * g.c + oc / g.mg) * size..][..size],
+            h: g.h,
+            w: g.w,
+            taps: &w[oc * taps..][..taps],
+            bias: b.map_or(0.0, |b| b[oc]),
+        }
+    }
 }
 
 /// Per vector of the outputs of rows `lines` of an `h x w` plane (`lanes` each, the last

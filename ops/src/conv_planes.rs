@@ -4,8 +4,8 @@
 //! in the models; on AVX-512 those short segments barely fill a vector, and strided ones not at
 //! all.
 //!
-//! Same-size 3x3 and 5x5 windows of stride 1 on AVX2 and AVX-512 take `conv_depthwise.rs`
-//! instead, which reads each plane in place.
+//! 3x3 and 5x5 windows of stride 1 (same size) or 2 on AVX2 and AVX-512 take
+//! `conv_depthwise.rs` instead, which reads each plane in place.
 //!
 //! Sits between `conv_cpu::direct_path` (which routes undilated `cg == 1` convs here,
 //! [`applies`]) and `phase_planes.rs`.

@@ -819,8 +819,8 @@ fn winograd_speed() {
 /// (padding taps add zero products, which leave a nonzero sum unchanged): 3x3 and 5x5, strided
 /// and not, planes whose blocks end inside and outside a group of vectors, planes narrower
 /// than a vector and than the window (a vector then spans several rows, a tap several rows
-/// past its own), two output channels per input channel, and blocks that start and end
-/// inside a plane (the split run).
+/// past its own), strided rows of several vectors, two output channels per input channel,
+/// and blocks that start and end inside a plane (the split run).
 #[test]
 fn depthwise_sums_taps_in_window_order() {
     // (input shape, output channels, kernel, strides, pads)
@@ -836,6 +836,8 @@ fn depthwise_sums_taps_in_window_order() {
         ([1, 4, 2, 1], 4, [3, 3], [1, 1], [1, 1, 1, 1]),
         ([1, 2, 1, 9], 2, [3, 3], [1, 1], [1, 1, 1, 1]),
         ([1, 2, 9, 2], 4, [5, 5], [1, 1], [2, 2, 2, 2]),
+        ([1, 3, 9, 40], 3, [3, 3], [2, 2], [1, 1, 1, 1]),
+        ([1, 2, 11, 37], 2, [5, 5], [2, 2], [2, 2, 1, 1]),
     ];
     for &(xs, m, k, s, pads) in cases {
         let (got, want) = outputs(xs, m, k, xs[1], s, [1, 1], pads, true);

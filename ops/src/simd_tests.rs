@@ -252,15 +252,15 @@ fn pools_match_baseline_and_a_naive_window_loop() {
     }
 }
 
-/// Depthwise convs of a same-size 3x3 or 5x5 window (AVX2 and AVX-512 read the planes in
-/// place, `conv_depthwise.rs`; the baseline sums phase planes): every level gives the
-/// baseline's bits, NaN, infinities, zeros of both signs and denormals included, on planes
-/// wider and narrower than a vector (and than the window; the widest has groups of vectors
-/// read in place and shifted at both window sizes), two outputs per input channel; the
-/// baseline matches the definition in f64.
+/// Depthwise convs of a 3x3 or 5x5 window, stride 1 (same size) and 2 (AVX2 and AVX-512 read
+/// the planes in place, `conv_depthwise.rs`; the baseline sums phase planes): every level
+/// gives the baseline's bits, NaN, infinities, zeros of both signs and denormals included, on
+/// planes wider and narrower than a vector (and than the window; the widest has groups of
+/// vectors read in place and shifted at both window sizes, and strided rows of several
+/// vectors), two outputs per input channel; the baseline matches the definition in f64.
 #[test]
 fn depthwise_convs_match_baseline_and_definition() {
-    for k in [3usize, 5] {
+    for (k, s) in [(3usize, 1usize), (5, 1), (3, 2), (5, 2)] {
         for (h, w) in [
             (1, 1),
             (2, 3),
@@ -272,6 +272,7 @@ fn depthwise_convs_match_baseline_and_definition() {
             (12, 40),
         ] {
             let (c, m, p) = (3, 6, k / 2);
+            let (oh, ow) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
             let x = values(c * h * w, 21);
             let wt = finite(m * k * k, 22);
             let b = finite(m, 23);
@@ -283,20 +284,21 @@ fn depthwise_convs_match_baseline_and_definition() {
             let a = Attrs::new(17)
                 .with("kernel_shape", AttrValue::Ints(vec![k as i64; 2]))
                 .with("pads", AttrValue::Ints(vec![p as i64; 4]))
+                .with("strides", AttrValue::Ints(vec![s as i64; 2]))
                 .with("group", AttrValue::Int(c as i64));
             let got = all_levels("Conv", &a, &ins);
             // The definition and the sum of its terms' magnitudes (what f32 rounding scales with).
             let mut want = Vec::new();
             for oc in 0..m {
                 let ch = oc / (m / c);
-                for i in 0..h {
-                    for j in 0..w {
+                for i in 0..oh {
+                    for j in 0..ow {
                         let (mut sum, mut size) = (b[oc] as f64, (b[oc] as f64).abs());
                         for di in 0..k {
                             for dj in 0..k {
                                 let (y, xx) = (
-                                    (i + di) as isize - p as isize,
-                                    (j + dj) as isize - p as isize,
+                                    (i * s + di) as isize - p as isize,
+                                    (j * s + dj) as isize - p as isize,
                                 );
                                 if (0..h as isize).contains(&y) && (0..w as isize).contains(&xx) {
                                     let v = x[(ch * h + y as usize) * w + xx as usize] as f64;
@@ -317,7 +319,7 @@ fn depthwise_convs_match_baseline_and_definition() {
                 };
                 assert!(
                     ok,
-                    "depthwise k{k} {h}x{w}: element {i}: {g:e} vs definition {want:e}"
+                    "depthwise k{k} s{s} {h}x{w}: element {i}: {g:e} vs definition {want:e}"
                 );
             }
         }
