@@ -2,11 +2,14 @@
 //! on every side), on AVX-512 and AVX2: each output plane straight from its input plane, read
 //! in place. With that geometry output `(i, j)` sits where input `(i, j)` does, so a plane is
 //! one run of flat positions and tap `(di, dj)` is one constant offset from every output:
-//! `(di - K / 2) * w + dj - K / 2`. A vector of outputs (16 or 8, crossing row ends) loads
-//! each tap's vector in place, the lanes whose tap falls outside the plane (above, below, or
-//! past either end of its row) masked to zero, and sums the taps in row-major order as the
-//! phase planes do (`bias + w0 * x0`, then `+ wt * xt`, a pad's tap reading 0): the same bits.
-//! Four vectors at a time, their sums independent chains.
+//! `(di - K / 2) * w + dj - K / 2`. Vectors of outputs (16 or 8, crossing row ends) go four
+//! at a time, their sums independent chains. Where those four, a vector either side and their
+//! tap rows lie in the plane, each tap row is loaded once and the taps across are shifts of
+//! two neighbouring vectors; elsewhere (a plane's first and last rows) each tap is one masked
+//! load. Either way the lanes whose tap falls outside the plane (above, below, or past
+//! either end of its row) are zero, from masks made once per call, and the taps are summed in
+//! row-major order as the phase planes do (`bias + w0 * x0`, then `+ wt * xt`, a pad's tap
+//! reading 0): the same bits.
 //!
 //! Stride 2 (pads up to K / 2) reads in place too, row by row (`conv_depthwise_strided.rs`).
 //!
