@@ -134,6 +134,19 @@ impl<'a> Plane<'a> {
             bias: b.map_or(0.0, |b| b[oc]),
         }
     }
+
+    /// Each weight and the bias as vectors of `V` (weights past K x K zero).
+    ///
+    /// # Safety
+    /// `V`'s instructions present.
+    #[inline(always)]
+    unsafe fn splat<V: Lanes>(&self) -> ([V; 25], V) {
+        let mut weights = [V::splat(0.0); 25];
+        for (v, &t) in weights.iter_mut().zip(self.taps) {
+            *v = V::splat(t);
+        }
+        (weights, V::splat(self.bias))
+    }
 }
 
 /// Per vector of the outputs of rows `lines` of an `h x w` plane (`lanes` each, the last
@@ -188,11 +201,7 @@ unsafe fn block<V: Lanes, const K: usize>(p: &Plane, first: usize, dst: &mut [f3
         "depthwise: plane"
     );
     assert!(masks.len() * n >= dst.len() * K * K, "depthwise: tap masks");
-    let mut weights = [V::splat(0.0); 25];
-    for (v, &t) in weights.iter_mut().zip(p.taps) {
-        *v = V::splat(t);
-    }
-    let bias = V::splat(p.bias);
+    let (weights, bias) = p.splat::<V>();
     let x = p.x.as_ptr();
     let out = dst.as_mut_ptr();
     // A group reads in place and masks only across where its vectors, one either side and
@@ -241,11 +250,7 @@ unsafe fn sum_masked<V: Lanes, const K: usize>(
             let at = x.wrapping_offset((q + g * V::N) as isize + offset);
             // SAFETY: only the lanes in the plane are read.
             let xv = V::load_masked(V::splat(0.0), V::bits(masks[g * K * K + t]), at);
-            let product = V::mul(weights[t], xv);
-            *acc = match t {
-                0 => V::add(bias, product),
-                _ => V::add(*acc, product),
-            };
+            *acc = V::add(*acc, V::mul(weights[t], xv));
         }
     }
     acc
@@ -286,11 +291,7 @@ unsafe fn sum_inside<V: Lanes, const K: usize>(
                 } else {
                     v[g + 1]
                 };
-                let product = V::mul(weights[t], xv);
-                *acc = match t {
-                    0 => V::add(bias, product),
-                    _ => V::add(*acc, product),
-                };
+                *acc = V::add(*acc, V::mul(weights[t], xv));
             }
         }
     }

@@ -78,11 +78,8 @@ unsafe fn rows<V: Lanes, const K: usize>(
         p.x.len() == p.h * w && p.taps.len() == K * K && masks.len() == vecs * pairs * 2,
         "depthwise stride 2: plane"
     );
-    let mut weights = [V::splat(0.0); 25];
-    for (v, &t) in weights.iter_mut().zip(p.taps) {
-        *v = V::splat(t);
-    }
-    let (bias, zero) = (V::splat(p.bias), V::splat(0.0));
+    let (weights, bias) = p.splat::<V>();
+    let zero = V::splat(0.0);
     let out = dst.as_mut_ptr();
     for first in lines.clone().step_by(GROUP) {
         for v in (0..vecs).rev() {
@@ -116,11 +113,7 @@ unsafe fn rows<V: Lanes, const K: usize>(
                         };
                         for (a, x) in [(2 * pair, evens), (2 * pair + 1, odds)] {
                             if a < K {
-                                let product = V::mul(weights[d * K + a], x);
-                                *acc = match d * K + a {
-                                    0 => V::add(bias, product),
-                                    _ => V::add(*acc, product),
-                                };
+                                *acc = V::add(*acc, V::mul(weights[d * K + a], x));
                             }
                         }
                     }
