@@ -1,6 +1,7 @@
 //! Scaled dot-product attention as one node: `softmax(Q @ Kt ÷ c + mask) @ V` (or `× c`, or no
-//! scale; mask optional), what the runtime's fusion pass makes of an attention block's MatMul,
-//! Div or Mul, Add, Softmax (last axis), MatMul chain (`fuse/attention.rs` in `tandem`).
+//! scale; mask optional, added or selecting: [`Masking`]), what the runtime's fusion pass makes
+//! of an attention block's MatMul, Div or Mul, Add or Where, Softmax (last axis), MatMul chain
+//! (`fuse/attention.rs` in `tandem`).
 //!
 //! Sits between that pass and the shared CPU GEMM ([`crate::cpu_gemm`]) / `attention.wgsl`.
 //! Why: unfused, every head's `[Sq, Sk]` scores are written and read back four times (the
@@ -15,13 +16,13 @@
 //! dimensions and Add do (numpy, right-aligned; the mask may broadcast the scores' rows and
 //! columns too, and they its), the scale divides or multiplies as the Div or Mul did, and the
 //! Softmax is the Softmax kernel's (`softmax::lane`). Operands must have rank >= 2 (the pass
-//! only fuses where their ranks are known to be). Inputs: Q, Kt, V, and the mask when given;
-//! output `[batch..., Sq, Dv]`, split by rows (`b * Sq + i`).
+//! only fuses where their ranks are known to be). Inputs: Q, Kt, V, and the mask when given
+//! (f32 to add, bool to select); output `[batch..., Sq, Dv]`, split by rows (`b * Sq + i`).
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
 use crate::matmul::{check_f32, f32_in, f32_out, permuted, u32_of};
 use crate::shape::{broadcast_shapes, grid_1d, strides};
-use crate::{DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
+use crate::{DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -33,12 +34,33 @@ pub enum Scale {
     Div(f32),
 }
 
+/// How the fourth input, when given, masks the scaled scores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Masking {
+    /// `score + mask`, an f32 mask: the absorbed Add.
+    Add,
+    /// `mask == keep ? score : fill`, a bool mask: the absorbed `Where(mask, score, fill)`
+    /// (`keep` true) or `Where(mask, fill, score)` (`keep` false) of a scalar constant `fill`
+    /// (tiny Llama's causal mask and its large negative).
+    Select { fill: f32, keep: bool },
+}
+
 /// See the module doc.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attention {
     /// Permutations Q, Kt and V are read through (folded Transposes), `None` for as stored.
     pub perms: [Option<Vec<usize>>; 3],
     pub scale: Scale,
+    /// What the mask input does (read only when there is one).
+    pub masking: Masking,
+}
+
+/// The mask input as the CPU kernel reads it.
+#[derive(Debug, Clone, Copy)]
+enum MaskData<'a> {
+    None,
+    Add(&'a [f32]),
+    Select(&'a [bool], f32, bool),
 }
 
 /// Score elements per CPU task: a block's scores (twice, 128 KiB) stay in L2. Blocks take
@@ -162,7 +184,14 @@ impl Attention {
     }
 
     /// Output rows `qs` of batch `b` into `dst` (`qs.len() x Dv`); see the module doc.
-    fn block(&self, g: &Geom, data: [&[f32]; 4], b: usize, qs: Range<usize>, dst: &mut [f32]) {
+    fn block(
+        &self,
+        g: &Geom,
+        data: ([&[f32]; 3], MaskData),
+        b: usize,
+        qs: Range<usize>,
+        dst: &mut [f32],
+    ) {
         let [qo, ko, vo, mo] = g.offsets(b);
         let (n, sk) = (qs.len(), g.sk);
         // Scratch of this thread, kept between calls (`sgemm` overwrites it: beta 0).
@@ -180,7 +209,7 @@ impl Attention {
     fn scores_then_values(
         &self,
         g: &Geom,
-        [q, k, v, mask]: [&[f32]; 4],
+        ([q, k, v], mask): ([&[f32]; 3], MaskData),
         [qo, ko, vo, mo]: [usize; 4],
         qs: Range<usize>,
         (s, p): (&mut [f32], &mut [f32]),
@@ -208,7 +237,10 @@ impl Attention {
         );
         if sk > 0 {
             for (i, (row, out)) in s.chunks_mut(sk).zip(p.chunks_mut(sk)).enumerate() {
-                let m = g.mask.as_ref().map(|m| (mo + (qs.start + i) * m.rs, m.cs));
+                let m = g
+                    .mask
+                    .as_ref()
+                    .map_or((0, 0), |m| (mo + (qs.start + i) * m.rs, m.cs));
                 scale_and_mask(row, self.scale, mask, m);
                 crate::softmax::lane(row, out, false);
             }
@@ -230,27 +262,40 @@ impl Attention {
 }
 
 crate::simd::kernel! {
-    /// `row = row ÷ c (or × c) + mask[at + j * step]` (`mask_at` = `(at, step)`), as the
-    /// unfused Div or Mul and Add compute it; widest vectors (`crate::simd`).
-    fn scale_and_mask(row: &mut [f32], scale: Scale, mask: &[f32], mask_at: Option<(usize, usize)>) {
+    /// `row = row ÷ c (or × c)`, then masked by element `at + j * step` of the mask
+    /// (`mask_at` = `(at, step)`), as the unfused Div or Mul and Add or Where compute it;
+    /// widest vectors (`crate::simd`).
+    fn scale_and_mask(row: &mut [f32], scale: Scale, mask: MaskData, mask_at: (usize, usize)) {
         match scale {
             Scale::Mul(c) => row.iter_mut().for_each(|x| *x *= c),
             Scale::Div(c) => row.iter_mut().for_each(|x| *x /= c),
             Scale::None => {}
         }
-        let n = row.len();
-        match mask_at {
-            Some((at, 1)) => {
-                for (x, m) in row.iter_mut().zip(&mask[at..at + n]) {
+        let (n, (at, step)) = (row.len(), mask_at);
+        match mask {
+            MaskData::Add(m) if step == 1 => {
+                for (x, m) in row.iter_mut().zip(&m[at..at + n]) {
                     *x += m;
                 }
             }
-            Some((at, step)) => {
+            MaskData::Add(m) => {
                 for (j, x) in row.iter_mut().enumerate() {
-                    *x += mask[at + j * step];
+                    *x += m[at + j * step];
                 }
             }
-            None => {}
+            MaskData::Select(c, fill, keep) if step == 1 => {
+                for (x, &c) in row.iter_mut().zip(&c[at..at + n]) {
+                    *x = if c == keep { *x } else { fill };
+                }
+            }
+            MaskData::Select(c, fill, keep) => {
+                for (j, x) in row.iter_mut().enumerate() {
+                    if c[at + j * step] != keep {
+                        *x = fill;
+                    }
+                }
+            }
+            MaskData::None => {}
         }
     }
 }
@@ -269,6 +314,7 @@ struct AttentionParams {
     /// 0 none, 1 multiply, 2 divide.
     scale_mode: u32,
     scale: f32,
+    /// 0 no mask, 1 added, 2 selecting (`Masking::Select`: `fill`, `keep`).
     masked: u32,
     q_rs: u32,
     q_cs: u32,
@@ -278,7 +324,8 @@ struct AttentionParams {
     v_cs: u32,
     m_rs: u32,
     m_cs: u32,
-    _pad: [u32; 2],
+    fill: f32,
+    keep: u32,
     bshape: [u32; 8],
     q_bs: [u32; 8],
     k_bs: [u32; 8],
@@ -309,7 +356,19 @@ impl Op for Attention {
                 ins.len()
             )));
         }
-        check_f32("Attention", ins)?;
+        check_f32("Attention", &ins[..3])?;
+        if let Some(m) = ins.get(3) {
+            let want = match self.masking {
+                Masking::Add => DType::F32,
+                Masking::Select { .. } => DType::Bool,
+            };
+            if m.dtype != want {
+                return Err(OpError::Unsupported(format!(
+                    "Attention: the mask has dtype {}, {:?} masking needs {want}",
+                    m.dtype, self.masking
+                )));
+            }
+        }
         Ok(vec![TensorMeta::new(
             DType::F32,
             self.geom(ins)?.out_shape(),
@@ -335,12 +394,25 @@ impl Op for Attention {
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
         let g = self.geom(&metas.iter().collect::<Vec<_>>())?;
-        let data = [
+        let qkv = [
             f32_in("Attention", ins[0])?,
             f32_in("Attention", ins[1])?,
             f32_in("Attention", ins[2])?,
-            ins.get(3).map_or(Ok(&[][..]), |m| f32_in("Attention", m))?,
         ];
+        let mask = match (ins.get(3), self.masking) {
+            (None, _) => MaskData::None,
+            (Some(m), Masking::Add) => MaskData::Add(f32_in("Attention", m)?),
+            (Some(m), Masking::Select { fill, keep }) => match &m.data {
+                Data::Bool(c) => MaskData::Select(c, fill, keep),
+                _ => {
+                    return Err(OpError::Unsupported(format!(
+                        "Attention: a selecting mask must be bool, not {}",
+                        m.dtype()
+                    )))
+                }
+            },
+        };
+        let data = (qkv, mask);
         let out = f32_out("Attention", &mut outs[0])?;
         let total = g.batches() * g.sq;
         let rows = rows.start.min(total)..rows.end.min(total);
@@ -399,6 +471,11 @@ impl Op for Attention {
             Scale::Div(c) => (2, c),
         };
         let m = g.mask.clone().unwrap_or_default();
+        let (masked, fill, keep) = match (g.mask.is_some(), self.masking) {
+            (false, _) => (0, 0.0, 0),
+            (true, Masking::Add) => (1, 0.0, 0),
+            (true, Masking::Select { fill, keep }) => (2, fill, keep as u32),
+        };
         let mut p = AttentionParams {
             sq: u(g.sq)?,
             sk: u(g.sk)?,
@@ -409,7 +486,7 @@ impl Op for Attention {
             nbd: g.batch.len() as u32,
             scale_mode,
             scale,
-            masked: g.mask.is_some() as u32,
+            masked,
             q_rs: u(g.q.rs)?,
             q_cs: u(g.q.cs)?,
             k_rs: u(g.k.rs)?,
@@ -418,7 +495,8 @@ impl Op for Attention {
             v_cs: u(g.v.cs)?,
             m_rs: u(m.rs)?,
             m_cs: u(m.cs)?,
-            _pad: [0; 2],
+            fill,
+            keep,
             bshape: [0; 8],
             q_bs: [0; 8],
             k_bs: [0; 8],

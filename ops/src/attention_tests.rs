@@ -38,8 +38,15 @@ fn unfused(att: &Attention, ins: &[&Tensor]) -> Tensor {
         Scale::Div(c) => s = run(op("Div").as_ref(), &[&s, &scalar(c)], None),
         Scale::None => {}
     }
-    if let Some(mask) = ins.get(3) {
-        s = run(op("Add").as_ref(), &[&s, mask], None);
+    match (ins.get(3), att.masking) {
+        (Some(mask), Masking::Add) => s = run(op("Add").as_ref(), &[&s, mask], None),
+        (Some(mask), Masking::Select { fill, keep: true }) => {
+            s = run(op("Where").as_ref(), &[mask, &s, &scalar(fill)], None)
+        }
+        (Some(mask), Masking::Select { fill, keep: false }) => {
+            s = run(op("Where").as_ref(), &[mask, &scalar(fill), &s], None)
+        }
+        (None, _) => {}
     }
     let p = run(op("Softmax").as_ref(), &[&s], None);
     let pv = MatMul {
@@ -65,6 +72,16 @@ struct Case {
     shapes: Vec<Vec<usize>>,
     perms: [Option<Vec<usize>>; 3],
     scale: Scale,
+    masking: Masking,
+}
+
+/// A bool mask of `shape`: element i is kept when `i % period < kept`.
+fn bool_mask(shape: &[usize], period: usize, kept: usize) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::new(
+        shape.to_vec(),
+        crate::Data::Bool((0..n).map(|i| i % period < kept).collect()),
+    )
 }
 
 fn cases() -> Vec<Case> {
@@ -80,30 +97,70 @@ fn cases() -> Vec<Case> {
             ],
             perms: [heads.clone(), Some(vec![0, 2, 3, 1]), heads],
             scale: Scale::Div(2.0),
+            masking: Masking::Add,
         },
         Case {
             what: "rank 3, mask broadcast over the batch",
             shapes: vec![vec![2, 35, 6], vec![2, 6, 7], vec![2, 7, 5], vec![35, 7]],
             perms: [None, None, None],
             scale: Scale::Mul(0.3),
+            masking: Masking::Add,
         },
         Case {
             what: "batch dims broadcast between Q, Kt and V, no mask",
             shapes: vec![vec![2, 1, 3, 4], vec![1, 3, 4, 6], vec![3, 6, 5]],
             perms: [None, None, None],
             scale: Scale::None,
+            masking: Masking::Add,
         },
         Case {
             what: "one query row broadcast by the mask",
             shapes: vec![vec![2, 1, 4], vec![2, 4, 6], vec![2, 6, 5], vec![2, 3, 6]],
             perms: [None, None, None],
             scale: Scale::Div(3.0),
+            masking: Masking::Add,
         },
         Case {
             what: "one key column broadcast by the mask, Kt transposed",
             shapes: vec![vec![3, 4], vec![1, 4], vec![5, 2], vec![3, 5]],
             perms: [None, Some(vec![1, 0]), None],
             scale: Scale::Mul(1.5),
+            masking: Masking::Add,
+        },
+        Case {
+            what: "a causal bool mask selecting a large negative, as tiny Llama (heads folded)",
+            shapes: vec![
+                vec![1, 40, 3, 4],
+                vec![1, 3, 4, 40],
+                vec![1, 40, 3, 4],
+                vec![1, 1, 40, 40],
+            ],
+            perms: [Some(vec![0, 2, 1, 3]), None, Some(vec![0, 2, 1, 3])],
+            scale: Scale::Mul(0.5),
+            masking: Masking::Select {
+                fill: -3.4e38,
+                keep: true,
+            },
+        },
+        Case {
+            what: "a bool mask broadcast over the query rows selecting the scores where false",
+            shapes: vec![vec![2, 5, 4], vec![2, 4, 7], vec![2, 7, 3], vec![2, 1, 7]],
+            perms: [None, None, None],
+            scale: Scale::None,
+            masking: Masking::Select {
+                fill: -1e4,
+                keep: false,
+            },
+        },
+        Case {
+            what: "a bool mask broadcast over the keys: whole rows of -inf (NaN, as the Softmax)",
+            shapes: vec![vec![2, 5, 4], vec![2, 4, 7], vec![2, 7, 3], vec![5, 1]],
+            perms: [None, None, None],
+            scale: Scale::Div(2.0),
+            masking: Masking::Select {
+                fill: f32::NEG_INFINITY,
+                keep: true,
+            },
         },
     ]
 }
@@ -112,12 +169,22 @@ fn cases() -> Vec<Case> {
 fn matches_the_unfused_nodes_whole_and_in_row_ranges() {
     for case in cases() {
         let ins: Vec<Tensor> = (case.shapes.iter().enumerate())
-            .map(|(i, s)| Tensor::f32(s, fill(s.iter().product(), i)))
+            .map(|(i, s)| match (i, case.masking) {
+                // A causal mask: row r keeps its first r + 1 keys (rows of 40 keys).
+                (3, Masking::Select { keep: true, .. }) => {
+                    let n = s.iter().product();
+                    let keep = (0..n).map(|e| e % 40 <= (e / 40) % 40).collect();
+                    Tensor::new(s.clone(), crate::Data::Bool(keep))
+                }
+                (3, Masking::Select { .. }) => bool_mask(s, 3, 2),
+                _ => Tensor::f32(s, fill(s.iter().product(), i)),
+            })
             .collect();
         let refs: Vec<&Tensor> = ins.iter().collect();
         let att = Attention {
             perms: case.perms.clone(),
             scale: case.scale,
+            masking: case.masking,
         };
         let want = unfused(&att, &refs);
         for cut in [
@@ -151,6 +218,7 @@ fn masked_keys_and_infinite_rows_behave_as_the_softmax_does() {
     let att = Attention {
         perms: [None, None, None],
         scale: Scale::Div(2.0),
+        masking: Masking::Add,
     };
     let ins = [&q, &kt, &v, &mask];
     let got = run(&att, &ins, None);
@@ -165,6 +233,7 @@ fn bad_shapes_are_errors_naming_the_product() {
     let att = Attention {
         perms: [None, None, None],
         scale: Scale::None,
+        masking: Masking::Add,
     };
     let m = |s: &[usize]| TensorMeta::new(DType::F32, s.to_vec());
     let err = |shapes: &[&[usize]]| {
@@ -176,4 +245,19 @@ fn bad_shapes_are_errors_naming_the_product() {
     assert!(err(&[&[3, 4], &[4, 6], &[5, 2]]).contains("P @ V"));
     assert!(err(&[&[4], &[4, 6], &[6, 2]]).contains("rank >= 2"));
     assert!(err(&[&[3, 4], &[4, 6], &[6, 2], &[2, 6]]).contains("broadcast"));
+    // A mask of the wrong dtype for the masking names both.
+    let select = Attention {
+        masking: Masking::Select {
+            fill: -1e9,
+            keep: true,
+        },
+        ..att
+    };
+    let metas = [m(&[3, 4]), m(&[4, 6]), m(&[6, 2]), m(&[3, 6])];
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    let e = select.infer(&refs).unwrap_err().to_string();
+    assert!(
+        e.contains("mask has dtype f32") && e.contains("bool"),
+        "{e}"
+    );
 }

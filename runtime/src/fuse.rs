@@ -11,7 +11,8 @@
 //! the rank of its input is known before any shape is ([`rank_of`]), and a Relu after those
 //! (applied in the same pass, `BatchNorm::relu`). A Transpose that only feeds a MatMul folds
 //! into it: the MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`).
-//! An attention block's `MatMul(Q, Kt)`, scale, mask Add, Softmax and `MatMul(P, V)` become one
+//! An attention block's `MatMul(Q, Kt)`, scale, mask (Add, or Where of a bool mask and a
+//! scalar), Softmax and `MatMul(P, V)` become one
 //! Attention node (`fuse/attention.rs`), after those folds.
 //! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
 //! (`fuse/rms_norm.rs`), and the five-node exact Gelu of BERT-style exports one Gelu

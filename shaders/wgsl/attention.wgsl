@@ -1,8 +1,9 @@
-// attention: out[b, i, :] = softmax(scale(Q[b, i, :] . Kt[b, :, j]) + mask[b, i, j] over j) @ V[b]
+// attention: out[b, i, :] = softmax(mask(scale(Q[b, i, :] . Kt[b, :, j])) over j) @ V[b]
 // for the output rows r = b * sq + i with params.row_start <= r < row_start + rows (the fused
-// MatMul, Div or Mul, Add, Softmax, MatMul chain; ops/src/attention.rs). Q, Kt, V and the mask
-// are read through row/column strides and per-batch strides (0 where broadcast).
-// scale_mode 0: none, 1: x * scale, 2: x / scale. One invocation per row, two passes over the
+// MatMul, Div or Mul, Add or Where, Softmax, MatMul chain; ops/src/attention.rs). Q, Kt, V and
+// the mask are read through row/column strides and per-batch strides (0 where broadcast).
+// scale_mode 0: none, 1: x * scale, 2: x / scale. masked 0: none, 1: x + mask (f32 bits),
+// 2: (mask != 0) == keep ? x : fill (bool as u32). One invocation per row, two passes over the
 // keys: the maximum, then exp(x - max) summed and accumulated against V (at most 128 value
 // elements). A row whose maximum is infinite gives NaN, as the Softmax kernels do.
 // Bindings: 0 q, 1 kt, 2 v, 3 mask (q again when there is none), 4 out (read_write), 5 params.
@@ -29,8 +30,8 @@ struct Params {
     v_cs: u32,
     m_rs: u32,
     m_cs: u32,
-    _pad0: u32,
-    _pad1: u32,
+    fill: f32,
+    keep: u32,
     // output batch dims (nbd of them), then each operand's element stride per batch dim
     bshape: array<vec4<u32>, 2>,
     q_bs: array<vec4<u32>, 2>,
@@ -42,7 +43,7 @@ struct Params {
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> kt: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> mask: array<f32>;
+@group(0) @binding(3) var<storage, read> mask: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> params: Params;
 
@@ -59,7 +60,9 @@ fn score(q_at: u32, k_off: u32, m_at: u32, j: u32) -> f32 {
         s = s / params.scale;
     }
     if (params.masked == 1u) {
-        s = s + mask[m_at + j * params.m_cs];
+        s = s + bitcast<f32>(mask[m_at + j * params.m_cs]);
+    } else if (params.masked == 2u && (mask[m_at + j * params.m_cs] != 0u) != (params.keep != 0u)) {
+        s = params.fill;
     }
     return s;
 }

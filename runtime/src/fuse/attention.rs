@@ -1,5 +1,7 @@
-//! Attention fusion: `MatMul(Q, Kt)`, then a Div or Mul by a scalar constant (optional), an Add
-//! of a mask (optional), a Softmax over the last axis and `MatMul(P, V)` become one Attention
+//! Attention fusion: `MatMul(Q, Kt)`, then a Div or Mul by a scalar constant (optional), a mask
+//! (optional: an Add of it, or a `Where(mask, scores, c)` or `Where(mask, c, scores)` of a
+//! scalar constant c, as tiny Llama's causal mask), a Softmax over the last axis and
+//! `MatMul(P, V)` become one Attention
 //! node ([`tandem_ops::attention::Attention`]): per block of a head's query rows, the scores
 //! stay in the core's cache instead of passing through four host buffers. The Transposes of
 //! the head splits, already folded into the MatMuls (`matmul_operands.rs`), carry over.
@@ -13,7 +15,7 @@
 
 use super::{default_domain, rank_of, scalar, Uses};
 use crate::graph::{Graph, ValueId};
-use tandem_ops::attention::{Attention, Scale};
+use tandem_ops::attention::{Attention, Masking, Scale};
 use tandem_ops::matmul::MatMul;
 
 /// An attention chain found from its first MatMul.
@@ -25,8 +27,8 @@ pub(super) struct AttentionChain {
     /// becomes the fused node: every input is made before it).
     pub absorbed: Vec<usize>,
     pub last: usize,
-    /// The scale's constant, no longer read by the fused node.
-    pub dropped: Option<ValueId>,
+    /// The scale's and the selecting mask's constants, no longer read by the fused node.
+    pub dropped: Vec<ValueId>,
 }
 
 /// The attention chain that starts at MatMul node `i`, if any (see the module doc).
@@ -56,7 +58,7 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<Attenti
     };
     let mut absorbed = Vec::new();
     let mut cur = graph.nodes[i].outputs[0];
-    let (mut scale, mut dropped) = (Scale::None, None);
+    let (mut scale, mut dropped) = (Scale::None, Vec::new());
     let (mut r, mut nd) = next(cur)?;
     if let ("Div" | "Mul", [Some(a), Some(b)]) = (nd.op_type.as_str(), nd.inputs.as_slice()) {
         let c = match (nd.op_type.as_str(), *a == cur, *b == cur) {
@@ -70,21 +72,42 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<Attenti
             "Div" => Scale::Div(value),
             _ => Scale::Mul(value),
         };
-        dropped = Some(c);
+        dropped.push(c);
         absorbed.push(r);
         cur = nd.outputs[0];
         (r, nd) = next(cur)?;
     }
-    let mut mask = None;
+    let (mut mask, mut masking) = (None, Masking::Add);
     let mut scores_rank = rq.max(rk);
-    if let ("Add", [Some(a), Some(b)]) = (nd.op_type.as_str(), nd.inputs.as_slice()) {
-        let m = match (*a == cur, *b == cur) {
-            (true, false) => *b,
-            (false, true) => *a,
-            _ => return None,
-        };
-        scores_rank = scores_rank.max(rank_of(graph, uses, m, 8)?);
-        mask = Some(m);
+    match (nd.op_type.as_str(), nd.inputs.as_slice()) {
+        ("Add", [Some(a), Some(b)]) => {
+            let m = match (*a == cur, *b == cur) {
+                (true, false) => *b,
+                (false, true) => *a,
+                _ => return None,
+            };
+            scores_rank = scores_rank.max(rank_of(graph, uses, m, 8)?);
+            mask = Some(m);
+        }
+        ("Where", [Some(m), Some(a), Some(b)]) if *m != cur => {
+            let (c, keep) = match (*a == cur, *b == cur) {
+                (true, false) => (*b, true),
+                (false, true) => (*a, false),
+                _ => return None,
+            };
+            let fill = scalar(graph, uses, c)?;
+            scores_rank = scores_rank.max(rank_of(graph, uses, *m, 8)?);
+            // A constant of a higher rank would broadcast the scores into more dimensions.
+            if rank_of(graph, uses, c, 8)? > scores_rank {
+                return None;
+            }
+            masking = Masking::Select { fill, keep };
+            mask = Some(*m);
+            dropped.push(c);
+        }
+        _ => {}
+    }
+    if mask.is_some() {
         absorbed.push(r);
         cur = nd.outputs[0];
         (r, nd) = next(cur)?;
@@ -110,6 +133,7 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<Attenti
                 pv.perms[1].clone(),
             ],
             scale,
+            masking,
         },
         inputs,
         absorbed,

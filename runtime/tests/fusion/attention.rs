@@ -5,7 +5,7 @@
 //! both; and the look-alikes that must stay as they are.
 
 use super::*;
-use tandem_ops::attention::{Attention, Scale};
+use tandem_ops::attention::{Attention, Masking, Scale};
 
 const H: usize = 3;
 const S: usize = 6;
@@ -121,6 +121,89 @@ fn an_attention_block_becomes_one_node_on_cpu_and_gpu() {
     }
 }
 
+/// The block as tiny Llama writes it: `Mul` by 1/sqrt(D), then `Where(keep, scores, -1e4)` of a
+/// bool input that keeps every key but the last (`keep_first`), or `Where(hide, -1e4, scores)`
+/// of its negation, before the Softmax: the same attention as [`inputs`]' added mask.
+fn select_block(keep_first: bool) -> Vec<u8> {
+    let transpose = |name: &str, input: &str, output: &str, perm: &[i64]| {
+        with_attr(
+            node("Transpose", name, &[input], &[output]),
+            ints("perm", perm),
+        )
+    };
+    let select = match keep_first {
+        true => node("Where", "select", &["m", "ss", "big"], &["sm"]),
+        false => node("Where", "select", &["m", "big", "ss"], &["sm"]),
+    };
+    let mut m = ModelProto::decode(
+        &model(
+            vec![
+                transpose("tq", "q", "qh", &[0, 2, 1, 3]),
+                transpose("tk", "k", "kt", &[0, 2, 3, 1]),
+                node("MatMul", "qk", &["qh", "kt"], &["s"]),
+                node("Mul", "scale", &["inv_sqrt_d", "s"], &["ss"]),
+                select,
+                node("Softmax", "softmax", &["sm"], &["p"]),
+                transpose("tv", "v", "vh", &[0, 2, 1, 3]),
+                node("MatMul", "pv", &["p", "vh"], &["o"]),
+            ],
+            vec![
+                weight("inv_sqrt_d", &[], &[1.0 / (D as f32).sqrt()]),
+                weight("big", &[1, 1], &[-1e4]),
+            ],
+            &["q", "k", "v"],
+            &["o"],
+        )[..],
+    )
+    .unwrap();
+    let graph = m.graph.as_mut().unwrap();
+    let mut mask = shaped("m", &[1, 1, S, S]);
+    if let Some(t) = mask.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+        t.elem_type = data_type::BOOL;
+    }
+    graph.input.push(mask);
+    m.encode_to_vec()
+}
+
+#[test]
+fn a_where_masked_block_becomes_one_node_on_cpu_and_gpu() {
+    let ins = inputs();
+    let want = attention(&ins);
+    for keep_first in [true, false] {
+        let bytes = select_block(keep_first);
+        // Element (i, j) of the bool mask: whether key j is kept (or, negated, hidden).
+        let cond = (0..S * S).map(|e| (e % S == S - 1) != keep_first).collect();
+        let given = [
+            ins[0].clone(),
+            ins[1].clone(),
+            ins[2].clone(),
+            ("m", Tensor::new(vec![1, 1, S, S], tandem::Data::Bool(cond))),
+        ];
+        for (placement, fuse) in [
+            (Placement::Cpu, true),
+            (Placement::Gpu, true),
+            (Placement::Cpu, false),
+        ] {
+            let what = format!("keep_first {keep_first}, {placement:?}, fuse {fuse}");
+            let s = session(&bytes, placement, fuse);
+            let (outs, report) = s.run_with_report(&given).unwrap();
+            assert_close(&outs[0].1, &want, 1e-5, 1e-5);
+            let nodes = if fuse { 1 } else { 8 };
+            assert_eq!(s.graph().nodes.len(), nodes, "{what}");
+            if fuse {
+                let pv = report.nodes.iter().find(|n| *n.name == *"pv").unwrap();
+                assert_eq!(pv.op_type.as_ref(), "Attention", "{what}");
+                let device = if placement == Placement::Gpu {
+                    "gpu"
+                } else {
+                    "cpu"
+                };
+                assert_eq!(pv.ran.to_string(), device, "{what}");
+            }
+        }
+    }
+}
+
 #[test]
 fn attention_look_alikes_stay() {
     let ins = inputs();
@@ -151,8 +234,9 @@ fn the_attention_op_matches_on_every_placement() {
     let cases: Vec<(Attention, Vec<Vec<usize>>)> = vec![
         (
             Attention {
-                perms: [heads.clone(), Some(vec![0, 2, 3, 1]), heads],
+                perms: [heads.clone(), Some(vec![0, 2, 3, 1]), heads.clone()],
                 scale: Scale::Div(2.0),
+                masking: Masking::Add,
             },
             vec![
                 vec![1, 37, 3, 4],
@@ -165,6 +249,7 @@ fn the_attention_op_matches_on_every_placement() {
             Attention {
                 perms: [None, None, None],
                 scale: Scale::Mul(0.5),
+                masking: Masking::Add,
             },
             vec![vec![2, 1, 3, 4], vec![1, 3, 4, 6], vec![3, 6, 5]],
         ),
@@ -172,13 +257,39 @@ fn the_attention_op_matches_on_every_placement() {
             Attention {
                 perms: [None, None, None],
                 scale: Scale::None,
+                masking: Masking::Add,
             },
             vec![vec![2, 1, 4], vec![2, 4, 6], vec![2, 6, 5], vec![2, 3, 6]],
+        ),
+        (
+            Attention {
+                perms: [heads.clone(), None, heads],
+                scale: Scale::Mul(0.25),
+                masking: Masking::Select {
+                    fill: -1e9,
+                    keep: true,
+                },
+            },
+            vec![
+                vec![1, 37, 3, 4],
+                vec![1, 3, 4, 9],
+                vec![1, 9, 3, 5],
+                vec![1, 1, 37, 9],
+            ],
         ),
     ];
     for (op, shapes) in cases {
         let ins: Vec<Tensor> = (shapes.iter().enumerate())
-            .map(|(i, s)| Tensor::f32(s, fill(s.iter().product(), i as u32 + 4)))
+            .map(|(i, s)| match (i, op.masking) {
+                // A selecting mask: query row r keeps keys j <= r % 9 (a causal mask's pattern).
+                (3, Masking::Select { .. }) => {
+                    let keep = (0..s.iter().product())
+                        .map(|e: usize| e % 9 <= (e / 9) % 9)
+                        .collect();
+                    Tensor::new(s.clone(), tandem::Data::Bool(keep))
+                }
+                _ => Tensor::f32(s, fill(s.iter().product(), i as u32 + 4)),
+            })
             .collect();
         let want = tandem::testing::run_cpu(&op, &ins);
         check_all_placements(&op, &ins, &want, 1e-5);
