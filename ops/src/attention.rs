@@ -236,14 +236,14 @@ impl Attention {
             Threads::Single,
         );
         if sk > 0 {
-            for (i, (row, out)) in s.chunks_mut(sk).zip(p.chunks_mut(sk)).enumerate() {
+            for (i, row) in s.chunks_mut(sk).enumerate() {
                 let m = g
                     .mask
                     .as_ref()
                     .map_or((0, 0), |m| (mo + (qs.start + i) * m.rs, m.cs));
                 scale_and_mask(row, self.scale, mask, m);
-                crate::softmax::lane(row, out, false);
             }
+            crate::exp_fma::softmax_rows(s, p, sk);
         }
         let probs = MatRef::row_major(p, 0, sk);
         let out = MatMut::row_major(dst, 0, g.dv);

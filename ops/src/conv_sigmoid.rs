@@ -6,13 +6,12 @@
 //! (AVX2; one thread each). yolov8n at 320x320 took 2.6-3.7 % less time on the Xeon; on the
 //! Zen 3 the expected 3 % was below the host's drift (docs/bench.md).
 //!
-//! e^-x is `exp_f32`'s: the same reduction, polynomial and limits, with FMAs; n rounded by
-//! `vroundscaleps` (`vroundps` on AVX2) and 2^n by `vscalefps` (on AVX2 from exponent bits, as
-//! `exp_f32` builds it); then a true division, `1 / (1 + e^-x)` or, for a SiLU,
-//! `x / (1 + e^-x)`. The result is within a few ulp of `exp_f32`'s, not bit for bit, so this
-//! stays out of the unary Sigmoid op, whose SIMD levels must agree bit for bit (`simd.rs`),
-//! and serves only the conv epilogue, whose GEMM already differs per level. As there, NaN
-//! stays NaN and x below -88.72 gives 0 (a SiLU -0).
+//! e^-x is `exp_fma.rs`'s (`exp_f32`'s reduction, polynomial and limits with FMAs), then a
+//! true division, `1 / (1 + e^-x)` or, for a SiLU, `x / (1 + e^-x)`. The result is within a
+//! few ulp of `exp_f32`'s, not bit for bit, so this stays out of the unary Sigmoid op, whose
+//! SIMD levels must agree bit for bit (`simd.rs`), and serves only the conv epilogue, whose
+//! GEMM already differs per level. As there, NaN stays NaN and x below -88.72 gives 0 (a SiLU
+//! -0).
 //!
 //! Sits between `conv_cpu.rs`'s [`epilogue`](super::epilogue) and the CPU's AVX2 and AVX-512
 //! units.
@@ -60,33 +59,14 @@ pub(super) fn line(line: &mut [f32], bias: Option<f32>, z: Option<&[f32]>, ep: E
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use crate::conv::{Epilogue, Residual};
-    use crate::unary::{EXP_CLAMP, EXP_POLY, LN2_PARTS};
     use std::arch::x86_64::*;
 
-    /// `a / (1 + e^-v)` per lane (`a` 1 for a sigmoid, `v` for a SiLU),
-    /// [`crate::unary::exp_f32`]'s e^x with FMAs.
+    /// `a / (1 + e^-v)` per lane (`a` 1 for a sigmoid, `v` for a SiLU); above the exp's
+    /// clamp e^-v is +inf and the result 0.
     #[inline(always)]
     unsafe fn over_one_plus_exp_neg(a: __m512, v: __m512) -> __m512 {
-        let (lo, hi) = EXP_CLAMP;
-        let u = _mm512_sub_ps(_mm512_setzero_ps(), v);
-        // Clamped as `exp_f32`, NaN kept (vmaxps and vminps return their second operand then).
-        let xc = _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), u));
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm512_mul_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E)),
-        );
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_PARTS.0), xc);
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_PARTS.1), r);
-        let mut p = _mm512_set1_ps(EXP_POLY[0]);
-        for &c in &EXP_POLY[1..] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-        }
-        let one = _mm512_set1_ps(1.0);
-        let y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), one);
-        let e = _mm512_scalef_ps(y, n);
-        // Above the clamp e^u overflows: 1 / (1 + inf) = 0.
-        let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(u, _mm512_set1_ps(hi));
-        let e = _mm512_mask_mov_ps(e, over, _mm512_set1_ps(f32::INFINITY));
-        _mm512_div_ps(a, _mm512_add_ps(one, e))
+        let e = crate::exp_fma::avx512::exp(_mm512_sub_ps(_mm512_setzero_ps(), v));
+        _mm512_div_ps(a, _mm512_add_ps(_mm512_set1_ps(1.0), e))
     }
 
     /// `line[i] = ep(line[i] + bias)` (SiLU where `SILU`, else Sigmoid), with `z[i]` added
@@ -136,41 +116,13 @@ mod avx512 {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use crate::conv::{Epilogue, Residual};
-    use crate::unary::{EXP_CLAMP, EXP_POLY, LN2_PARTS};
     use std::arch::x86_64::*;
 
-    /// `a / (1 + e^-v)` per lane, as the AVX-512 one: n rounded by `vroundps`, and 2^n built
-    /// from exponent bits as [`crate::unary::exp_f32`] does (2^(n-1) times 2, so that n = 128
-    /// stays a normal number).
+    /// `a / (1 + e^-v)` per lane, as the AVX-512 one.
     #[inline(always)]
     unsafe fn over_one_plus_exp_neg(a: __m256, v: __m256) -> __m256 {
-        let (lo, hi) = EXP_CLAMP;
-        let u = _mm256_sub_ps(_mm256_setzero_ps(), v);
-        // Clamped as `exp_f32`, NaN kept (vmaxps and vminps return their second operand then).
-        let xc = _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), u));
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm256_mul_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E)),
-        );
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_PARTS.0), xc);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_PARTS.1), r);
-        let mut p = _mm256_set1_ps(EXP_POLY[0]);
-        for &c in &EXP_POLY[1..] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let one = _mm256_set1_ps(1.0);
-        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), one);
-        // n is in -125..=128 (the clamp), so n + 126 is a normal exponent; a NaN's n converts
-        // to i32::MIN, whose bits make some number that the NaN in y keeps out of the result.
-        let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-            _mm256_cvtps_epi32(n),
-            _mm256_set1_epi32(126),
-        ));
-        let half_scale = _mm256_castsi256_ps(bits);
-        let e = _mm256_mul_ps(_mm256_mul_ps(y, half_scale), _mm256_set1_ps(2.0));
-        // Above the clamp e^u overflows: 1 / (1 + inf) = 0.
-        let over = _mm256_cmp_ps::<_CMP_GT_OQ>(u, _mm256_set1_ps(hi));
-        let e = _mm256_blendv_ps(e, _mm256_set1_ps(f32::INFINITY), over);
-        _mm256_div_ps(a, _mm256_add_ps(one, e))
+        let e = crate::exp_fma::avx2::exp(_mm256_sub_ps(_mm256_setzero_ps(), v));
+        _mm256_div_ps(a, _mm256_add_ps(_mm256_set1_ps(1.0), e))
     }
 
     /// Eight elements at `at`: `ep(v + bias)`, with the eight at `before` added first and

@@ -16,6 +16,7 @@ pub mod conv_transpose;
 pub mod cpu_gemm;
 pub mod cpu_gemm_packed;
 mod elementwise_common;
+mod exp_fma;
 pub mod expand_tile;
 pub mod gather;
 pub mod gemm_op;
