@@ -14,10 +14,13 @@
 //! Semantics are the unfused nodes': Q, Kt and V are read through the permutations of folded
 //! Transposes (as [`crate::matmul::MatMul::perms`]), every operand broadcasts as MatMul's batch
 //! dimensions and Add do (numpy, right-aligned; the mask may broadcast the scores' rows and
-//! columns too, and they its), the scale divides or multiplies as the Div or Mul did, and the
-//! Softmax is the Softmax kernel's (`softmax::lane`). Operands must have rank >= 2 (the pass
-//! only fuses where their ranks are known to be). Inputs: Q, Kt, V, and the mask when given
-//! (f32 to add, bool to select); output `[batch..., Sq, Dv]`, split by rows (`b * Sq + i`).
+//! columns too, and they its), the scale divides or multiplies as the Div or Mul did, the mask
+//! adds or selects as the Add or Where did, and the Softmax is the Softmax kernel's on AVX2 and
+//! AVX-512 with an FMA exp, two rows at a time (`exp_fma::softmax_rows`: within 1e-6 of
+//! `softmax::lane`, not bit for bit; the lane itself elsewhere). Operands must have rank >= 2
+//! (the pass only fuses where their ranks are known to be). Inputs: Q, Kt, V, and the mask
+//! when given (f32 to add, bool to select); output `[batch..., Sq, Dv]`, split by rows
+//! (`b * Sq + i`).
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
 use crate::matmul::{check_f32, f32_in, f32_out, permuted, u32_of};

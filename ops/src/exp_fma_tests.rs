@@ -134,7 +134,11 @@ fn softmax_rows_match_f64_and_the_portable_lane_at_every_level() {
                             // Masked keys are exactly 0, as exp_f32 makes them.
                             && (row[i] != -3.4e38 || g == 0.0)
                     };
-                    assert!(ok, "{level:?} {count} rows, row {row:?} element {i}: {g:e} vs f64 {w:e}, lane {p:e}");
+                    assert!(
+                        ok,
+                        "{level:?} {count} rows, row {row:?} element {i}: {g:e} vs f64 {w:e}, \
+                         lane {p:e}"
+                    );
                 }
             }
         }
