@@ -1,10 +1,10 @@
 //! Attention fusion: `MatMul(Q, Kt)`, then a Div or Mul by a scalar constant (optional), a mask
 //! (optional: an Add of it, or a `Where(mask, scores, c)` or `Where(mask, c, scores)` of a
 //! scalar constant c, as tiny Llama's causal mask), a Softmax over the last axis and
-//! `MatMul(P, V)` become one Attention
-//! node ([`tandem_ops::attention::Attention`]): per block of a head's query rows, the scores
-//! stay in the core's cache instead of passing through four host buffers. The Transposes of
-//! the head splits, already folded into the MatMuls (`matmul_operands.rs`), carry over.
+//! `MatMul(P, V)` become one Attention node ([`tandem_ops::attention::Attention`]): per block
+//! of a head's query rows, the scores stay in the core's cache instead of passing through four
+//! host buffers. The Transposes of the head splits, already folded into the MatMuls
+//! (`matmul_operands.rs`), carry over.
 //!
 //! Sits inside the fusion pass (`fuse.rs`), which asks [`chain_from`] about each MatMul. Only
 //! where every value between the nodes has the next node as its only reader, and where the
