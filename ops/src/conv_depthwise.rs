@@ -298,25 +298,9 @@ unsafe fn sum_inside<V: Lanes, const K: usize>(
     acc
 }
 
-/// [`block`] compiled for each set's instructions.
-trait Compiled: Lanes {
-    /// # Safety
-    /// The set's instructions present.
-    unsafe fn block<const K: usize>(p: &Plane, first: usize, dst: &mut [f32], masks: &[u32]);
-}
-
-impl Compiled for Avx2 {
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn block<const K: usize>(p: &Plane, first: usize, dst: &mut [f32], masks: &[u32]) {
-        // SAFETY: forwarded; AVX2 enabled here.
-        unsafe { block::<Self, K>(p, first, dst, masks) }
-    }
-}
-
-impl Compiled for Avx512 {
-    #[target_feature(enable = "avx512f")]
-    unsafe fn block<const K: usize>(p: &Plane, first: usize, dst: &mut [f32], masks: &[u32]) {
-        // SAFETY: forwarded; AVX-512F enabled here.
-        unsafe { block::<Self, K>(p, first, dst, masks) }
+crate::lanes::per_set! {
+    /// [`block`] compiled for each set's instructions.
+    trait Compiled {
+        fn block<const K: usize>(p: &Plane, first: usize, dst: &mut [f32], masks: &[u32]);
     }
 }

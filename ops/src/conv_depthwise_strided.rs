@@ -15,7 +15,7 @@
 
 use super::Plane;
 use crate::conv::Geom2;
-use crate::lanes::{Avx2, Avx512, Lanes};
+use crate::lanes::Lanes;
 use std::ops::Range;
 
 /// Whether [`rows`] computes `g` (a `cg == 1` conv): a 3x3 or 5x5 window of stride 2,
@@ -133,43 +133,15 @@ unsafe fn rows<V: Lanes, const K: usize>(
     }
 }
 
-/// [`rows`] compiled for each set's instructions.
-pub(super) trait Compiled: Lanes {
-    /// # Safety
-    /// The set's instructions present.
-    unsafe fn rows<const K: usize>(
-        p: &Plane,
-        geometry: (usize, usize, usize),
-        lines: Range<usize>,
-        dst: &mut [f32],
-        masks: &[u32],
-    );
-}
-
-impl Compiled for Avx2 {
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows<const K: usize>(
-        p: &Plane,
-        geometry: (usize, usize, usize),
-        lines: Range<usize>,
-        dst: &mut [f32],
-        masks: &[u32],
-    ) {
-        // SAFETY: forwarded; AVX2 enabled here.
-        unsafe { rows::<Self, K>(p, geometry, lines, dst, masks) }
-    }
-}
-
-impl Compiled for Avx512 {
-    #[target_feature(enable = "avx512f")]
-    unsafe fn rows<const K: usize>(
-        p: &Plane,
-        geometry: (usize, usize, usize),
-        lines: Range<usize>,
-        dst: &mut [f32],
-        masks: &[u32],
-    ) {
-        // SAFETY: forwarded; AVX-512F enabled here.
-        unsafe { rows::<Self, K>(p, geometry, lines, dst, masks) }
+crate::lanes::per_set! {
+    /// [`rows`] compiled for each set's instructions.
+    pub(super) trait Compiled {
+        fn rows<const K: usize>(
+            p: &Plane,
+            geometry: (usize, usize, usize),
+            lines: Range<usize>,
+            dst: &mut [f32],
+            masks: &[u32],
+        );
     }
 }

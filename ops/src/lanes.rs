@@ -45,6 +45,53 @@ pub(crate) trait Lanes: Copy {
     unsafe fn across(a: Self, b: Self, by: usize, mask: Self::Mask) -> Self;
 }
 
+/// Declares trait `$trait` with one method: the generic function of the same name (generic
+/// over [`Lanes`] and one const parameter) compiled for each set, as `#[target_feature]`
+/// copies for [`Avx2`] (with FMA) and [`Avx512`] that forward to `name::<Self, C>`, whose
+/// body, inlined, then runs that set's instructions. A kernel calls `V::name::<C>(..)` for the
+/// set `V` it picked.
+///
+/// ```ignore
+/// crate::lanes::per_set! {
+///     /// [`rows`] compiled for each set's instructions.
+///     trait Compiled {
+///         fn rows<const K: usize>(p: &Plane, lines: Range<usize>, dst: &mut [f32]);
+///     }
+/// }
+/// ```
+macro_rules! per_set {
+    (
+        $(#[$meta:meta])*
+        $vis:vis trait $tr:ident {
+            fn $name:ident<const $c:ident: $ct:ty>($($arg:ident: $ty:ty),* $(,)?);
+        }
+    ) => {
+        $(#[$meta])*
+        $vis trait $tr: $crate::lanes::Lanes {
+            /// # Safety
+            /// The set's instructions present; what the generic function asks.
+            unsafe fn $name<const $c: $ct>($($arg: $ty),*);
+        }
+
+        impl $tr for $crate::lanes::Avx2 {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn $name<const $c: $ct>($($arg: $ty),*) {
+                // SAFETY: forwarded; AVX2 and FMA enabled here.
+                unsafe { $name::<Self, $c>($($arg),*) }
+            }
+        }
+
+        impl $tr for $crate::lanes::Avx512 {
+            #[target_feature(enable = "avx512f")]
+            unsafe fn $name<const $c: $ct>($($arg: $ty),*) {
+                // SAFETY: forwarded; AVX-512F enabled here.
+                unsafe { $name::<Self, $c>($($arg),*) }
+            }
+        }
+    };
+}
+pub(crate) use per_set;
+
 #[derive(Clone, Copy)]
 pub(crate) struct Avx2(__m256);
 

@@ -271,49 +271,17 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
     }
 }
 
-/// [`plane_rows`] compiled for each set's instructions.
 #[cfg(target_arch = "x86_64")]
-trait Compiled: Lanes {
-    /// # Safety
-    /// The set's instructions present; as [`plane_rows`].
-    unsafe fn plane_rows<const MAX: bool>(
-        g: &Geo,
-        xplane: &[f32],
-        lines: Range<usize>,
-        dst: &mut [f32],
-        scratch: &mut Scratch<Self::Mask>,
-        divisors: (&[f32], &[f32]),
-    );
-}
-
-#[cfg(target_arch = "x86_64")]
-impl Compiled for Avx2 {
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn plane_rows<const MAX: bool>(
-        g: &Geo,
-        xplane: &[f32],
-        lines: Range<usize>,
-        dst: &mut [f32],
-        scratch: &mut Scratch<Self::Mask>,
-        divisors: (&[f32], &[f32]),
-    ) {
-        // SAFETY: forwarded; AVX2 enabled here.
-        unsafe { plane_rows::<Self, MAX>(g, xplane, lines, dst, scratch, divisors) }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-impl Compiled for Avx512 {
-    #[target_feature(enable = "avx512f")]
-    unsafe fn plane_rows<const MAX: bool>(
-        g: &Geo,
-        xplane: &[f32],
-        lines: Range<usize>,
-        dst: &mut [f32],
-        scratch: &mut Scratch<Self::Mask>,
-        divisors: (&[f32], &[f32]),
-    ) {
-        // SAFETY: forwarded; AVX-512F enabled here.
-        unsafe { plane_rows::<Self, MAX>(g, xplane, lines, dst, scratch, divisors) }
+crate::lanes::per_set! {
+    /// [`plane_rows`] compiled for each set's instructions.
+    trait Compiled {
+        fn plane_rows<const MAX: bool>(
+            g: &Geo,
+            xplane: &[f32],
+            lines: Range<usize>,
+            dst: &mut [f32],
+            scratch: &mut Scratch<Self::Mask>,
+            divisors: (&[f32], &[f32]),
+        );
     }
 }
