@@ -48,11 +48,8 @@ pub(crate) fn softmax_rows(x: &[f32], y: &mut [f32], w: usize) {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512 {
-    use crate::unary::{EXP_CLAMP, EXP_POLY, LN2_PARTS};
+    use crate::unary::{EXP_CLAMP, EXP_POLY, EXP_UNDERFLOW, LN2_PARTS};
     use std::arch::x86_64::*;
-
-    /// ln(f32::MIN_POSITIVE): e^u of anything smaller is 0, as in `exp_f32`.
-    const LN_MIN_POSITIVE: f32 = -87.336_55;
 
     /// e^u per lane (see the module doc).
     ///
@@ -78,7 +75,7 @@ pub(crate) mod avx512 {
         );
         let e = _mm512_scalef_ps(y, n);
         let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(u, _mm512_set1_ps(hi));
-        let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(u, _mm512_set1_ps(LN_MIN_POSITIVE));
+        let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(u, _mm512_set1_ps(EXP_UNDERFLOW));
         let e = _mm512_mask_mov_ps(e, over, _mm512_set1_ps(f32::INFINITY));
         _mm512_mask_mov_ps(e, under, _mm512_setzero_ps())
     }
@@ -146,11 +143,8 @@ pub(crate) mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
-    use crate::unary::{exp_f32, EXP_CLAMP, EXP_POLY, LN2_PARTS};
+    use crate::unary::{exp_f32, EXP_CLAMP, EXP_POLY, EXP_UNDERFLOW, LN2_PARTS};
     use std::arch::x86_64::*;
-
-    /// ln(f32::MIN_POSITIVE): e^u of anything smaller is 0, as in `exp_f32`.
-    const LN_MIN_POSITIVE: f32 = -87.336_55;
 
     /// e^u per lane (see the module doc): 2^n from exponent bits, 2^(n-1) times 2 so that
     /// n = 128 stays a normal number.
@@ -186,7 +180,7 @@ pub(crate) mod avx2 {
             _mm256_set1_ps(2.0),
         );
         let over = _mm256_cmp_ps::<_CMP_GT_OQ>(u, _mm256_set1_ps(hi));
-        let under = _mm256_cmp_ps::<_CMP_LT_OQ>(u, _mm256_set1_ps(LN_MIN_POSITIVE));
+        let under = _mm256_cmp_ps::<_CMP_LT_OQ>(u, _mm256_set1_ps(EXP_UNDERFLOW));
         let e = _mm256_blendv_ps(e, _mm256_set1_ps(f32::INFINITY), over);
         _mm256_andnot_ps(under, e)
     }

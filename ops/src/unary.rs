@@ -255,6 +255,8 @@ fn sigmoid_f32(x: f32) -> f32 {
     1.0 / (1.0 + exp_f32(-x))
 }
 
+/// ln(f32::MIN_POSITIVE): [`exp_f32`] gives 0 below it (where e^x is subnormal).
+pub(crate) const EXP_UNDERFLOW: f32 = -87.336_55;
 /// [`exp_f32`]'s clamp of x: e^x above the upper bound (about ln f32::MAX) is +inf.
 pub(crate) const EXP_CLAMP: (f32, f32) = (-86.5, 88.722_8);
 /// [`exp_f32`]'s ln 2 in two parts (Cody-Waite): `r = x - n hi - n lo`.
@@ -279,8 +281,6 @@ pub(crate) const EXP_POLY: [f32; 6] = [
 /// instead of ~20 us).
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
-    /// ln(f32::MIN_POSITIVE): e^x of anything smaller is subnormal.
-    const LN_MIN_POSITIVE: f32 = -87.336_55;
     const MAGIC: f32 = 12_582_912.0;
     let (lo, hi) = EXP_CLAMP;
     let xc = x.clamp(lo, hi);
@@ -298,7 +298,7 @@ pub fn exp_f32(x: f32) -> f32 {
     let half_scale = f32::from_bits(((ni + 126) as u32) << 23);
     if x > hi {
         f32::INFINITY
-    } else if x < LN_MIN_POSITIVE {
+    } else if x < EXP_UNDERFLOW {
         0.0
     } else {
         (y * half_scale) * 2.0
