@@ -368,6 +368,14 @@ fn ints(name: &str, v: &[i64]) -> AttributeProto {
     }
 }
 
+/// A Transpose node of `perm` (attention blocks' head splits and `K^T`).
+fn transpose(name: &str, input: &str, output: &str, perm: &[i64]) -> NodeProto {
+    with_attr(
+        node("Transpose", name, &[input], &[output]),
+        ints("perm", perm),
+    )
+}
+
 fn float(name: &str, v: f32) -> AttributeProto {
     AttributeProto {
         name: name.into(),

@@ -50,12 +50,6 @@ fn attention(ins: &[(&str, Tensor); 4]) -> Tensor {
 
 /// The block; `softmax_axis` and `extra_outputs` make its look-alikes.
 fn block(softmax_axis: i64, extra_outputs: &[&str]) -> Vec<u8> {
-    let transpose = |name: &str, input: &str, output: &str, perm: &[i64]| {
-        with_attr(
-            node("Transpose", name, &[input], &[output]),
-            ints("perm", perm),
-        )
-    };
     let softmax = AttributeProto {
         name: "axis".into(),
         r#type: attribute_type::INT,
@@ -125,12 +119,6 @@ fn an_attention_block_becomes_one_node_on_cpu_and_gpu() {
 /// bool input that keeps every key but the last (`keep_first`), or `Where(hide, -1e4, scores)`
 /// of its negation, before the Softmax: the same attention as [`inputs`]' added mask.
 fn select_block(keep_first: bool) -> Vec<u8> {
-    let transpose = |name: &str, input: &str, output: &str, perm: &[i64]| {
-        with_attr(
-            node("Transpose", name, &[input], &[output]),
-            ints("perm", perm),
-        )
-    };
     let select = match keep_first {
         true => node("Where", "select", &["m", "ss", "big"], &["sm"]),
         false => node("Where", "select", &["m", "big", "ss"], &["sm"]),

@@ -46,13 +46,6 @@ fn attention([q, k, v]: &[Tensor; 3]) -> (Tensor, Tensor) {
     )
 }
 
-fn transpose(name: &str, input: &str, output: &str, perm: &[i64]) -> NodeProto {
-    with_attr(
-        node("Transpose", name, &[input], &[output]),
-        ints("perm", perm),
-    )
-}
-
 fn attention_model(extra_outputs: &[&str]) -> Vec<u8> {
     let mut outputs = vec!["o"];
     outputs.extend_from_slice(extra_outputs);
