@@ -829,6 +829,10 @@ mod plane;
 #[path = "pool_3x3.rs"]
 mod pool3x3;
 
+#[cfg(target_arch = "x86_64")]
+#[path = "pool_3x3_flat.rs"]
+mod pool3x3_flat;
+
 #[cfg(test)]
 #[path = "pool_tests.rs"]
 mod tests;

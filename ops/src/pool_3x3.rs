@@ -22,12 +22,16 @@
 //! bits. shufflenet's 3x3/2 pad-1 AveragePools, one thread, best of 2000: 24 x 56 x 56 88 ->
 //! 21 us, 240 x 28 x 28 112 -> 64, 480 x 14 x 14 110 -> 71 (the phase planes before them).
 //!
+//! Whole planes of at most 28 columns that a stride-1 pool with pads of 1 keeps the size of
+//! run as one flat run of vectors instead (`pool_3x3_flat.rs`, AVX-512).
+//!
 //! Sits between [`Pool::pool_planes_f32`](super::Pool) (geometry, the choice of path) and the
 //! CPU's vector units.
 
 use super::{window_counts, Geo};
 #[cfg(target_arch = "x86_64")]
 use {
+    super::pool3x3_flat as flat,
     crate::lanes::{Avx2, Avx512, Lanes},
     crate::shape::rows_by_block,
     rayon::prelude::*,
@@ -82,32 +86,47 @@ pub(super) fn pool_f32(x: &[f32], g: &Geo, fold: Fold, y: &mut [f32], first_row:
             (window_counts(g, 1, count_include_pad).collect(), across)
         }
     };
-    let max = matches!(fold, Fold::Max);
+    let include_pad = match fold {
+        Fold::Max => None,
+        Fold::Average { count_include_pad } => Some(count_include_pad),
+    };
     #[cfg(target_arch = "x86_64")]
     match crate::simd::level() {
-        crate::simd::Level::Avx512 => planes::<Avx512>(x, g, max, divisors, y, first_row),
-        _ => planes::<Avx2>(x, g, max, divisors, y, first_row),
+        crate::simd::Level::Avx512 => planes::<Avx512>(x, g, include_pad, divisors, y, first_row),
+        _ => planes::<Avx2>(x, g, include_pad, divisors, y, first_row),
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (x, max, divisors, y, first_row);
+    let _ = (x, include_pad, divisors, y, first_row);
 }
 
-/// [`pool_f32`] on vectors `V`: maxima (`max`) or averages (`divisors`).
+/// [`pool_f32`] on vectors `V`: maxima (`include_pad` None) or averages (`divisors`); whole
+/// planes of small size-keeping pools through `pool_3x3_flat.rs`.
 #[cfg(target_arch = "x86_64")]
-fn planes<V: Compiled>(
+fn planes<V: Compiled + flat::Compiled>(
     x: &[f32],
     g: &Geo,
-    max: bool,
+    include_pad: Option<bool>,
     (down, across): (Vec<f32>, Vec<f32>),
     y: &mut [f32],
     first_row: usize,
 ) {
     let (oh, ow, plane) = (g.outd[1], g.outd[2], g.ind[1] * g.ind[2]);
+    let max = include_pad.is_none();
     let rows = first_row..first_row + y.len() / ow;
-    rows_by_block(y, rows, oh, ow)
-        .into_par_iter()
-        .for_each_init(Scratch::<V::Mask>::default, |scratch, (p, lines, dst)| {
+    let flat = flat::applies(g, max).then(|| flat::Flat::of(g, V::N, include_pad));
+    let pieces = rows_by_block(y, rows, oh, ow);
+    let per_task = pieces.len().div_ceil(4 * rayon::current_num_threads());
+    pieces.into_par_iter().with_min_len(per_task).for_each_init(
+        Scratch::<V::Mask>::default,
+        |scratch, (p, lines, dst)| {
             let xplane = &x[p * plane..][..plane];
+            if let Some(f) = flat.as_ref().filter(|_| lines.len() == oh) {
+                let len = f.scratch_len(V::N).max(scratch.0.len());
+                scratch.0.resize(len, 0.0);
+                // SAFETY: `applies` checked AVX-512 (the set `pool_f32` picks there), and
+                // `f` was made for `V::N` lanes.
+                return unsafe { flat::pool_plane::<V>(f, max, xplane, dst, &mut scratch.0) };
+            }
             let divisors = (&down[..], &across[..]);
             // SAFETY: `applies` checked that the kernels run AVX2 (and `pool_f32` that they
             // run AVX-512 for `V = Avx512`).
@@ -117,7 +136,8 @@ fn planes<V: Compiled>(
                     false => V::plane_rows::<false>(g, xplane, lines, dst, scratch, divisors),
                 }
             }
-        });
+        },
+    );
 }
 
 /// Output rows `lines` of one plane into `dst` (`lines.len()` rows of `OW`): maxima (`MAX`),

@@ -432,3 +432,141 @@ fn pools_3x3_of_stride_1_or_2_match_the_definition_at_every_pad_width_and_level(
         }
     }
 }
+
+/// A 3x3 stride-1 pool with pads of 1 in `pool_3x3.rs`'s order: each window row folded left,
+/// centre, right, then the rows above, centre, below (positions outside the plane skipped), an
+/// average divided by its positions down times across (`cip`: 3 x 3 for every window).
+fn pool_3x3_same_in_order(plane: &[f32], (h, w): (usize, usize), max: bool, cip: bool) -> Vec<f32> {
+    let fold = |a: Option<f32>, v: f32| match a {
+        None => v,
+        Some(a) if max => {
+            if a.is_nan() || v.is_nan() {
+                f32::NAN
+            } else if v > a {
+                v
+            } else {
+                a
+            }
+        }
+        Some(a) => a + v,
+    };
+    let near = |i: usize, n: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect::<Vec<_>>();
+    let mut y = Vec::new();
+    for i in 0..h {
+        for j in 0..w {
+            let (rows, cols) = (near(i, h), near(j, w));
+            let across = |r: usize| {
+                cols.iter()
+                    .fold(None, |a, &c| Some(fold(a, plane[r * w + c])))
+            };
+            let m = rows
+                .iter()
+                .fold(None, |a, &r| Some(fold(a, across(r).unwrap())));
+            let m = m.unwrap();
+            y.push(match (max, cip) {
+                (true, _) => m,
+                (false, true) => m / 9.0,
+                (false, false) => m / (cols.len() as f32 * rows.len() as f32),
+            });
+        }
+    }
+    y
+}
+
+#[test]
+fn small_size_keeping_3x3_pools_match_the_definition_bit_for_bit_at_every_level() {
+    // `pool_3x3_flat.rs` takes whole planes of up to 28 columns (AVX-512; the others the row
+    // vectors or bands): planes around the 8- and 16-lane edges, flat vectors crossing rows;
+    // NaNs, zeros of both signs tied, a cut mid-plane and one on a plane's edge (the planes
+    // between whole, those around row by row).
+    for (h, w) in [
+        (2, 2),
+        (3, 5),
+        (7, 7),
+        (4, 8),
+        (5, 16),
+        (9, 17),
+        (14, 14),
+        (28, 28),
+        (6, 29),
+    ] {
+        let nc = 4;
+        let mut xv: Vec<f32> = (0..nc * h * w)
+            .map(|i| ((i * 29 % 61) as f32 - 30.0) * 0.5)
+            .collect();
+        for v in &mut xv[..h * w] {
+            *v = -v.abs() - 1.0;
+        }
+        (xv[0], xv[1]) = (-0.0, 0.0);
+        xv[w + 1] = -0.0;
+        xv[2 * h * w + h * w / 2] = f32::NAN;
+        let x = Tensor::f32(&[1, nc, h, w], xv.clone());
+        for (max, cip) in [(true, false), (false, false), (false, true)] {
+            let make = if max { max_pool } else { average_pool };
+            let op = make(&attrs_2d((3, 3), (1, 1), (1, 1), [1, 1, 1, 1], cip as i64)).unwrap();
+            let want: Vec<f32> = xv
+                .chunks_exact(h * w)
+                .flat_map(|p| pool_3x3_same_in_order(p, (h, w), max, cip))
+                .collect();
+            let rows = nc * h;
+            for level in crate::simd::cpu_levels() {
+                for cut in [None, Some(rows / 2 + 1), Some(h)] {
+                    let y = crate::simd::with_level(level, || run(&*op, &x, 1, cut));
+                    let y = y[0].as_f32().unwrap();
+                    for (i, (g, e)) in y.iter().zip(&want).enumerate() {
+                        assert!(
+                            g.to_bits() == e.to_bits() || g.is_nan() && e.is_nan(),
+                            "{h}x{w} max {max} cip {cip} {level:?} cut {cut:?} at {i}: {g} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn small_halving_3x3_max_pools_match_the_definition_bit_for_bit_at_every_level() {
+    // `pool_3x3_flat.rs` takes stride-2 MaxPools whose windows are all centred inside planes
+    // of up to 28 columns (inception's 320 x 28 x 28 and 576 x 14 x 14 with end pads,
+    // squeezenet's 27 x 27 in ceil mode); the others stay on the row vectors.
+    // (h, w, pads [hb, wb, he, we], ceil_mode)
+    let cases = [
+        (14, 14, [0, 0, 1, 1], false),
+        (28, 28, [0, 0, 1, 1], false),
+        (27, 27, [0, 0, 0, 0], true),
+        (13, 13, [1, 1, 1, 1], false),
+        (7, 7, [1, 1, 1, 1], true),
+        (9, 17, [0, 1, 0, 1], false),
+        (5, 3, [1, 0, 1, 0], true),
+        (4, 28, [2, 2, 2, 2], false),
+    ];
+    for (h, w, pads, ceil) in cases {
+        let nc = 3;
+        let mut xv: Vec<f32> = (0..nc * h * w)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25)
+            .collect();
+        (xv[0], xv[1], xv[w]) = (-0.0, 0.0, -0.0);
+        xv[h * w + h * w / 2] = f32::NAN;
+        let x = Tensor::f32(&[1, nc, h, w], xv.clone());
+        let a = attrs_2d((3, 3), (2, 2), (1, 1), pads, 0)
+            .with("ceil_mode", AttrValue::Int(ceil as i64));
+        let op = max_pool(&a).unwrap();
+        let out = op.infer(&[&x.meta()]).unwrap()[0].shape.clone();
+        let o = (out[2], out[3]);
+        let want = naive_window(&xv, (h, w), (3, 3), (2, 2), (1, 1), pads, o, 0);
+        let rows = nc * out[2];
+        for level in crate::simd::cpu_levels() {
+            for cut in [None, Some(rows / 2 + 1), Some(out[2])] {
+                let y = crate::simd::with_level(level, || run(&*op, &x, 1, cut));
+                let y = y[0].as_f32().unwrap();
+                for (i, (g, e)) in y.iter().zip(&want).enumerate() {
+                    assert!(
+                        g.to_bits() == e.to_bits() || g.is_nan() && e.is_nan(),
+                        "{h}x{w} pads {pads:?} ceil {ceil} {level:?} cut {cut:?} at {i}: {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+}
