@@ -3,7 +3,8 @@
 //! is one generic body, inlined into each set's `#[target_feature]` copy of it. Loads and
 //! stores take masks, so kernels read input planes in place, pads and row ends masked off.
 //!
-//! Sits between the kernels that read planes in place (`pool_3x3.rs`, `conv_depthwise.rs`)
+//! Sits between the kernels that read planes in place (`pool_3x3.rs`, `pool_3x3_flat.rs`,
+//! `conv_depthwise.rs`)
 //! and the CPU's vector units.
 
 use std::arch::x86_64::*;
