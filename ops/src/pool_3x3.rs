@@ -86,34 +86,31 @@ pub(super) fn pool_f32(x: &[f32], g: &Geo, fold: Fold, y: &mut [f32], first_row:
             (window_counts(g, 1, count_include_pad).collect(), across)
         }
     };
-    let include_pad = match fold {
-        Fold::Max => None,
-        Fold::Average { count_include_pad } => Some(count_include_pad),
-    };
+    let max = matches!(fold, Fold::Max);
     #[cfg(target_arch = "x86_64")]
     match crate::simd::level() {
-        crate::simd::Level::Avx512 => planes::<Avx512>(x, g, include_pad, divisors, y, first_row),
-        _ => planes::<Avx2>(x, g, include_pad, divisors, y, first_row),
+        crate::simd::Level::Avx512 => planes::<Avx512>(x, g, max, divisors, y, first_row),
+        _ => planes::<Avx2>(x, g, max, divisors, y, first_row),
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (x, include_pad, divisors, y, first_row);
+    let _ = (x, max, divisors, y, first_row);
 }
 
-/// [`pool_f32`] on vectors `V`: maxima (`include_pad` None) or averages (`divisors`); whole
-/// planes of small size-keeping pools through `pool_3x3_flat.rs`.
+/// [`pool_f32`] on vectors `V`: maxima (`max`) or averages (`divisors`); whole planes of
+/// small pools through `pool_3x3_flat.rs`.
 #[cfg(target_arch = "x86_64")]
 fn planes<V: Compiled + flat::Compiled>(
     x: &[f32],
     g: &Geo,
-    include_pad: Option<bool>,
+    max: bool,
     (down, across): (Vec<f32>, Vec<f32>),
     y: &mut [f32],
     first_row: usize,
 ) {
     let (oh, ow, plane) = (g.outd[1], g.outd[2], g.ind[1] * g.ind[2]);
-    let max = include_pad.is_none();
     let rows = first_row..first_row + y.len() / ow;
-    let flat = flat::applies(g, max).then(|| flat::Flat::of(g, V::N, include_pad));
+    let divisors = (!max).then_some((&down[..], &across[..]));
+    let flat = flat::applies(g, max).then(|| flat::Flat::of(g, V::N, divisors));
     let pieces = rows_by_block(y, rows, oh, ow);
     let per_task = pieces.len().div_ceil(4 * rayon::current_num_threads());
     pieces.into_par_iter().with_min_len(per_task).for_each_init(

@@ -26,7 +26,7 @@
 //! Sits between `pool_3x3.rs`'s planes (which hand it whole planes, [`applies`]) and the CPU's
 //! vector units.
 
-use super::{window_counts, Geo};
+use super::Geo;
 use crate::lanes::Lanes;
 
 /// Widest plane rows taken here: from 32 columns the row vectors of `pool_3x3.rs` fill
@@ -67,9 +67,10 @@ pub(super) struct Flat {
 }
 
 impl Flat {
-    /// The masks of `g`'s planes for vectors of `n` lanes, and an average's divisors
-    /// (`count_include_pad`: every window counts 9).
-    pub(super) fn of(g: &Geo, n: usize, average: Option<bool>) -> Flat {
+    /// The masks of `g`'s planes for vectors of `n` lanes, and an average's divisors from its
+    /// window positions down (per output row) and across (per output column), as
+    /// `pool_3x3.rs` counts them.
+    pub(super) fn of(g: &Geo, n: usize, average: Option<(&[f32], &[f32])>) -> Flat {
         let (h, w) = (g.ind[1], g.ind[2]);
         let hw = h * w;
         let vecs = hw.div_ceil(n);
@@ -93,9 +94,7 @@ impl Flat {
             .collect();
         let divisors = match average {
             None => Vec::new(),
-            Some(include_pad) => {
-                let down: Vec<f32> = window_counts(g, 1, include_pad).collect();
-                let across: Vec<f32> = window_counts(g, 2, include_pad).collect();
+            Some((down, across)) => {
                 let mut d: Vec<f32> = (0..hw).map(|p| across[p % w] * down[p / w]).collect();
                 d.resize(vecs * n, 1.0);
                 d

@@ -433,44 +433,45 @@ fn pools_3x3_of_stride_1_or_2_match_the_definition_at_every_pad_width_and_level(
     }
 }
 
-/// A 3x3 stride-1 pool with pads of 1 in `pool_3x3.rs`'s order: each window row folded left,
-/// centre, right, then the rows above, centre, below (positions outside the plane skipped), an
-/// average divided by its positions down times across (`cip`: 3 x 3 for every window).
-fn pool_3x3_same_in_order(plane: &[f32], (h, w): (usize, usize), max: bool, cip: bool) -> Vec<f32> {
-    let fold = |a: Option<f32>, v: f32| match a {
-        None => v,
-        Some(a) if max => {
-            if a.is_nan() || v.is_nan() {
-                f32::NAN
-            } else if v > a {
-                v
-            } else {
-                a
-            }
-        }
-        Some(a) => a + v,
-    };
+/// A 3x3 stride-1 AveragePool with pads of 1 in `pool_3x3.rs`'s order: each window row
+/// summed left, centre, right, then the rows above, centre, below (positions outside the
+/// plane skipped), divided by its positions down times across (`cip`: 3 x 3 for every window).
+fn average_3x3_same_in_order(plane: &[f32], (h, w): (usize, usize), cip: bool) -> Vec<f32> {
     let near = |i: usize, n: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect::<Vec<_>>();
     let mut y = Vec::new();
     for i in 0..h {
         for j in 0..w {
             let (rows, cols) = (near(i, h), near(j, w));
-            let across = |r: usize| {
-                cols.iter()
-                    .fold(None, |a, &c| Some(fold(a, plane[r * w + c])))
+            let across = |r: usize| cols.iter().map(|&c| plane[r * w + c]).reduce(|a, v| a + v);
+            let sum = rows.iter().filter_map(|&r| across(r)).reduce(|a, v| a + v);
+            let count = if cip {
+                9.0
+            } else {
+                (cols.len() * rows.len()) as f32
             };
-            let m = rows
-                .iter()
-                .fold(None, |a, &r| Some(fold(a, across(r).unwrap())));
-            let m = m.unwrap();
-            y.push(match (max, cip) {
-                (true, _) => m,
-                (false, true) => m / 9.0,
-                (false, false) => m / (cols.len() as f32 * rows.len() as f32),
-            });
+            y.push(sum.expect("a window inside the plane") / count);
         }
     }
     y
+}
+
+/// `op`'s output on `x` at every SIMD level, whole and cut at each of `cuts` (two calls),
+/// bit for bit `want` (any NaN for a NaN).
+fn same_bits_at_every_level(op: &dyn Op, x: &Tensor, want: &[f32], cuts: &[usize], what: &str) {
+    let cuts = std::iter::once(None).chain(cuts.iter().copied().map(Some));
+    for level in crate::simd::cpu_levels() {
+        for cut in cuts.clone() {
+            let y = crate::simd::with_level(level, || run(op, x, 1, cut));
+            let y = y[0].as_f32().unwrap();
+            assert_eq!(y.len(), want.len(), "{what}: output size");
+            for (i, (g, e)) in y.iter().zip(want).enumerate() {
+                assert!(
+                    g.to_bits() == e.to_bits() || g.is_nan() && e.is_nan(),
+                    "{what} {level:?} cut {cut:?} at {i}: {g} vs {e}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -504,23 +505,15 @@ fn small_size_keeping_3x3_pools_match_the_definition_bit_for_bit_at_every_level(
         for (max, cip) in [(true, false), (false, false), (false, true)] {
             let make = if max { max_pool } else { average_pool };
             let op = make(&attrs_2d((3, 3), (1, 1), (1, 1), [1, 1, 1, 1], cip as i64)).unwrap();
-            let want: Vec<f32> = xv
-                .chunks_exact(h * w)
-                .flat_map(|p| pool_3x3_same_in_order(p, (h, w), max, cip))
-                .collect();
-            let rows = nc * h;
-            for level in crate::simd::cpu_levels() {
-                for cut in [None, Some(rows / 2 + 1), Some(h)] {
-                    let y = crate::simd::with_level(level, || run(&*op, &x, 1, cut));
-                    let y = y[0].as_f32().unwrap();
-                    for (i, (g, e)) in y.iter().zip(&want).enumerate() {
-                        assert!(
-                            g.to_bits() == e.to_bits() || g.is_nan() && e.is_nan(),
-                            "{h}x{w} max {max} cip {cip} {level:?} cut {cut:?} at {i}: {g} vs {e}"
-                        );
-                    }
-                }
-            }
+            let want: Vec<f32> = match max {
+                true => naive_window(&xv, (h, w), (3, 3), (1, 1), (1, 1), [1; 4], (h, w), 0),
+                false => xv
+                    .chunks_exact(h * w)
+                    .flat_map(|p| average_3x3_same_in_order(p, (h, w), cip))
+                    .collect(),
+            };
+            let what = format!("{h}x{w} max {max} cip {cip}");
+            same_bits_at_every_level(&*op, &x, &want, &[nc * h / 2 + 1, h], &what);
         }
     }
 }
@@ -555,18 +548,7 @@ fn small_halving_3x3_max_pools_match_the_definition_bit_for_bit_at_every_level()
         let out = op.infer(&[&x.meta()]).unwrap()[0].shape.clone();
         let o = (out[2], out[3]);
         let want = naive_window(&xv, (h, w), (3, 3), (2, 2), (1, 1), pads, o, 0);
-        let rows = nc * out[2];
-        for level in crate::simd::cpu_levels() {
-            for cut in [None, Some(rows / 2 + 1), Some(out[2])] {
-                let y = crate::simd::with_level(level, || run(&*op, &x, 1, cut));
-                let y = y[0].as_f32().unwrap();
-                for (i, (g, e)) in y.iter().zip(&want).enumerate() {
-                    assert!(
-                        g.to_bits() == e.to_bits() || g.is_nan() && e.is_nan(),
-                        "{h}x{w} pads {pads:?} ceil {ceil} {level:?} cut {cut:?} at {i}: {g} vs {e}"
-                    );
-                }
-            }
-        }
+        let what = format!("{h}x{w} pads {pads:?} ceil {ceil}");
+        same_bits_at_every_level(&*op, &x, &want, &[nc * out[2] / 2 + 1, out[2]], &what);
     }
 }
