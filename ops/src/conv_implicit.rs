@@ -214,12 +214,14 @@ fn band_product(
                     },
                     false => BlockOut::Partial(sums),
                 };
+                // The block's place among those over this chunk: the stretch it fetches ahead.
+                let nth = (y - at.ys.start) * blocks + blk;
                 // SAFETY: AVX-512 (the packed path's `applies`); the panel's channels' floats
                 // from `first` to the band's end are in bounds (the caller's check) and
                 // written by this task only (tasks are distinct (image, band, panel group)
                 // triples); `sums` is this block's `r x nr` of the task's partial sums. A's
                 // reads are checked by the callee.
-                unsafe { taps_block(r, (a, at.offs), (w, p, chunk.clone()), init, out) };
+                unsafe { taps_block(r, (a, at.offs), (w, p, chunk.clone(), nth), init, out) };
                 x0 += r;
             }
         }

@@ -21,6 +21,19 @@
 //! its rows streams and is not counted (counted, 1024^3 lost a third to chunks of 61).
 //! docs/bench.md, "K in chunks".
 //!
+//! In a model the weights are cold: resnet50's 100 MB do not stay in cache from one run to
+//! the next, and a panel's first block waited on memory, its next blocks computed from L2,
+//! one after the other (512 -> 2048 1x1 on 7x7, 2 threads: 0.31 ms with its 4 MB of weights
+//! in cache, 0.73 from memory, onnxruntime 0.52 in its model). On AVX-512 each micro-kernel
+//! call therefore fetches into L2, one line per k step, its share of what the task reads
+//! next: the panel's next chunk of K, or after the last the next panel ([`PackedB::ahead`]),
+//! so memory streams while the kernel computes. In the models, fresh processes alternated
+//! (2 threads, Intel Xeon), it took resnet50's layer-4 1x1 convs 0.77-0.79x of their time and
+//! its 512 -> 512 3x3 convs 0.85-0.88x (the sum of its nodes 0.87-0.995x in 8 rounds),
+//! inception_v2 0.91x, squeezenet 0.89x, yolov8n 0.97x; the rest within noise
+//! (docs/bench.md, "Weights fetched ahead"). `TANDEM_PREFETCH=0` turns it off; the AVX2
+//! kernel does not fetch ahead (not measured on an AVX2 machine).
+//!
 //! Sits between `matmul.rs` (which keeps a [`KeptPacking`] per constant-weight MatMul, set by
 //! the runtime's load-time `layout` pass) and the CPU's vector units.
 
@@ -122,6 +135,25 @@ impl PackedB {
     fn panel(&self, p: usize) -> &[f32] {
         let data: &[f32] = bytemuck::cast_slice(&self.lines);
         &data[p * self.k * self.nr..][..self.k * self.nr]
+    }
+
+    /// What block `blk` of a run over rows `ks` (k steps) of panel `p` fetches ahead: the
+    /// `blk`-th stretch, one line per k step, of what the task reads next: the panel's next
+    /// chunk of as many rows, or after its last the first of panel `p + 1`; nothing past
+    /// that or where prefetching is off (module docs).
+    fn ahead(&self, p: usize, ks: Range<usize>, blk: usize) -> Ahead {
+        let (q, start) = match ks.end < self.k {
+            true => (p, ks.end),
+            false => (p + 1, 0),
+        };
+        if q >= self.panels() || !prefetch_on() {
+            return NOTHING_AHEAD;
+        }
+        let end = (start + ks.len()).min(self.k);
+        let next = &self.panel(q)[start * self.nr..end * self.nr];
+        let first = blk * ks.len() * 16;
+        let lines = (next.len().saturating_sub(first) / 16).min(ks.len());
+        (next.as_ptr().wrapping_add(first), lines)
     }
 }
 
@@ -329,6 +361,7 @@ unsafe fn panel_band<const T: bool>(
     loop {
         let k1 = (k0 + kc).min(b.k);
         let chunk = &panel[k0 * nr..k1 * nr];
+        let ahead = |blk: usize| b.ahead(p, k0..k1, blk);
         let mut i = r0;
         for blk in 0..blocks {
             let n_rows = len / blocks + usize::from(blk < len % blocks);
@@ -359,6 +392,7 @@ unsafe fn panel_band<const T: bool>(
                         ldc,
                         (cols, end - i),
                         init,
+                        ahead(blk),
                     ),
                     false => block::<false>(
                         n_rows,
@@ -368,6 +402,7 @@ unsafe fn panel_band<const T: bool>(
                         nr,
                         (nr, n_rows),
                         init,
+                        ahead(blk),
                     ),
                 }
             }
@@ -378,6 +413,19 @@ unsafe fn panel_band<const T: bool>(
         }
         k0 = k1;
     }
+}
+
+/// Lines for a micro-kernel call to fetch into L2, one per k step: from where, and how many
+/// (a prefetch reads nothing and cannot fault; [`PackedB::ahead`] keeps them inside B).
+type Ahead = (*const f32, usize);
+
+/// No lines to fetch.
+const NOTHING_AHEAD: Ahead = (std::ptr::null(), 0);
+
+/// Whether `TANDEM_PREFETCH=0` turned fetching the next panel ahead off (read once).
+fn prefetch_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TANDEM_PREFETCH").as_deref() != Ok("0"))
 }
 
 /// A as the micro-kernel reads it: column `c * taps.len() + t` is column `c` of `view`
@@ -413,6 +461,8 @@ pub enum BlockOut {
 /// column `k * taps.len() + t` of A is column `k` of `a` shifted by `taps[t]` floats: a
 /// conv's im2col read in place from its padded input planes (`conv_implicit.rs`), K in chunks
 /// of input channels. The sums start from `init`'s partial sums where given, else zero.
+/// `blk` counts the blocks over this chunk of the panel: the `blk`-th fetches the `blk`-th
+/// stretch of the next panel's chunk ahead into L2 ([`PackedB::ahead`]).
 ///
 /// Panics without AVX2 or AVX-512, `rows` exceeds [`PackedB::block_rows`], the taps do not
 /// divide K, `chunk` is empty or past K, or a read of A would leave `a.data`.
@@ -425,7 +475,7 @@ pub enum BlockOut {
 pub unsafe fn taps_block(
     rows: usize,
     (a, taps): (MatRef, &[usize]),
-    (b, p, chunk): (&PackedB, usize, Range<usize>),
+    (b, p, chunk, blk): (&PackedB, usize, Range<usize>, usize),
     init: Option<*const f32>,
     out: BlockOut,
 ) {
@@ -455,15 +505,19 @@ pub unsafe fn taps_block(
         },
         taps,
     };
-    let panel = &b.panel(p)[chunk.start * steps * nr..chunk.end * steps * nr];
+    let ks = chunk.start * steps..chunk.end * steps;
+    let panel = &b.panel(p)[ks.start * nr..ks.end * nr];
+    let ahead = b.ahead(p, ks, blk);
     // SAFETY: AVX2 or AVX-512 and A's reads checked; the rest forwarded from the caller.
     unsafe {
         match out {
             BlockOut::Transposed { c, ldc, room } => {
                 assert!(room >= rows, "taps_block: room {room} for {rows} rows");
-                block::<true>(rows, lhs, (panel, nr), c, ldc, (cols, room), init)
+                block::<true>(rows, lhs, (panel, nr), c, ldc, (cols, room), init, ahead)
             }
-            BlockOut::Partial(c) => block::<false>(rows, lhs, (panel, nr), c, nr, (nr, rows), init),
+            BlockOut::Partial(c) => {
+                block::<false>(rows, lhs, (panel, nr), c, nr, (nr, rows), init, ahead)
+            }
         }
     }
 }
@@ -488,11 +542,13 @@ impl CPtr {
 /// the next block's, which overwrites them after).
 ///
 /// The sums start from `init`'s (`rows` rows of `nr`, row-major) where given, else zero.
+/// Meanwhile the AVX-512 kernel fetches the lines of `ahead` into L2.
 ///
 /// # Safety
 /// AVX2 or AVX-512 present; `a` covers `rows x panel.len() / nr`; `c` covers `rows` rows of `cols`
 /// at stride `ldc` (transposed: `cols` columns of `room` rows at stride `ldc`), written by no
 /// one else during the call; `init`, where given, covers `rows x nr` floats (it may be `c`).
+#[allow(clippy::too_many_arguments)]
 unsafe fn block<const T: bool>(
     rows: usize,
     a: Lhs,
@@ -501,6 +557,7 @@ unsafe fn block<const T: bool>(
     ldc: usize,
     cols: (usize, usize),
     init: Option<*const f32>,
+    ahead: Ahead,
 ) {
     // Kernels apart for a start from zero: with the start a run-time choice, LLVM spilled
     // the 48-column kernel's accumulators (169 x 512 @ 512 x 1000 at half the rate).
@@ -508,10 +565,18 @@ unsafe fn block<const T: bool>(
     unsafe {
         let null = std::ptr::null();
         match (init, a.taps != [0]) {
-            (None, false) => by_shape::<T, false, false>(rows, a, (panel, nr), c, ldc, cols, null),
-            (None, true) => by_shape::<T, false, true>(rows, a, (panel, nr), c, ldc, cols, null),
-            (Some(i), false) => by_shape::<T, true, false>(rows, a, (panel, nr), c, ldc, cols, i),
-            (Some(i), true) => by_shape::<T, true, true>(rows, a, (panel, nr), c, ldc, cols, i),
+            (None, false) => {
+                by_shape::<T, false, false>(rows, a, (panel, nr), c, ldc, cols, null, ahead)
+            }
+            (None, true) => {
+                by_shape::<T, false, true>(rows, a, (panel, nr), c, ldc, cols, null, ahead)
+            }
+            (Some(i), false) => {
+                by_shape::<T, true, false>(rows, a, (panel, nr), c, ldc, cols, i, ahead)
+            }
+            (Some(i), true) => {
+                by_shape::<T, true, true>(rows, a, (panel, nr), c, ldc, cols, i, ahead)
+            }
         }
     }
 }
@@ -520,6 +585,7 @@ unsafe fn block<const T: bool>(
 ///
 /// # Safety
 /// As [`block`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
     rows: usize,
     a: Lhs,
@@ -528,9 +594,12 @@ unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
     ldc: usize,
     cols: (usize, usize),
     init: *const f32,
+    ahead: Ahead,
 ) {
     #[cfg(target_arch = "x86_64")]
     if !runs_wide(nr) {
+        // The AVX2 kernel fetches nothing ahead (module docs).
+        let _ = ahead;
         // SAFETY: forwarded from the caller (AVX2 present where AVX-512 is not).
         return unsafe { avx2_block::<T, I, S>(rows, a, (panel, nr), c, ldc, cols, init) };
     }
@@ -539,36 +608,36 @@ unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
     unsafe {
         use avx512::kernel as k;
         match (nr, rows) {
-            (32, 12) => k::<2, 12, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 11) => k::<2, 11, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 10) => k::<2, 10, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 9) => k::<2, 9, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 8) => k::<2, 8, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 7) => k::<2, 7, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 6) => k::<2, 6, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 5) => k::<2, 5, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 4) => k::<2, 4, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 3) => k::<2, 3, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, 2) => k::<2, 2, T, I, S>(a, panel, c, ldc, cols, init),
-            (32, _) => k::<2, 1, T, I, S>(a, panel, c, ldc, cols, init),
-            (64, 6) => k::<4, 6, T, I, S>(a, panel, c, ldc, cols, init),
-            (64, 5) => k::<4, 5, T, I, S>(a, panel, c, ldc, cols, init),
-            (64, 4) => k::<4, 4, T, I, S>(a, panel, c, ldc, cols, init),
-            (64, 3) => k::<4, 3, T, I, S>(a, panel, c, ldc, cols, init),
-            (64, 2) => k::<4, 2, T, I, S>(a, panel, c, ldc, cols, init),
-            (64, _) => k::<4, 1, T, I, S>(a, panel, c, ldc, cols, init),
-            (_, 8) => k::<3, 8, T, I, S>(a, panel, c, ldc, cols, init),
-            (_, 7) => k::<3, 7, T, I, S>(a, panel, c, ldc, cols, init),
-            (_, 6) => k::<3, 6, T, I, S>(a, panel, c, ldc, cols, init),
-            (_, 5) => k::<3, 5, T, I, S>(a, panel, c, ldc, cols, init),
-            (_, 4) => k::<3, 4, T, I, S>(a, panel, c, ldc, cols, init),
-            (_, 3) => k::<3, 3, T, I, S>(a, panel, c, ldc, cols, init),
-            (_, 2) => k::<3, 2, T, I, S>(a, panel, c, ldc, cols, init),
-            _ => k::<3, 1, T, I, S>(a, panel, c, ldc, cols, init),
+            (32, 12) => k::<2, 12, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 11) => k::<2, 11, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 10) => k::<2, 10, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 9) => k::<2, 9, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 8) => k::<2, 8, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 7) => k::<2, 7, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 6) => k::<2, 6, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 5) => k::<2, 5, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 4) => k::<2, 4, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 3) => k::<2, 3, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, 2) => k::<2, 2, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (32, _) => k::<2, 1, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (64, 6) => k::<4, 6, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (64, 5) => k::<4, 5, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (64, 4) => k::<4, 4, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (64, 3) => k::<4, 3, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (64, 2) => k::<4, 2, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (64, _) => k::<4, 1, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (_, 8) => k::<3, 8, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (_, 7) => k::<3, 7, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (_, 6) => k::<3, 6, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (_, 5) => k::<3, 5, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (_, 4) => k::<3, 4, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (_, 3) => k::<3, 3, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            (_, 2) => k::<3, 2, T, I, S>(a, panel, c, ldc, cols, init, ahead),
+            _ => k::<3, 1, T, I, S>(a, panel, c, ldc, cols, init, ahead),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (rows, a.view, panel, nr, c, ldc, cols, init);
+    let _ = (rows, a.view, panel, nr, c, ldc, cols, init, ahead);
 }
 
 /// [`by_shape`] on AVX2 (or for panels of 16 columns, packed where AVX2 ran): blocks of at
@@ -612,7 +681,8 @@ mod avx512 {
 
     /// `R` rows of A times one panel of `V` vectors into C: `V x R` accumulators (from zero, or
     /// with `I` from `init`'s row-major sums at stride `16 * V`) over the panel's K, then
-    /// masked stores of the first `cols` columns, or (`T`) transposed stores.
+    /// masked stores of the first `cols` columns, or (`T`) transposed stores. The first
+    /// `ahead_lines` k steps each fetch one line from `ahead` on into L2 ([`super::Ahead`]).
     ///
     /// # Safety
     /// As [`super::block`], with `R` rows.
@@ -630,6 +700,7 @@ mod avx512 {
         ldc: usize,
         (cols, room): (usize, usize),
         init: *const f32,
+        (ahead, ahead_lines): (*const f32, usize),
     ) {
         let nr = 16 * V;
         let k = panel.len() / nr;
@@ -645,6 +716,9 @@ mod avx512 {
         let (ap, bp) = (v.data.as_ptr().add(v.offset), panel.as_ptr());
         let (mut line, mut t) = (ap, 0);
         for kk in 0..k {
+            if kk < ahead_lines {
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(16 * kk).cast::<i8>());
+            }
             let mut b = [_mm512_setzero_ps(); V];
             for (v, b) in b.iter_mut().enumerate() {
                 *b = _mm512_loadu_ps(bp.add(kk * nr + 16 * v));
@@ -812,6 +886,48 @@ mod tests {
                         .iter()
                         .all(|&v| v == 0.0));
                 }
+            }
+        }
+    }
+
+    /// The lines the blocks of a run fetch ahead: together exactly the stretch the task reads
+    /// next (the same panel's next chunk of as many rows, or after its last chunk the first
+    /// of the next panel), one line per k step, none before or after it, none past the last
+    /// panel; nothing with `TANDEM_PREFETCH=0`.
+    #[test]
+    fn blocks_fetch_ahead_exactly_the_stretch_the_task_reads_next() {
+        for level in packed_levels() {
+            let (k, n) = (10, 150);
+            let b = fill(k * n, 2);
+            let p =
+                crate::simd::with_level(level, || PackedB::pack(MatRef::row_major(&b, 0, n), k, n));
+            let (nr, panels) = (p.panel_width(), p.panels());
+            let base = p.panel(0).as_ptr() as usize;
+            // (panel, rows of the run) -> (panel, rows) read next, or none.
+            let cases = [
+                (0, 0..10, Some((1, 0..10))),
+                (0, 0..4, Some((0, 4..8))),
+                (0, 8..10, Some((1, 0..2))),
+                (0, 4..8, Some((0, 8..10))),
+                (panels - 1, 0..10, None),
+                (panels - 1, 0..4, Some((panels - 1, 4..8))),
+            ];
+            for (q, ks, next) in cases {
+                let mut fetched = Vec::new();
+                for blk in 0..2 * nr / 16 {
+                    let (at, lines) = p.ahead(q, ks.clone(), blk);
+                    assert!(lines <= ks.len(), "{level:?} one line per k step at most");
+                    let first = (at as usize).wrapping_sub(base) / 64;
+                    fetched.extend(first..first + lines);
+                }
+                let want: Vec<usize> = match next.filter(|_| prefetch_on()) {
+                    Some((r, rows)) => {
+                        let line = |kk: usize| (r * k * nr + kk * nr) / 16;
+                        (line(rows.start)..line(rows.end)).collect()
+                    }
+                    None => Vec::new(),
+                };
+                assert_eq!(fetched, want, "{level:?} panel {q} rows {ks:?}");
             }
         }
     }
