@@ -422,7 +422,7 @@ type Ahead = (*const f32, usize);
 /// No lines to fetch.
 const NOTHING_AHEAD: Ahead = (std::ptr::null(), 0);
 
-/// Whether `TANDEM_PREFETCH=0` turned fetching the next panel ahead off (read once).
+/// Whether `TANDEM_PREFETCH=0` turned fetching ahead off (read once).
 fn prefetch_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TANDEM_PREFETCH").as_deref() != Ok("0"))
@@ -462,7 +462,7 @@ pub enum BlockOut {
 /// conv's im2col read in place from its padded input planes (`conv_implicit.rs`), K in chunks
 /// of input channels. The sums start from `init`'s partial sums where given, else zero.
 /// `blk` counts the blocks over this chunk of the panel: the `blk`-th fetches the `blk`-th
-/// stretch of the next panel's chunk ahead into L2 ([`PackedB::ahead`]).
+/// stretch of what the task reads next into L2 ([`PackedB::ahead`]).
 ///
 /// Panics without AVX2 or AVX-512, `rows` exceeds [`PackedB::block_rows`], the taps do not
 /// divide K, `chunk` is empty or past K, or a read of A would leave `a.data`.
