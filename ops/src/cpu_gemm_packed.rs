@@ -31,8 +31,12 @@
 //! (2 threads, Intel Xeon), it took resnet50's layer-4 1x1 convs 0.77-0.79x of their time and
 //! its 512 -> 512 3x3 convs 0.85-0.88x (the sum of its nodes 0.87-0.995x in 8 rounds),
 //! inception_v2 0.91x, squeezenet 0.89x, yolov8n 0.97x; the rest within noise
-//! (docs/bench.md, "Weights fetched ahead"). `TANDEM_PREFETCH=0` turns it off; the AVX2
-//! kernel does not fetch ahead (not measured on an AVX2 machine).
+//! (docs/bench.md, "Weights fetched ahead"). A read down its columns (a 1x1 conv's input
+//! planes in place: each k step one line, a plane after the last) is fetched too, into L1,
+//! [`A_AHEAD_STEPS`] k steps ahead: resnet50's 1x1 convs on 14x14 and 28x28 took 0.66-0.86x
+//! of their time in the model, densenet121's on 14x14 0.75x (docs/bench.md, "1x1 convs fetch
+//! their input ahead"). `TANDEM_PREFETCH=0` turns both off; the AVX2 kernel does not fetch
+//! ahead (not measured on an AVX2 machine).
 //!
 //! Sits between `matmul.rs` (which keeps a [`KeptPacking`] per constant-weight MatMul, set by
 //! the runtime's load-time `layout` pass) and the CPU's vector units.
@@ -431,15 +435,40 @@ fn prefetch_on() -> bool {
 /// A as the micro-kernel reads it: column `c * taps.len() + t` is column `c` of `view`
 /// shifted by `taps[t]` floats. A plain matrix has one tap, at 0; a conv read in place
 /// (`conv_implicit.rs`) has one per kernel position, offsets into its padded input planes.
+/// `down` is how far past each k step's read a plain A read down its columns fetches
+/// ([`A_AHEAD_STEPS`]), 0 for none.
 #[derive(Clone, Copy)]
 struct Lhs<'a> {
     view: MatRef<'a>,
     taps: &'a [usize],
+    down: usize,
 }
 
+/// K steps ahead of its reads at which the AVX-512 kernel fetches a plain A read down its
+/// columns (a 1x1 conv's input planes in place: each k step reads a line one plane after
+/// the last, a stride no prefetcher follows from memory) into L1. From memory (256 MB
+/// written between calls, 2 threads, Intel Xeon, the product alone, fetch on / off
+/// alternated in one process) resnet50's 1024 -> 256 1x1 on 14x14 took 0.80x the time, its
+/// 512 -> 128 on 28x28 0.78x, 2048 -> 512 on 7x7 0.92x, squeezenet's 512 -> 1000 on 13x13
+/// 0.95x; 8 steps ahead 0.83, 0.79, 0.98, 0.94; 32 steps 0.72, 0.78, 0.98, 0.91 but 128 ->
+/// 512 on 28x28 1.08. An implicit conv's padded planes (just copied, in cache) gained
+/// nothing (0.99-1.03x on 3x3 convs of 16 to 256 channels), so reads with taps fetch
+/// nothing (docs/bench.md, "1x1 convs fetch their input ahead").
+const A_AHEAD_STEPS: usize = 16;
+
 impl<'a> Lhs<'a> {
+    /// A plain matrix: one tap at 0; fetched ahead where read down its columns and
+    /// prefetching is on.
     fn plain(view: MatRef<'a>) -> Lhs<'a> {
-        Lhs { view, taps: &[0] }
+        let down = match view.cs > 1 && prefetch_on() {
+            true => A_AHEAD_STEPS * view.cs,
+            false => 0,
+        };
+        Lhs {
+            view,
+            taps: &[0],
+            down,
+        }
     }
 }
 
@@ -504,6 +533,7 @@ pub unsafe fn taps_block(
             ..a
         },
         taps,
+        down: 0,
     };
     let ks = chunk.start * steps..chunk.end * steps;
     let panel = &b.panel(p)[ks.start * nr..ks.end * nr];
@@ -715,9 +745,19 @@ mod avx512 {
         let (v, taps) = (a.view, a.taps);
         let (ap, bp) = (v.data.as_ptr().add(v.offset), panel.as_ptr());
         let (mut line, mut t) = (ap, 0);
+        // The line of the block's last row `A_AHEAD_STEPS` k steps on (the next block reads
+        // its first row's line again); past K it fetches whatever follows, never read. Not
+        // with taps nor in the 12-row kernel of 32-column panels: their registers are all
+        // taken, and a pointer more cost resnet50's strided 3x3 convs 10-15 % and
+        // inception_v2's 576 -> 160 1x1 on 14x14 40 %.
+        let down = if S || V == 2 { 0 } else { a.down };
+        let fetched = ap.wrapping_add(down + (R - 1) * v.rs);
         for kk in 0..k {
             if kk < ahead_lines {
                 _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(16 * kk).cast::<i8>());
+            }
+            if down != 0 {
+                _mm_prefetch::<_MM_HINT_T0>(fetched.wrapping_add(kk * v.cs).cast::<i8>());
             }
             let mut b = [_mm512_setzero_ps(); V];
             for (v, b) in b.iter_mut().enumerate() {
