@@ -435,8 +435,8 @@ fn prefetch_on() -> bool {
 /// A as the micro-kernel reads it: column `c * taps.len() + t` is column `c` of `view`
 /// shifted by `taps[t]` floats. A plain matrix has one tap, at 0; a conv read in place
 /// (`conv_implicit.rs`) has one per kernel position, offsets into its padded input planes.
-/// `down` is how far past each k step's read a plain A read down its columns fetches
-/// ([`A_AHEAD_STEPS`]), 0 for none.
+/// `down` is how far past each k step's read the kernel fetches A: [`A_AHEAD_STEPS`] k
+/// steps for a plain A read down its columns, else 0 (the line the step reads).
 #[derive(Clone, Copy)]
 struct Lhs<'a> {
     view: MatRef<'a>,
@@ -453,7 +453,8 @@ struct Lhs<'a> {
 /// 0.95x; 8 steps ahead 0.83, 0.79, 0.98, 0.94; 32 steps 0.72, 0.78, 0.98, 0.91 but 128 ->
 /// 512 on 28x28 1.08. An implicit conv's padded planes (just copied, in cache) gained
 /// nothing (0.99-1.03x on 3x3 convs of 16 to 256 channels), so reads with taps fetch
-/// nothing (docs/bench.md, "1x1 convs fetch their input ahead").
+/// nothing. With 32-column panels (12 rows a block) inception_v2's 576 -> 224 on 14x14
+/// took 0.76x, 576 -> 160 0.83x (docs/bench.md, "1x1 convs fetch their input ahead").
 const A_AHEAD_STEPS: usize = 16;
 
 impl<'a> Lhs<'a> {
@@ -746,17 +747,18 @@ mod avx512 {
         let (ap, bp) = (v.data.as_ptr().add(v.offset), panel.as_ptr());
         let (mut line, mut t) = (ap, 0);
         // The line of the block's last row `A_AHEAD_STEPS` k steps on (the next block reads
-        // its first row's line again); past K it fetches whatever follows, never read. Not
-        // with taps nor in the 12-row kernel of 32-column panels: their registers are all
-        // taken, and a pointer more cost resnet50's strided 3x3 convs 10-15 % and
-        // inception_v2's 576 -> 160 1x1 on 14x14 40 %.
-        let down = if S || V == 2 { 0 } else { a.down };
-        let fetched = ap.wrapping_add(down + (R - 1) * v.rs);
+        // its first row's line again); past K it fetches whatever follows, never read. With
+        // `down` 0 that is the line this step reads, in L1: a branch on `down` left the
+        // accumulators of the 12-row kernel of 32-column panels stored to the stack every
+        // step (inception_v2's 576 -> 160 1x1 on 14x14 1.4x the time in the model, 576 ->
+        // 224 alone 1.5x), and with taps, whose 12-row kernel has no register left, the
+        // code alone cost resnet50's strided 3x3 convs 10-15 %: reads with taps fetch nothing.
+        let fetched = ap.wrapping_add(a.down + (R - 1) * v.rs);
         for kk in 0..k {
             if kk < ahead_lines {
                 _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(16 * kk).cast::<i8>());
             }
-            if down != 0 {
+            if !S {
                 _mm_prefetch::<_MM_HINT_T0>(fetched.wrapping_add(kk * v.cs).cast::<i8>());
             }
             let mut b = [_mm512_setzero_ps(); V];
