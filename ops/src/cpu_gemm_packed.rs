@@ -668,7 +668,7 @@ unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (rows, a.view, panel, nr, c, ldc, cols, init, ahead);
+    let _ = (rows, a.view, a.down, panel, nr, c, ldc, cols, init, ahead);
 }
 
 /// [`by_shape`] on AVX2 (or for panels of 16 columns, packed where AVX2 ran): blocks of at
