@@ -22,7 +22,7 @@ use super::packed::finish_lines;
 use super::{padded_plane, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::MatRef;
-use crate::cpu_gemm_packed::{taps_block, BlockOut, PackedB, CHUNK_BYTES};
+use crate::cpu_gemm_packed::{taps_block, BlockOut, PackedB, TapSteps, CHUNK_BYTES};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -120,6 +120,7 @@ pub(in crate::conv) fn implicit_path(
     let per_band = g.oh.div_ceil(bands);
     let bands = g.oh.div_ceil(per_band);
     let optr = OutPtr(out.as_mut_ptr(), out.len());
+    let steps = TapSteps::new(&pd.offs, g.c, pplane);
     with_scratch(images.len() * g.c * pplane, |xp| {
         xp.par_chunks_mut(pplane).enumerate().for_each(|(i, dst)| {
             let src = &x[(images.start * g.c + i) * g.h * g.w..][..g.h * g.w];
@@ -139,7 +140,7 @@ pub(in crate::conv) fn implicit_path(
                     x0: i * g.c * pplane,
                     pplane,
                     wp: pd.wp,
-                    offs: &pd.offs,
+                    steps: &steps,
                     ys: ys.clone(),
                 };
                 with_tmp(ys.len() * g.ow * nr, |partial| {
@@ -160,13 +161,13 @@ pub(in crate::conv) fn implicit_path(
 }
 
 /// A task's band of output rows `ys` of one image: its padded planes (`pplane` floats, rows
-/// of `wp`) from `x0` in `xp`, and the taps' offsets in them.
+/// of `wp`) from `x0` in `xp`, and where each k step reads in them.
 struct Band<'a> {
     xp: &'a [f32],
     x0: usize,
     pplane: usize,
     wp: usize,
-    offs: &'a [usize],
+    steps: &'a TapSteps,
     ys: Range<usize>,
 }
 
@@ -183,7 +184,7 @@ fn band_product(
     partial: &mut [f32],
     (optr, c0): (OutPtr, usize),
 ) {
-    let (nr, taps) = (w.panel_width(), at.offs.len());
+    let (nr, taps) = (w.panel_width(), at.steps.taps());
     let chunks = (g.c * taps * nr * size_of::<f32>()).div_ceil(CHUNK_BYTES);
     let per_chunk = g.c.div_ceil(chunks);
     let blocks = g.ow.div_ceil(w.block_rows());
@@ -221,7 +222,7 @@ fn band_product(
                 // written by this task only (tasks are distinct (image, band, panel group)
                 // triples); `sums` is this block's `r x nr` of the task's partial sums. A's
                 // reads are checked by the callee.
-                unsafe { taps_block(r, (a, at.offs), (w, p, chunk.clone(), nth), init, out) };
+                unsafe { taps_block(r, (a, at.steps), (w, p, chunk.clone(), nth), init, out) };
                 x0 += r;
             }
         }

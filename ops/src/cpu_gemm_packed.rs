@@ -432,15 +432,16 @@ fn prefetch_on() -> bool {
     *ON.get_or_init(|| std::env::var("TANDEM_PREFETCH").as_deref() != Ok("0"))
 }
 
-/// A as the micro-kernel reads it: column `c * taps.len() + t` is column `c` of `view`
-/// shifted by `taps[t]` floats. A plain matrix has one tap, at 0; a conv read in place
-/// (`conv_implicit.rs`) has one per kernel position, offsets into its padded input planes.
-/// `down` is how far past each k step's read the kernel fetches A: [`A_AHEAD_STEPS`] k
-/// steps for a plain A read down its columns, else 0 (the line the step reads).
+/// A as the micro-kernel reads it: k step `kk` reads the column `steps[kk]` floats from
+/// `view`'s first, or where `steps` is empty (a plain matrix) column `kk` of `view`. A conv
+/// read in place (`conv_implicit.rs`) has one step per (input channel, kernel position),
+/// from [`TapSteps`]. `down` is how far past each k step's read the kernel fetches A:
+/// [`A_AHEAD_STEPS`] k steps for a plain A read down its columns, else 0 (the line the step
+/// reads).
 #[derive(Clone, Copy)]
 struct Lhs<'a> {
     view: MatRef<'a>,
-    taps: &'a [usize],
+    steps: &'a [usize],
     down: usize,
 }
 
@@ -457,9 +458,43 @@ struct Lhs<'a> {
 /// took 0.76x, 576 -> 160 0.83x (docs/bench.md, "1x1 convs fetch their input ahead").
 const A_AHEAD_STEPS: usize = 16;
 
+/// Where each k step of an A read with taps starts: column `k` of the im2col of a conv read
+/// in place is its column `k / taps` (an input plane, `cs` floats after the last) shifted by
+/// `taps[k % taps]`, `offsets[k]` floats from the first plane. One table for every block: a
+/// kernel that counted taps and planes itself (a tap index wrapping to the next plane each
+/// step) kept two of the 6-row kernel's accumulators on the stack: from the table magika's
+/// 256 -> 512 5x1 conv takes 0.88-0.89x the time (docs/bench.md, "Taps read from a table").
+pub struct TapSteps {
+    offsets: Vec<usize>,
+    taps: usize,
+    cs: usize,
+    reach: usize,
+}
+
+impl TapSteps {
+    /// The steps of `columns` columns `cs` floats apart, each shifted by every one of `taps`.
+    pub fn new(taps: &[usize], columns: usize, cs: usize) -> TapSteps {
+        let offsets = (0..columns)
+            .flat_map(|c| taps.iter().map(move |&t| c * cs + t))
+            .collect();
+        let reach = taps.iter().copied().max().unwrap_or(0);
+        TapSteps {
+            offsets,
+            taps: taps.len(),
+            cs,
+            reach,
+        }
+    }
+
+    /// Taps per column.
+    pub fn taps(&self) -> usize {
+        self.taps
+    }
+}
+
 impl<'a> Lhs<'a> {
-    /// A plain matrix: one tap at 0; fetched ahead where read down its columns and
-    /// prefetching is on.
+    /// A plain matrix: no steps; fetched ahead where read down its columns and prefetching
+    /// is on.
     fn plain(view: MatRef<'a>) -> Lhs<'a> {
         let down = match view.cs > 1 && prefetch_on() {
             true => A_AHEAD_STEPS * view.cs,
@@ -467,7 +502,7 @@ impl<'a> Lhs<'a> {
         };
         Lhs {
             view,
-            taps: &[0],
+            steps: &[],
             down,
         }
     }
@@ -487,15 +522,17 @@ pub enum BlockOut {
     Partial(*mut f32),
 }
 
-/// One block of `rows` rows of `A @ B` for panel `p` of B over columns `chunk` of `a`, where
-/// column `k * taps.len() + t` of A is column `k` of `a` shifted by `taps[t]` floats: a
-/// conv's im2col read in place from its padded input planes (`conv_implicit.rs`), K in chunks
-/// of input channels. The sums start from `init`'s partial sums where given, else zero.
-/// `blk` counts the blocks over this chunk of the panel: the `blk`-th fetches the `blk`-th
-/// stretch of what the task reads next into L2 ([`PackedB::ahead`]).
+/// One block of `rows` rows of `A @ B` for panel `p` of B over columns `chunk` of `a`, each
+/// read at every one of `steps`'s taps ([`TapSteps`]: column `c * taps + t` of A is column `c`
+/// of `a` shifted by tap `t`): a conv's im2col read in place from its padded input planes
+/// (`conv_implicit.rs`), K in chunks of input channels. The sums start from `init`'s partial
+/// sums where given, else zero. `blk` counts the blocks over this chunk of the panel: the
+/// `blk`-th fetches the `blk`-th stretch of what the task reads next into L2
+/// ([`PackedB::ahead`]).
 ///
-/// Panics without AVX2 or AVX-512, `rows` exceeds [`PackedB::block_rows`], the taps do not
-/// divide K, `chunk` is empty or past K, or a read of A would leave `a.data`.
+/// Panics without AVX2 or AVX-512, `rows` exceeds [`PackedB::block_rows`], `steps` are not
+/// B's K or not `a`'s columns, `chunk` is empty or past K, or a read of A would leave
+/// `a.data`.
 ///
 /// # Safety
 /// `init` (where given) and a partial `out` cover `rows x b.panel_width()` floats (they may
@@ -504,16 +541,24 @@ pub enum BlockOut {
 /// the call.
 pub unsafe fn taps_block(
     rows: usize,
-    (a, taps): (MatRef, &[usize]),
+    (a, steps): (MatRef, &TapSteps),
     (b, p, chunk, blk): (&PackedB, usize, Range<usize>, usize),
     init: Option<*const f32>,
     out: BlockOut,
 ) {
     assert!(available(), "sgemm_packed without AVX2 or AVX-512");
-    let steps = taps.len();
+    let taps = steps.taps;
     assert!(
-        steps > 0 && b.k.is_multiple_of(steps) && !chunk.is_empty() && chunk.end <= b.k / steps,
-        "taps_block: {steps} taps, columns {chunk:?} for K {}",
+        steps.offsets.len() == b.k && steps.cs == a.cs,
+        "taps_block: {} steps of columns {} apart for K {} of columns {} apart",
+        steps.offsets.len(),
+        steps.cs,
+        b.k,
+        a.cs
+    );
+    assert!(
+        !chunk.is_empty() && chunk.end * taps <= b.k,
+        "taps_block: columns {chunk:?} of {taps} taps for K {}",
         b.k
     );
     assert!(
@@ -521,25 +566,24 @@ pub unsafe fn taps_block(
         "taps_block: {rows} rows for blocks of at most {}",
         b.block_rows()
     );
-    let last = taps.iter().max().map_or(0, |&t| t) + (rows - 1) * a.rs + (chunk.end - 1) * a.cs;
+    // The chunk's last column at its farthest tap, from its last row.
+    let last = (chunk.end - 1) * a.cs + steps.reach + (rows - 1) * a.rs;
     assert!(
         a.offset + last < a.data.len(),
         "taps_block: A read out of bounds"
     );
     let nr = b.nr;
     let cols = (b.n - p * nr).min(nr);
+    let ks = chunk.start * taps..chunk.end * taps;
     let lhs = Lhs {
-        view: MatRef {
-            offset: a.offset + chunk.start * a.cs,
-            ..a
-        },
-        taps,
+        view: a,
+        steps: &steps.offsets[ks.clone()],
         down: 0,
     };
-    let ks = chunk.start * steps..chunk.end * steps;
     let panel = &b.panel(p)[ks.start * nr..ks.end * nr];
     let ahead = b.ahead(p, ks, blk);
-    // SAFETY: AVX2 or AVX-512 and A's reads checked; the rest forwarded from the caller.
+    // SAFETY: AVX2 or AVX-512 and A's reads checked (every offset of the chunk's steps is at
+    // most its last column's at the farthest tap); the rest forwarded from the caller.
     unsafe {
         match out {
             BlockOut::Transposed { c, ldc, room } => {
@@ -595,7 +639,7 @@ unsafe fn block<const T: bool>(
     // SAFETY: forwarded from the caller.
     unsafe {
         let null = std::ptr::null();
-        match (init, a.taps != [0]) {
+        match (init, !a.steps.is_empty()) {
             (None, false) => {
                 by_shape::<T, false, false>(rows, a, (panel, nr), c, ldc, cols, null, ahead)
             }
@@ -668,7 +712,9 @@ unsafe fn by_shape<const T: bool, const I: bool, const S: bool>(
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (rows, a.view, a.down, panel, nr, c, ldc, cols, init, ahead);
+    let _ = (
+        rows, a.view, a.steps, a.down, panel, nr, c, ldc, cols, init, ahead,
+    );
 }
 
 /// [`by_shape`] on AVX2 (or for panels of 16 columns, packed where AVX2 ran): blocks of at
@@ -743,9 +789,8 @@ mod avx512 {
                 }
             }
         }
-        let (v, taps) = (a.view, a.taps);
+        let (v, steps) = (a.view, a.steps);
         let (ap, bp) = (v.data.as_ptr().add(v.offset), panel.as_ptr());
-        let (mut line, mut t) = (ap, 0);
         // The line of the block's last row `A_AHEAD_STEPS` k steps on (the next block reads
         // its first row's line again); past K it fetches whatever follows, never read. With
         // `down` 0 that is the line this step reads, in L1: a branch on `down` left the
@@ -765,24 +810,17 @@ mod avx512 {
             for (v, b) in b.iter_mut().enumerate() {
                 *b = _mm512_loadu_ps(bp.add(kk * nr + 16 * v));
             }
-            // With taps (`S`), tap `t` of column `line`: one loop over K (nested loops over
-            // columns and taps left the accumulators stored to the stack every step). The
-            // plain kernel keeps its two instructions fewer per step.
+            // With taps (`S`), the step's column from the table ([`super::TapSteps`]): one
+            // loop over K (nested loops over columns and taps left the accumulators stored
+            // to the stack every step, a tap index wrapping to the next column two of them).
             let col = match S {
-                true => line.add(*taps.get_unchecked(t)),
+                true => ap.add(*steps.get_unchecked(kk)),
                 false => ap.add(kk * v.cs),
             };
             for (i, acc) in acc.iter_mut().enumerate() {
                 let av = _mm512_set1_ps(*col.add(i * v.rs));
                 for (acc, &b) in acc.iter_mut().zip(&b) {
                     *acc = _mm512_fmadd_ps(av, b, *acc);
-                }
-            }
-            if S {
-                t += 1;
-                if t == taps.len() {
-                    t = 0;
-                    line = line.add(v.cs);
                 }
             }
         }

@@ -33,7 +33,7 @@ pub(super) unsafe fn kernel<const R: usize, const T: bool, const I: bool, const 
     init: *const f32,
 ) {
     let k = panel.len() / nr;
-    let (v, taps) = (a.view, a.taps);
+    let (v, steps) = (a.view, a.steps);
     let ap = v.data.as_ptr().add(v.offset);
     for s in 0..cols.div_ceil(16) {
         let strip = panel.as_ptr().add(16 * s);
@@ -45,26 +45,18 @@ pub(super) unsafe fn kernel<const R: usize, const T: bool, const I: bool, const 
                 }
             }
         }
-        let (mut line, mut t) = (ap, 0);
         for kk in 0..k {
             let b0 = _mm256_loadu_ps(strip.add(kk * nr));
             let b1 = _mm256_loadu_ps(strip.add(kk * nr + 8));
-            // As the AVX-512 kernel: with taps (`S`), tap `t` of column `line`.
+            // As the AVX-512 kernel: with taps (`S`), the step's column from the table.
             let col = match S {
-                true => line.add(*taps.get_unchecked(t)),
+                true => ap.add(*steps.get_unchecked(kk)),
                 false => ap.add(kk * v.cs),
             };
             for (i, acc) in acc.iter_mut().enumerate() {
                 let av = _mm256_set1_ps(*col.add(i * v.rs));
                 acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
                 acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
-            }
-            if S {
-                t += 1;
-                if t == taps.len() {
-                    t = 0;
-                    line = line.add(v.cs);
-                }
             }
         }
         for h in 0..2 {
