@@ -17,6 +17,7 @@ pub mod render;
 pub mod run;
 pub mod schema;
 pub mod stats;
+pub mod tandem_process;
 pub mod tandem_row;
 
 /// A `tandem-bench` subcommand: its clap arguments and what it does with them.

@@ -38,6 +38,9 @@ subcommands! {
     Compare => tandem_bench::compare::Args,
     /// The hybrid scheduler's benchmarks on the test bed: split vs grid, auto vs best device, held-out accuracy, overhead per node.
     Coexec => tandem_bench::coexec::Args,
+    /// One of tandem's rows, measured in this process and printed as JSON (`run` starts one per row and round).
+    #[command(hide = true)]
+    Row => tandem_bench::tandem_process::Args,
 }
 
 #[derive(Parser)]

@@ -172,6 +172,44 @@ pub fn max_abs_diff(got: &Named, want: &Named) -> Result<f64> {
     Ok(worst)
 }
 
+/// `name` as a file name (characters outside `[A-Za-z0-9._-]` become `_`).
+fn file_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| match c.is_ascii_alphanumeric() || "._-".contains(c) {
+            true => c,
+            false => '_',
+        })
+        .collect()
+}
+
+/// Each tensor of `named` as `<k>_<name>.npy` in `dir` (made if missing), with its name: how
+/// inputs and references reach a child process (onnxruntime's driver, tandem's rows).
+pub fn write_npys(named: &Named, dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    named
+        .iter()
+        .enumerate()
+        .map(|(k, (name, t))| {
+            let p = dir.join(format!("{k}_{}.npy", file_safe(name)));
+            std::fs::write(&p, tandem::npy::to_npy(t))
+                .map_err(|e| format!("{}: {e}", p.display()))?;
+            Ok((name.clone(), p))
+        })
+        .collect()
+}
+
+/// The tensors [`write_npys`] wrote (or a child process did), by name.
+pub fn read_npys(files: &[(String, PathBuf)]) -> Result<Named, String> {
+    files
+        .iter()
+        .map(|(name, p)| {
+            let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let t = tandem::npy::from_npy(&bytes).map_err(|e| format!("`{name}`: {e}"))?;
+            Ok((name.clone(), t))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

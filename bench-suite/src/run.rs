@@ -9,6 +9,7 @@ use crate::peers;
 use crate::render;
 use crate::schema::{Config, ModelResult, Report, Row, SCHEMA};
 use crate::stats::RunRule;
+use crate::tandem_process;
 use crate::tandem_row::{self, Variant};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -303,13 +304,14 @@ fn bench_model(
             };
             let mut tick = ticker(format!("{} tandem {}{tag}", case.name, target.placement()));
             tick(0);
-            let row = tandem_row::bench(
+            let row = tandem_process::bench(
                 &case.path,
                 &inputs,
                 reference.as_ref(),
                 target,
                 threads,
                 &rule(&cpu_share, &gpu_share),
+                work,
                 &mut tick,
             );
             rows.push((row, rule(cpu_rule, gpu_rule)));

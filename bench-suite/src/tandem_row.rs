@@ -1,6 +1,6 @@
 //! tandem's rows: one session per (model, placement), timed cold and under the run rule, with
 //! where each node ran, time per op type, the plan's prediction and the timeline of the median
-//! run.
+//! run. `run` measures each in a child process of its own (`tandem_process.rs`).
 //!
 //! Sits between the public `tandem` API (`Session`, `RunReport`, `Gpu::pooled_bytes`) and the
 //! report schema.

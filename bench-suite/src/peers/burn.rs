@@ -13,8 +13,8 @@
 //! it, `--quick` (CI) leaves burn out; with it, quick mode runs burn too and a missing driver
 //! fails the run. Full mode always has burn rows.
 
-use crate::models::{max_abs_diff, Named};
-use crate::peers::ort::{fill_timing, repo_root, DriverOutput};
+use crate::models::{max_abs_diff, write_npys, Named};
+use crate::peers::ort::{fill_timing, read_outputs, repo_root, DriverOutput};
 use crate::schema::Row;
 use crate::stats::RunRule;
 use serde::Deserialize;
@@ -71,7 +71,7 @@ pub fn bench(
     work: &Path,
 ) -> Vec<Row> {
     let exe = driver();
-    let inputs_written = write_inputs(inputs, &work.join("burn_in"));
+    let inputs_written = write_npys(inputs, &work.join("burn_in"));
     BACKENDS
         .iter()
         .map(|&(runtime, placement, backend)| {
@@ -125,21 +125,6 @@ pub fn bench(
         .collect()
 }
 
-/// Write `inputs` as `dir/{k}.npy`; returns (input name, file) pairs.
-fn write_inputs(inputs: &Named, dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    inputs
-        .iter()
-        .enumerate()
-        .map(|(k, (name, t))| {
-            let p = dir.join(format!("{k}.npy"));
-            std::fs::write(&p, tandem::npy::to_npy(t))
-                .map_err(|e| format!("{}: {e}", p.display()))?;
-            Ok((name.clone(), p))
-        })
-        .collect()
-}
-
 /// The row for one driver run from its stdout (the JSON report) and stderr (shown when there
 /// is no report). A report with `error` (model not imported, burn failed) is a failed row
 /// carrying that reason; otherwise latency, cold start and the outputs' max abs diff from
@@ -164,12 +149,7 @@ fn row_from_output(
         // burn's errors run over several lines; a row's error is one.
         return Err(e.split_whitespace().collect::<Vec<_>>().join(" "));
     }
-    let mut got = Vec::new();
-    for o in &d.outputs {
-        let bytes = std::fs::read(&o.path).map_err(|e| format!("{}: {e}", o.path.display()))?;
-        let t = tandem::npy::from_npy(&bytes).map_err(|e| format!("output `{}`: {e}", o.name))?;
-        got.push((o.name.clone(), t));
-    }
+    let got = read_outputs(&d.outputs)?;
     let mut row = Row::failed(runtime, placement, VERSION, String::new());
     row.error = None;
     if placement == "gpu" {

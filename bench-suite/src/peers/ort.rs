@@ -5,7 +5,7 @@
 //! Sits between the suite and the pip-installed onnxruntime; no binary download at build time.
 //! The Python is `$TANDEM_BENCH_PYTHON`, else `<repo>/.venv/bin/python` (made by setup.sh).
 
-use crate::models::{max_abs_diff, Named};
+use crate::models::{max_abs_diff, read_npys, write_npys, Named};
 use crate::schema::{Cold, OpTime, Row};
 use crate::stats::{Latency, RunRule};
 use serde::Deserialize;
@@ -55,6 +55,15 @@ pub(crate) struct DriverOutput {
     pub(crate) path: PathBuf,
 }
 
+/// The outputs a driver wrote.
+pub(crate) fn read_outputs(outputs: &[DriverOutput]) -> Result<Named, String> {
+    let files: Vec<(String, PathBuf)> = outputs
+        .iter()
+        .map(|o| (o.name.clone(), o.path.clone()))
+        .collect();
+    read_npys(&files).map_err(|e| format!("output {e}"))
+}
+
 /// The timing fields of a driver's row: cold start, latency under `rule`, throughput, peak RSS.
 pub(crate) fn fill_timing(
     row: &mut Row,
@@ -72,19 +81,6 @@ pub(crate) fn fill_timing(
     row.throughput_per_s = Some(latency.throughput());
     row.latency = Some(latency);
     row.peak_rss_mib = Some(peak_rss_kb / 1024.0);
-}
-
-/// `name` as a file name (characters outside `[A-Za-z0-9._-]` become `_`).
-fn safe(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// Measure `model` on onnxruntime with `threads` intra-op threads. Returns the row and
@@ -114,9 +110,7 @@ fn run(
     profile: bool,
     work: &Path,
 ) -> Result<(Row, Option<Named>), String> {
-    let in_dir = work.join("in");
     let out_dir = work.join("ort_out");
-    std::fs::create_dir_all(&in_dir).map_err(|e| format!("{}: {e}", in_dir.display()))?;
     let mut cmd = Command::new(python());
     cmd.arg(repo_root().join("scripts/ort_driver.py"))
         .arg("--model")
@@ -131,9 +125,7 @@ fn run(
             "--profile-runs",
             &(usize::from(profile) * profile_runs(rule)).to_string(),
         ]);
-    for (k, (name, t)) in inputs.iter().enumerate() {
-        let p = in_dir.join(format!("{k}_{}.npy", safe(name)));
-        std::fs::write(&p, tandem::npy::to_npy(t)).map_err(|e| format!("{}: {e}", p.display()))?;
+    for (name, p) in write_npys(inputs, &work.join("in"))? {
         cmd.arg("--input").arg(format!("{name}={}", p.display()));
     }
     let out = cmd.output().map_err(|e| {
@@ -153,12 +145,7 @@ fn run(
     }
     let d: DriverOut = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("ort_driver.py printed no report: {e}"))?;
-    let mut got = Vec::new();
-    for o in &d.outputs {
-        let bytes = std::fs::read(&o.path).map_err(|e| format!("{}: {e}", o.path.display()))?;
-        let t = tandem::npy::from_npy(&bytes).map_err(|e| format!("output `{}`: {e}", o.name))?;
-        got.push((o.name.clone(), t));
-    }
+    let got = read_outputs(&d.outputs)?;
     let mut row = Row::failed("onnxruntime", "cpu", &d.version, String::new());
     row.error = None;
     if let Some(want) = reference {
