@@ -327,6 +327,16 @@ pub fn tanh_f32(x: f32) -> f32 {
     }
 }
 
+/// Gelu's tanh approximation `0.5 x (1 + tanh u)`, `u = sqrt(2 / pi) (x + 0.044715 x^3)`, as
+/// `x / (1 + e^{-2u})` (the same function: `(1 + tanh u) / 2` is the logistic of `2u`): one
+/// exp and one division where tanh takes a polynomial, an exp, a division and a select, and no
+/// cancellation in `1 + tanh u` for negative x. e^{-2u} overflowing to +inf gives -0, the limit.
+#[inline(always)]
+fn gelu_tanh_f32(x: f32) -> f32 {
+    let u = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
+    x / (1.0 + exp_f32(-2.0 * u))
+}
+
 #[inline(always)]
 fn softplus_f32(x: f32) -> f32 {
     // log(exp(x) + 1) without overflow.
@@ -463,9 +473,7 @@ impl Unary {
             Tanh => par_map(x, o, tanh_f32),
             Erf => par_map(x, o, erf_f32),
             Gelu => par_map(x, o, |v| 0.5 * v * (1.0 + erf_f32(v * FRAC_1_SQRT_2))),
-            GeluTanh => par_map(x, o, |v| {
-                0.5 * v * (1.0 + tanh_f32(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)))
-            }),
+            GeluTanh => par_map(x, o, gelu_tanh_f32),
             HardSigmoid => par_map(x, o, |v| (a * v + b).clamp(0.0, 1.0)),
             HardSwish => par_map(x, o, |v| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
             Clip => par_map(x, o, |v| clip_f32(v, lo, hi)),

@@ -15,8 +15,8 @@
 //! scalar), Softmax and `MatMul(P, V)` become one
 //! Attention node (`fuse/attention.rs`), after those folds.
 //! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
-//! (`fuse/rms_norm.rs`), and the five-node exact Gelu of BERT-style exports one Gelu
-//! (`fuse/gelu.rs`). Before all that, a node that repeats an earlier node's op, attributes
+//! (`fuse/rms_norm.rs`), and the five-node exact Gelu of BERT-style exports and the nine-node
+//! tanh Gelu of jax2tf exports one Gelu (`fuse/gelu.rs`). Before all that, a node that repeats an earlier node's op, attributes
 //! and inputs is dropped and its readers read the earlier one's outputs (`fuse/repeated.rs`).
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
@@ -308,8 +308,11 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         dropped.extend(node.inputs.iter().flatten());
         node.inputs = vec![Some(chain.x)];
         node.op_type = "Gelu".into();
-        node.op = tandem_ops::unary::gelu(&tandem_ops::Attrs::new(20))
-            .expect("Gelu's default attributes are valid");
+        let mut attrs = tandem_ops::Attrs::new(20);
+        if chain.tanh {
+            attrs = attrs.with("approximate", tandem_ops::AttrValue::String("tanh".into()));
+        }
+        node.op = tandem_ops::unary::gelu(&attrs).expect("Gelu's attributes are valid");
         take_over(graph, &uses, i, &chain.rest, (&mut removed, &mut dropped));
         let node = &graph.nodes[i];
         summary.fused.push((node.name.clone(), label(node)));
@@ -542,9 +545,10 @@ fn fold_into_batch_norm(
 /// shape (inputs, constants), a Conv's output (its W's rank), the output of a node that keeps
 /// its input's rank (Concat: any input's; pools, BatchNormalization, Relu, Cast, Transpose,
 /// Slice and unary math) or of a broadcasting Add, Sub, Mul, Div or Sum (the largest of its
-/// inputs' ranks), a Reshape's to a constant shape (that shape's length), an Unsqueeze's
-/// (its own shape inference on a stand-in input of that rank: the number of axes it inserts
-/// does not depend on the dimensions), or a constant the pass can evaluate ([`const_of`]),
+/// inputs' ranks), a Reshape's to a constant shape (that shape's length), an Unsqueeze's or a
+/// Squeeze's of constant axes (its own shape inference on a stand-in input of that rank: the
+/// number of axes it inserts or drops does not depend on the dimensions), or a constant the
+/// pass can evaluate ([`const_of`]),
 /// looked up `depth` producers back at most.
 fn rank_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<usize> {
     if let Some(s) = &graph.values[v].shape {
@@ -566,10 +570,13 @@ fn rank_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<usize> 
         "Reshape" => Some(const_of(graph, uses, (*node.inputs.get(1)?)?, 4)?.numel()),
         "Concat" => ins.clone().find_map(rank),
         "Add" | "Sub" | "Mul" | "Div" | "Sum" => ins.map(rank).try_fold(0, |a, r| Some(a.max(r?))),
-        "Unsqueeze" => {
+        // A Squeeze only with its axes as an input (opset 13): without them it would squeeze
+        // every axis of the stand-in.
+        "Unsqueeze" | "Squeeze" => {
             let data = TensorMeta::new(DType::F32, vec![1; rank(node.inputs.first()?.as_ref()?)?]);
             let axes = match node.inputs.get(1).copied().flatten() {
                 Some(a) => Some(const_of(graph, uses, a, 4)?),
+                None if node.op_type == "Squeeze" => return None,
                 None => None,
             };
             let axes = axes.map(|t| TensorMeta {
