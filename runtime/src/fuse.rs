@@ -16,8 +16,9 @@
 //! Attention node (`fuse/attention.rs`), after those folds.
 //! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
 //! (`fuse/rms_norm.rs`), and the five-node exact Gelu of BERT-style exports and the nine-node
-//! tanh Gelu of jax2tf exports one Gelu (`fuse/gelu.rs`). Before all that, a node that repeats an earlier node's op, attributes
-//! and inputs is dropped and its readers read the earlier one's outputs (`fuse/repeated.rs`).
+//! tanh Gelu of jax2tf exports one Gelu (`fuse/gelu.rs`). Before all that, a node that repeats
+//! an earlier node's op, attributes and inputs is dropped and its readers read the earlier
+//! one's outputs (`fuse/repeated.rs`).
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
 //! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.
@@ -548,8 +549,7 @@ fn fold_into_batch_norm(
 /// inputs' ranks), a Reshape's to a constant shape (that shape's length), an Unsqueeze's or a
 /// Squeeze's of constant axes (its own shape inference on a stand-in input of that rank: the
 /// number of axes it inserts or drops does not depend on the dimensions), or a constant the
-/// pass can evaluate ([`const_of`]),
-/// looked up `depth` producers back at most.
+/// pass can evaluate ([`const_of`]), looked up `depth` producers back at most.
 fn rank_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<usize> {
     if let Some(s) = &graph.values[v].shape {
         return Some(s.len());
