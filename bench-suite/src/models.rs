@@ -198,6 +198,13 @@ pub fn write_npys(named: &Named, dir: &Path) -> Result<Vec<(String, PathBuf)>, S
         .collect()
 }
 
+/// The last three lines of a child process's stderr, joined by ` | `: why it failed, on one
+/// line of a row's error.
+pub fn stderr_tail(stderr: &str) -> String {
+    let last: Vec<&str> = stderr.lines().rev().take(3).collect();
+    last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
 /// The tensors [`write_npys`] wrote (or a child process did), by name.
 pub fn read_npys(files: &[(String, PathBuf)]) -> Result<Named, String> {
     files

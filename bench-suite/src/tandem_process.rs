@@ -12,7 +12,7 @@
 //!
 //! Sits between `run.rs` (rows and rounds) and `tandem_row.rs` (the measurement itself).
 
-use crate::models::{read_npys, write_npys, Named};
+use crate::models::{read_npys, stderr_tail, write_npys, Named};
 use crate::schema::Row;
 use crate::stats::RunRule;
 use crate::tandem_row::{self, Target, Variant};
@@ -119,13 +119,10 @@ fn run_child(
     let err = err_text.join().unwrap_or_default();
     match row {
         Some(row) if status.success() => row,
-        _ => {
-            let tail: Vec<&str> = err.lines().rev().take(3).collect();
-            Err(format!(
-                "`tandem-bench row` ended ({status}) without a row: {}",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ))
-        }
+        _ => Err(format!(
+            "`tandem-bench row` ended ({status}) without a row: {}",
+            stderr_tail(&err)
+        )),
     }
 }
 

@@ -13,7 +13,7 @@
 //! it, `--quick` (CI) leaves burn out; with it, quick mode runs burn too and a missing driver
 //! fails the run. Full mode always has burn rows.
 
-use crate::models::{max_abs_diff, write_npys, Named};
+use crate::models::{max_abs_diff, stderr_tail, write_npys, Named};
 use crate::peers::ort::{fill_timing, read_outputs, repo_root, DriverOutput};
 use crate::schema::Row;
 use crate::stats::RunRule;
@@ -138,12 +138,8 @@ fn row_from_output(
     rule: &RunRule,
 ) -> Result<Row, String> {
     let d: DriverOut = serde_json::from_slice(stdout).map_err(|e| {
-        let err = String::from_utf8_lossy(stderr);
-        let tail: Vec<&str> = err.lines().rev().take(3).collect();
-        format!(
-            "burn-driver printed no report ({e}): {}",
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        )
+        let tail = stderr_tail(&String::from_utf8_lossy(stderr));
+        format!("burn-driver printed no report ({e}): {tail}")
     })?;
     if let Some(e) = d.error {
         // burn's errors run over several lines; a row's error is one.

@@ -5,7 +5,7 @@
 //! Sits between the suite and the pip-installed onnxruntime; no binary download at build time.
 //! The Python is `$TANDEM_BENCH_PYTHON`, else `<repo>/.venv/bin/python` (made by setup.sh).
 
-use crate::models::{max_abs_diff, read_npys, write_npys, Named};
+use crate::models::{max_abs_diff, read_npys, stderr_tail, write_npys, Named};
 use crate::schema::{Cold, OpTime, Row};
 use crate::stats::{Latency, RunRule};
 use serde::Deserialize;
@@ -135,12 +135,10 @@ fn run(
         )
     })?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last: Vec<&str> = err.lines().rev().take(3).collect();
         return Err(format!(
             "ort_driver.py failed ({}): {}",
             out.status,
-            last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            stderr_tail(&String::from_utf8_lossy(&out.stderr))
         ));
     }
     let d: DriverOut = serde_json::from_slice(&out.stdout)
