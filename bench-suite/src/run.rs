@@ -260,6 +260,7 @@ fn bench_model(
     };
     // Each round runs every row once with its share of the rule; later rounds' rows pool
     // into the first's (same order).
+    let mut tandem_files = None;
     for round in 0..rounds {
         let (cpu_share, gpu_share) = (cpu_rule.share(rounds), gpu_rule.share(rounds));
         let tag = match rounds {
@@ -304,14 +305,15 @@ fn bench_model(
             };
             let mut tick = ticker(format!("{} tandem {}{tag}", case.name, target.placement()));
             tick(0);
+            let files = tandem_files.get_or_insert_with(|| {
+                tandem_process::RowFiles::write(&inputs, reference.as_ref(), work)
+            });
             let row = tandem_process::bench(
                 &case.path,
-                &inputs,
-                reference.as_ref(),
+                files.as_ref(),
                 target,
                 threads,
                 &rule(&cpu_share, &gpu_share),
-                work,
                 &mut tick,
             );
             rows.push((row, rule(cpu_rule, gpu_rule)));

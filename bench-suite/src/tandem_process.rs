@@ -35,54 +35,66 @@ const ROW: &str = "row ";
 /// The prefix of a progress line, before the count of timed runs.
 const RUNS: &str = "runs ";
 
-/// Measure `model` on `target` in a child process (`tandem-bench row`); never panics (a
-/// failure, the child's crash included, is a row with `error` set). `work` holds the .npy
-/// files; `tick(done)` reports the child's timed runs.
-#[allow(clippy::too_many_arguments)]
+/// A model's inputs and reference as .npy files in `work`, and the JSON file naming them that
+/// each of its tandem rows' child processes reads: written once per model, before its first
+/// tandem row (the reference, where onnxruntime's outputs are it, is known by then).
+pub struct RowFiles(PathBuf);
+
+impl RowFiles {
+    pub fn write(
+        inputs: &Named,
+        reference: Option<&Named>,
+        work: &Path,
+    ) -> Result<RowFiles, String> {
+        let io = Io {
+            inputs: write_npys(inputs, &work.join("tandem_in"))?,
+            reference: reference
+                .map(|r| write_npys(r, &work.join("tandem_reference")))
+                .transpose()?,
+        };
+        let io_file = work.join("tandem_io.json");
+        let json = serde_json::to_vec(&io).map_err(|e| e.to_string())?;
+        std::fs::write(&io_file, json).map_err(|e| format!("{}: {e}", io_file.display()))?;
+        Ok(RowFiles(io_file))
+    }
+}
+
+/// Measure `model` on `target` in a child process (`tandem-bench row`) reading `files` (or
+/// failing with why they were not written); never panics (a failure, the child's crash
+/// included, is a row with `error` set). `tick(done)` reports the child's timed runs.
 pub fn bench(
     model: &Path,
-    inputs: &Named,
-    reference: Option<&Named>,
+    files: Result<&RowFiles, &String>,
     target: Target,
     threads: usize,
     rule: &RunRule,
-    work: &Path,
     tick: &mut dyn FnMut(usize),
 ) -> Row {
     let placement = target.placement();
-    std::env::current_exe()
-        .map_err(|e| format!("the suite's own binary: {e}"))
-        .and_then(|exe| {
-            let io = (inputs, reference, work);
-            run_child(&exe, model, io, target, threads, rule, tick)
-        })
-        .unwrap_or_else(|e| Row::failed("tandem", &placement, env!("CARGO_PKG_VERSION"), e))
+    let exe = std::env::current_exe().map_err(|e| format!("the suite's own binary: {e}"));
+    match (exe, files) {
+        (Ok(exe), Ok(files)) => run_child(&exe, model, files, target, threads, rule, tick),
+        (Err(e), _) => Err(e),
+        (_, Err(e)) => Err(e.clone()),
+    }
+    .unwrap_or_else(|e| Row::failed("tandem", &placement, env!("CARGO_PKG_VERSION"), e))
 }
 
 /// [`bench`] through `exe row ...`.
 fn run_child(
     exe: &Path,
     model: &Path,
-    (inputs, reference, work): (&Named, Option<&Named>, &Path),
+    files: &RowFiles,
     target: Target,
     threads: usize,
     rule: &RunRule,
     tick: &mut dyn FnMut(usize),
 ) -> Result<Row, String> {
-    let io = Io {
-        inputs: write_npys(inputs, &work.join("tandem_in"))?,
-        reference: reference
-            .map(|r| write_npys(r, &work.join("tandem_reference")))
-            .transpose()?,
-    };
-    let io_file = work.join("tandem_io.json");
-    let json = serde_json::to_vec(&io).map_err(|e| e.to_string())?;
-    std::fs::write(&io_file, json).map_err(|e| format!("{}: {e}", io_file.display()))?;
     let mut cmd = Command::new(exe);
     cmd.arg("row")
         .arg(model)
         .arg("--io")
-        .arg(&io_file)
+        .arg(&files.0)
         .args(["--placement", target.variant.name()])
         .args(["--suffix", target.suffix])
         .args(["--threads", &threads.to_string()])
@@ -237,12 +249,12 @@ mod tests {
             min_secs: 0.0,
             max_secs: 1.0,
         };
-        let io = (&inputs, Some(&inputs), work.as_path());
+        let files = RowFiles::write(&inputs, Some(&inputs), &work).unwrap();
         let model = Path::new("model.onnx");
         let got = run_child(
             Path::new("/bin/sh"),
             model,
-            io,
+            &files,
             target,
             1,
             &rule,
