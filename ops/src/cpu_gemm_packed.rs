@@ -530,9 +530,9 @@ pub enum BlockOut {
 /// `blk`-th fetches the `blk`-th stretch of what the task reads next into L2
 /// ([`PackedB::ahead`]).
 ///
-/// Panics without AVX2 or AVX-512, `rows` exceeds [`PackedB::block_rows`], `steps` are not
-/// B's K or not `a`'s columns, `chunk` is empty or past K, or a read of A would leave
-/// `a.data`.
+/// Panics without AVX2 or AVX-512, `rows` exceeds [`PackedB::block_rows`], `steps` have no
+/// taps, are not B's K or not `a`'s columns, `chunk` is empty or past K, or a read of A would
+/// leave `a.data`.
 ///
 /// # Safety
 /// `init` (where given) and a partial `out` cover `rows x b.panel_width()` floats (they may
@@ -557,7 +557,7 @@ pub unsafe fn taps_block(
         a.cs
     );
     assert!(
-        !chunk.is_empty() && chunk.end * taps <= b.k,
+        taps > 0 && !chunk.is_empty() && chunk.end * taps <= b.k,
         "taps_block: columns {chunk:?} of {taps} taps for K {}",
         b.k
     );
