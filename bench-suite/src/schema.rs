@@ -155,7 +155,8 @@ impl Row {
         }
         if let (Some(a), Some(b)) = (&self.latency, later.latency) {
             let samples = a.samples_ms.iter().copied().chain(b.samples_ms).collect();
-            let pooled = Latency::from_samples(samples, rule);
+            let mut pooled = Latency::from_samples(samples, rule);
+            pooled.round_p50_ms = [&a.round_p50_ms[..], &b.round_p50_ms].concat();
             self.throughput_per_s = Some(pooled.throughput());
             self.latency = Some(pooled);
         }
@@ -289,6 +290,11 @@ mod tests {
             (1.0, 3.0, 5.0, 4)
         );
         assert!(!l.capped, "four samples meet the whole rule's four");
+        assert_eq!(
+            l.round_p50_ms,
+            vec![1.0, 3.0],
+            "each round's own median, in order"
+        );
         assert_eq!(row.throughput_per_s, Some(1e3 / 3.25));
         assert_eq!(
             (row.peak_rss_mib, row.max_abs_diff),

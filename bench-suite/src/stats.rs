@@ -83,6 +83,11 @@ pub struct Latency {
     pub capped: bool,
     /// Every sample, in run order (the HTML report plots their distribution).
     pub samples_ms: Vec<f64>,
+    /// Each round's own median (`run --rounds`), in round order: one entry for a row measured
+    /// in one turn. The summary's ratios pair two rows' rounds ([`Latency::paired_ratios`]).
+    /// Reports from before it existed read as empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round_p50_ms: Vec<f64>,
 }
 
 /// The `q`-quantile (0..=1) of sorted `v` by the nearest-rank method; NaN when empty.
@@ -112,7 +117,19 @@ impl Latency {
             max_ms: sorted.last().copied().unwrap_or(f64::NAN),
             capped: n < rule.min_iters || sum / 1e3 < rule.min_secs,
             samples_ms,
+            round_p50_ms: vec![percentile(&sorted, 0.50)],
         }
+    }
+
+    /// `self / other` per round, round i of each taken together (the rows of a model take
+    /// turns, so round i of each ran within seconds of the other, on the same host speed);
+    /// empty unless both have the same number of rounds, at least two.
+    pub fn paired_ratios(&self, other: &Latency) -> Vec<f64> {
+        let (a, b) = (&self.round_p50_ms, &other.round_p50_ms);
+        if a.len() < 2 || a.len() != b.len() {
+            return Vec::new();
+        }
+        a.iter().zip(b).map(|(x, y)| x / y).collect()
     }
 
     /// Inferences per second at the mean latency (one stream).

@@ -47,7 +47,7 @@ pub fn page(r: &Report) -> String {
         if r.config.quick { " &middot; quick mode" } else { "" },
     );
     s += "<h2>Summary</h2>";
-    s += &table(&tables::summary(r));
+    s += &table(&tables::summary(&r.models));
     s += "<h3>tandem cpu / peer (median latency; left of 1x: tandem faster)</h3>";
     s += &svg::ratio_chart(r);
     s += &table(&tables::cold_starts(r));

@@ -6,6 +6,7 @@
 //! cells.
 
 use crate::schema::{GemmResult, ModelResult, Report, Row};
+use crate::stats::Latency;
 
 /// A table: header and rows of cells.
 pub struct Table {
@@ -23,10 +24,23 @@ fn ms(v: Option<f64>) -> String {
     }
 }
 
-fn ratio(a: Option<f64>, b: Option<f64>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) if a.is_finite() && b > 0.0 => format!("{:.2}x", a / b),
-        _ => "-".into(),
+/// `a / b` of two rows' medians, then, where both took the same rounds, the lowest and highest
+/// of their per-round ratios ([`Latency::paired_ratios`]): `1.19x (1.02-1.29)`. On a host
+/// whose speed drifts between processes the range shows how far one round's draw moves it.
+fn ratio(a: Option<&Latency>, b: Option<&Latency>) -> String {
+    let (Some(a), Some(b)) = (a, b) else {
+        return "-".into();
+    };
+    if !a.p50_ms.is_finite() || b.p50_ms <= 0.0 {
+        return "-".into();
+    }
+    let head = format!("{:.2}x", a.p50_ms / b.p50_ms);
+    let rounds = a.paired_ratios(b);
+    let lo = rounds.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = rounds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match lo.is_finite() && hi.is_finite() {
+        true => format!("{head} ({lo:.2}-{hi:.2})"),
+        false => head,
     }
 }
 
@@ -47,9 +61,14 @@ pub fn find<'a>(m: &'a ModelResult, runtime: &str, placement: &str) -> Option<&'
         .find(|r| r.runtime == runtime && r.placement == placement && r.error.is_none())
 }
 
+/// Steady-state latency of `runtime placement` in `m`.
+fn latency<'a>(m: &'a ModelResult, runtime: &str, placement: &str) -> Option<&'a Latency> {
+    find(m, runtime, placement).and_then(|r| r.latency.as_ref())
+}
+
 /// Median latency of `runtime placement` in `m`, ms.
 pub fn p50(m: &ModelResult, runtime: &str, placement: &str) -> Option<f64> {
-    find(m, runtime, placement).and_then(|r| r.latency.as_ref().map(|l| l.p50_ms))
+    latency(m, runtime, placement).map(|l| l.p50_ms)
 }
 
 /// Cold start (load + first run) of `runtime placement` in `m`, ms.
@@ -58,7 +77,7 @@ pub fn cold(m: &ModelResult, runtime: &str, placement: &str) -> Option<f64> {
 }
 
 /// One line per model: steady-state medians, tandem/peer ratios.
-pub fn summary(r: &Report) -> Table {
+pub fn summary(models: &[ModelResult]) -> Table {
     let head = [
         "model",
         "tandem cpu",
@@ -75,35 +94,34 @@ pub fn summary(r: &Report) -> Table {
         "auto-nosplit",
         "auto/cpu",
     ];
-    let rows = r
-        .models
+    let rows = models
         .iter()
         .map(|m| {
-            let cpu = p50(m, "tandem", "cpu");
-            let gpu = p50(m, "tandem", "gpu");
-            let auto = p50(m, "tandem", "auto");
-            let burn = p50(m, "burn-wgpu", "gpu");
-            let burn_nd = p50(m, "burn-ndarray", "cpu");
+            let l = |runtime, placement| latency(m, runtime, placement);
+            let p = |runtime, placement| ms(p50(m, runtime, placement));
+            let (cpu, gpu, auto) = (l("tandem", "cpu"), l("tandem", "gpu"), l("tandem", "auto"));
             vec![
                 m.name.clone(),
-                ms(cpu),
-                ms(p50(m, "onnxruntime", "cpu")),
-                ms(p50(m, "tract", "cpu")),
-                ratio(cpu, p50(m, "onnxruntime", "cpu")),
-                ratio(cpu, p50(m, "tract", "cpu")),
-                ms(burn_nd),
-                ratio(cpu, burn_nd),
-                ms(gpu),
-                ms(burn),
-                ratio(gpu, burn),
-                ms(auto),
-                ms(p50(m, "tandem", "auto-nosplit")),
+                p("tandem", "cpu"),
+                p("onnxruntime", "cpu"),
+                p("tract", "cpu"),
+                ratio(cpu, l("onnxruntime", "cpu")),
+                ratio(cpu, l("tract", "cpu")),
+                p("burn-ndarray", "cpu"),
+                ratio(cpu, l("burn-ndarray", "cpu")),
+                p("tandem", "gpu"),
+                p("burn-wgpu", "gpu"),
+                ratio(gpu, l("burn-wgpu", "gpu")),
+                p("tandem", "auto"),
+                p("tandem", "auto-nosplit"),
                 ratio(auto, cpu),
             ]
         })
         .collect();
     Table {
-        title: "Steady state: median latency, ms (ratios < 1 mean tandem is faster)".into(),
+        title: "Steady state: median latency, ms (ratios < 1 mean tandem is faster; in brackets \
+                the lowest and highest of the rounds' own ratios)"
+            .into(),
         head: head.iter().map(|s| s.to_string()).collect(),
         rows,
     }
@@ -296,7 +314,7 @@ pub fn gemm(g: &GemmResult) -> Table {
 
 /// Every table of the report, in reading order.
 pub fn all(r: &Report) -> Vec<Table> {
-    let mut t = vec![summary(r), cold_starts(r), misses(&r.models)];
+    let mut t = vec![summary(&r.models), cold_starts(r), misses(&r.models)];
     t.extend(r.gemm.iter().map(gemm));
     t.extend(r.models.iter().map(model_rows));
     t
@@ -428,6 +446,39 @@ mod tests {
             reference: "test_data".into(),
             rows,
         }
+    }
+
+    /// A row measured in rounds of the given own medians (each round three equal samples).
+    fn rounds(runtime: &str, medians: &[f64]) -> Row {
+        let rule = RunRule {
+            min_iters: 1,
+            min_secs: 0.0,
+            max_secs: 1.0,
+        };
+        let mut r = row(runtime, medians[0], &[]);
+        for (i, &p50) in medians.iter().enumerate().skip(1) {
+            r.pool(row(runtime, p50, &[]), i, &rule);
+        }
+        r
+    }
+
+    #[test]
+    fn summary_ratios_give_the_range_of_the_rounds_own_ratios() {
+        let m = model(
+            "m",
+            vec![
+                rounds("tandem", &[4.0, 6.0, 5.0]),
+                rounds("onnxruntime", &[4.0, 4.0, 5.0]),
+                rounds("tract", &[8.0, 8.0]),
+            ],
+        );
+        let t = summary(&[m]);
+        let cell = |name: &str| t.rows[0][t.head.iter().position(|h| h == name).unwrap()].clone();
+        // Pooled medians 5 (of 4,4,4,6,6,6,5,5,5) and 4: 1.25x; rounds 1.00, 1.50, 1.00.
+        assert_eq!(cell("cpu/ORT"), "1.25x (1.00-1.50)");
+        // tract took two rounds against tandem's three: no pairs, the ratio alone.
+        assert_eq!(cell("cpu/tract"), "0.62x");
+        assert_eq!(cell("cpu/burn-nd"), "-");
     }
 
     #[test]
