@@ -410,6 +410,18 @@ fn default_domain(node: &Node) -> bool {
     node.domain.is_empty() || node.domain == "ai.onnx"
 }
 
+/// Node `n` is `op` in the default domain with one output.
+fn is(graph: &Graph, n: usize, op: &str) -> bool {
+    let node = &graph.nodes[n];
+    node.op_type == op && default_domain(node) && node.outputs.len() == 1
+}
+
+/// Node `n` is `op` ([`is`]) of `x` and `y`, in either order.
+fn is_op_of(graph: &Graph, n: usize, op: &str, x: ValueId, y: ValueId) -> bool {
+    let ins = &graph.nodes[n].inputs[..];
+    is(graph, n, op) && (ins == [Some(x), Some(y)] || ins == [Some(y), Some(x)])
+}
+
 /// The nodes of `parts` (reading Conv `i`'s output, directly or through the nodes before them)
 /// are absorbed, one report entry per part: the Conv takes over the last node's output, the
 /// nodes are removed, and their other inputs (constants) are left to [`drop_unread`].

@@ -21,7 +21,7 @@
 //! Clip(-inf), Clip(+inf) are the effective bounds whether they come from attributes (old
 //! opsets) or inputs. HardSigmoid's alpha and beta come from the op (`Unary::kind_alpha_beta`).
 
-use super::{const_of, default_domain, eval, Uses};
+use super::{const_of, default_domain, eval, is, is_op_of, Uses};
 use crate::graph::{Graph, ValueId};
 use tandem_ops::conv::{Activation, Epilogue};
 use tandem_ops::unary::{Unary, UnaryKind};
@@ -110,20 +110,6 @@ fn out_rank(graph: &Graph, uses: &Uses, i: usize) -> usize {
         .map_or(3, |t| t.shape.len().max(3))
 }
 
-/// Node `n` is `op` in the default domain with one output.
-fn is(graph: &Graph, n: usize, op: &str) -> bool {
-    let node = &graph.nodes[n];
-    node.op_type == op && default_domain(node) && node.outputs.len() == 1
-}
-
-/// Node `n` is a Mul of `x` and `y` (in either order).
-fn is_mul_of(graph: &Graph, n: usize, x: ValueId, y: ValueId) -> bool {
-    let ins = &graph.nodes[n].inputs;
-    is(graph, n, "Mul")
-        && ins.len() == 2
-        && (ins[..] == [Some(x), Some(y)] || ins[..] == [Some(y), Some(x)])
-}
-
 /// The activation reading `out` (the Conv's output) and the nodes it spans.
 fn activation(
     graph: &Graph,
@@ -193,7 +179,7 @@ fn gated(
         return None;
     };
     let g_out = gate.outputs[0];
-    if !is_mul_of(graph, m, out, g_out) || uses.sole_reader(g_out) != Some(m) {
+    if !is_op_of(graph, m, "Mul", out, g_out) || uses.sole_reader(g_out) != Some(m) {
         return None;
     }
     Some((act, vec![Part::one(g), Part::one(m)]))
@@ -219,7 +205,7 @@ fn hard_swish_chain(
     }
     let (lo, hi) = clip_bounds(graph, uses, clip)?;
     let clip_out = graph.nodes[clip].outputs[0];
-    if uses.sole_reader(clip_out) != Some(m) || !is_mul_of(graph, m, out, clip_out) {
+    if uses.sole_reader(clip_out) != Some(m) || !is_op_of(graph, m, "Mul", out, clip_out) {
         return None;
     }
     let m_out = graph.nodes[m].outputs[0];

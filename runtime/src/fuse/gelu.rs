@@ -12,7 +12,7 @@
 //! constants must be scalars (or one-element tensors) within 1e-6 of their values, and every
 //! value between the chain's nodes read by the next node only.
 
-use super::{const_of, default_domain, rank_of, scalar, Uses};
+use super::{const_of, is, is_op_of, rank_of, scalar, Uses};
 use crate::graph::{Graph, ValueId};
 
 /// A Gelu chain found from its first node.
@@ -46,29 +46,15 @@ fn by_scalar(
         let s = scalar(graph, uses, v)? as f64;
         ((s - want).abs() <= 1e-6 * want).then_some(const_of(graph, uses, v, 4)?.shape.len())
     };
-    let nd = &graph.nodes[n];
-    if !ops.contains(&nd.op_type.as_str()) || !default_domain(nd) || nd.outputs.len() != 1 {
+    if !ops.iter().any(|op| is(graph, n, op)) {
         return None;
     }
+    let nd = &graph.nodes[n];
     match nd.inputs.as_slice() {
         [Some(a), Some(c)] if *a == cur => near(*c),
         [Some(c), Some(a)] if *a == cur && nd.op_type != "Div" => near(*c),
         _ => None,
     }
-}
-
-/// Node `n` is `op(a, b)` or `op(b, a)` (default domain, one output).
-fn reads_both(graph: &Graph, n: usize, op: &str, a: ValueId, b: ValueId) -> Option<()> {
-    let nd = &graph.nodes[n];
-    let pair = match nd.inputs.as_slice() {
-        [Some(p), Some(q)] => (*p, *q),
-        _ => return None,
-    };
-    (nd.op_type == op
-        && default_domain(nd)
-        && nd.outputs.len() == 1
-        && (pair == (a, b) || pair == (b, a)))
-        .then_some(())
 }
 
 /// The chain's constants broadcast nothing: each of rank 0, or at most `x`'s rank where the
@@ -87,14 +73,11 @@ fn exact_from(graph: &Graph, uses: &Uses, i: usize) -> Option<GeluChain> {
     let r0 = by_scalar(graph, uses, i, &["Div"], x, sqrt2)
         .or_else(|| by_scalar(graph, uses, i, &["Mul"], x, 1.0 / sqrt2))?;
     let erf = next(out(i))?;
-    let erf_node = &graph.nodes[erf];
-    if erf_node.op_type != "Erf" || !default_domain(erf_node) {
-        return None;
-    }
+    is(graph, erf, "Erf").then_some(())?;
     let add = next(out(erf))?;
     let r1 = by_scalar(graph, uses, add, &["Add"], out(erf), 1.0)?;
     let times_x = next(out(add))?;
-    reads_both(graph, times_x, "Mul", x, out(add))?;
+    is_op_of(graph, times_x, "Mul", x, out(add)).then_some(())?;
     let half = next(out(times_x))?;
     let r2 = by_scalar(graph, uses, half, &["Mul"], out(times_x), 0.5)?;
     keeps_rank(graph, uses, x, &[r0, r1, r2])?;
@@ -117,25 +100,22 @@ fn tanh_from(graph: &Graph, uses: &Uses, i: usize) -> Option<GeluChain> {
     let next = |v: ValueId| uses.sole_reader(v);
     // x * (x * (0.044715 x)), then x + that.
     let sq = next(out(i))?;
-    reads_both(graph, sq, "Mul", x, out(i))?;
+    is_op_of(graph, sq, "Mul", x, out(i)).then_some(())?;
     let cube = next(out(sq))?;
-    reads_both(graph, cube, "Mul", x, out(sq))?;
+    is_op_of(graph, cube, "Mul", x, out(sq)).then_some(())?;
     let inner = next(out(cube))?;
-    reads_both(graph, inner, "Add", x, out(cube))?;
+    is_op_of(graph, inner, "Add", x, out(cube)).then_some(())?;
     let scaled = next(out(inner))?;
     let c = (2.0 / std::f64::consts::PI).sqrt();
     let r1 = by_scalar(graph, uses, scaled, &["Mul"], out(inner), c)?;
     let tanh = next(out(scaled))?;
-    let tn = &graph.nodes[tanh];
-    if tn.op_type != "Tanh" || !default_domain(tn) {
-        return None;
-    }
+    is(graph, tanh, "Tanh").then_some(())?;
     let plus_one = next(out(tanh))?;
     let r2 = by_scalar(graph, uses, plus_one, &["Add"], out(tanh), 1.0)?;
     let half = next(out(plus_one))?;
     let r3 = by_scalar(graph, uses, half, &["Mul"], out(plus_one), 0.5)?;
     let times_x = next(out(half))?;
-    reads_both(graph, times_x, "Mul", x, out(half))?;
+    is_op_of(graph, times_x, "Mul", x, out(half)).then_some(())?;
     keeps_rank(graph, uses, x, &[r0, r1, r2, r3])?;
     Some(GeluChain {
         x,

@@ -8,7 +8,7 @@
 //! 1-D f32 constant scale: whatever the input's rank, that is RMSNormalization over the last
 //! axis with the same broadcasting.
 
-use super::{const_of, default_domain, scalar, Uses};
+use super::{const_of, is, scalar, Uses};
 use crate::graph::{Graph, ValueId};
 
 /// An RMSNorm chain found from its first node.
@@ -24,10 +24,7 @@ pub(super) struct RmsChain {
 /// The RMSNorm chain that starts at node `i` (`Pow(x, 2)` or `Mul(x, x)`), when every value
 /// between its nodes has the next node as its only reader.
 pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<RmsChain> {
-    let node = |n: usize, op: &str| {
-        let nd = &graph.nodes[n];
-        (nd.op_type == op && default_domain(nd) && nd.outputs.len() == 1).then_some(nd)
-    };
+    let node = |n: usize, op: &str| is(graph, n, op).then_some(&graph.nodes[n]);
     let first = &graph.nodes[i];
     let x = match (first.op_type.as_str(), first.inputs.as_slice()) {
         ("Pow", [Some(x), Some(e)]) if scalar(graph, uses, *e) == Some(2.0) => *x,
