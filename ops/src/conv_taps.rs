@@ -21,6 +21,17 @@
 //! A strided conv reads `sh x sw` phase planes of each channel instead, where its taps are
 //! shifted lines again ([`Lines`]).
 //!
+//! On AVX-512 a tile whose every position is in the line loads its vectors plain; only a
+//! line's last, part-filled tile masks its loads (likely why: a zero-masking load needs a
+//! vector uop besides the load on Intel cores, on the ports the FMAs use; not confirmed, this
+//! host has no counters). Masking every load had cost (one process, the two alternated, 1
+//! thread unless noted) squeezenet's 16 -> 64 3x3 on 55x55 1.11x the time
+//! (1.07x on 2 threads), a 7x7/2 3 -> 64 first conv on 224x224 1.11x, 16 -> 16 3x3 on 80x80
+//! 1.10x, 1x1s through `conv_pointwise.rs` 1.06-1.14x (128 -> 16 on 55x55 even). Whole
+//! models, one session alternating the two 40 times: squeezenet 0.98x of its time (median of
+//! the rounds' ratios, quartiles 0.95-1.02), inception_v1 even (docs/bench.md, "Plain loads in
+//! the taps kernel").
+//!
 //! A conv of a kept W on a plane under 40x40 ([`MIN_PIXELS_BESIDE_IMPLICIT`]) takes the packed
 //! path's im2col read in place instead (`conv_implicit.rs`), measured faster there.
 //!
@@ -484,11 +495,15 @@ pub(in crate::conv) unsafe fn tile(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract.
     unsafe {
-        match (offs, crate::simd::avx512()) {
-            ([0], true) => avx512::tile::<true>(x, plane, c, offs, wb, out, to),
-            (_, true) => avx512::tile::<false>(x, plane, c, offs, wb, out, to),
-            ([0], false) => avx2::tile::<true>(x, plane, c, offs, wb, out, to),
-            (_, false) => avx2::tile::<false>(x, plane, c, offs, wb, out, to),
+        // Every lane of every load inside the positions: plain loads (module docs).
+        let full = to.positions >= NP;
+        match (offs, crate::simd::avx512(), full) {
+            ([0], true, true) => avx512::tile::<true, true>(x, plane, c, offs, wb, out, to),
+            ([0], true, false) => avx512::tile::<true, false>(x, plane, c, offs, wb, out, to),
+            (_, true, true) => avx512::tile::<false, true>(x, plane, c, offs, wb, out, to),
+            (_, true, false) => avx512::tile::<false, false>(x, plane, c, offs, wb, out, to),
+            ([0], false, _) => avx2::tile::<true>(x, plane, c, offs, wb, out, to),
+            (_, false, _) => avx2::tile::<false>(x, plane, c, offs, wb, out, to),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -518,6 +533,7 @@ mod avx512 {
     /// `MR x 16 NV` outputs: `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`,
     /// of which the first `to.rows` rows and `to.positions` columns are read and stored at
     /// stride `to.ld`, columns in the gaps skipped ([`TileOut`], [`RowGaps`]).
+    /// `FULL`: `to.positions` is at least `16 NV`, and the loads are not masked.
     ///
     /// # Safety
     /// AVX-512F present; `x` readable at `c plane + offs[t] + j` for every `c`, `t`,
@@ -526,7 +542,7 @@ mod avx512 {
     /// columns not in a gap) for `i < rows.min(MR)`; with gaps, rows of at least [`MIN_ROW`]
     /// positions; a bias readable at `i < rows.min(MR)`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile<const ONE: bool>(
+    pub(super) unsafe fn tile<const ONE: bool, const FULL: bool>(
         x: *const f32,
         plane: usize,
         c: usize,
@@ -559,7 +575,10 @@ mod avx512 {
                 _mm_prefetch::<_MM_HINT_T0>(xs.wrapping_add(2 * NP).cast());
                 let mut xv = [_mm512_setzero_ps(); NV];
                 for (v, xv) in xv.iter_mut().enumerate() {
-                    *xv = _mm512_maskz_loadu_ps(masks[v], xs.add(16 * v));
+                    *xv = match FULL {
+                        true => _mm512_loadu_ps(xs.add(16 * v)),
+                        false => _mm512_maskz_loadu_ps(masks[v], xs.add(16 * v)),
+                    };
                 }
                 for (i, acc) in acc.iter_mut().enumerate() {
                     let wv = _mm512_set1_ps(*wp.add(i));
