@@ -12,7 +12,7 @@
 //! constants must be scalars (or one-element tensors) within 1e-6 of their values, and every
 //! value between the chain's nodes read by the next node only.
 
-use super::{const_of, is, is_op_of, rank_of, scalar, Uses};
+use super::{const_of, is, is_op_of, rank_of, Uses};
 use crate::graph::{Graph, ValueId};
 
 /// A Gelu chain found from its first node.
@@ -42,9 +42,14 @@ fn by_scalar(
     cur: ValueId,
     want: f64,
 ) -> Option<usize> {
+    // The constant evaluated once: its one value, then its rank.
     let near = |v: ValueId| {
-        let s = scalar(graph, uses, v)? as f64;
-        ((s - want).abs() <= 1e-6 * want).then_some(const_of(graph, uses, v, 4)?.shape.len())
+        let t = const_of(graph, uses, v, 4)?;
+        let s = match t.as_f32()? {
+            [s] => *s as f64,
+            _ => return None,
+        };
+        ((s - want).abs() <= 1e-6 * want).then_some(t.shape.len())
     };
     if !ops.iter().any(|op| is(graph, n, op)) {
         return None;
