@@ -41,6 +41,12 @@ pub(crate) trait Lanes: Copy {
     /// The even and the odd lanes of `a` then `b` (columns 0, 2, .. and 1, 3, .. of the
     /// 2N columns they hold).
     unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self);
+    /// [`Lanes::evens_odds`] in an order of the set's own, the same for both vectors and for
+    /// every call, so lane-wise operations on such vectors commute with it; [`Lanes::in_order`]
+    /// puts one back in column order (AVX2 saves a permute per vector until then).
+    unsafe fn evens_odds_unordered(a: Self, b: Self) -> (Self, Self);
+    /// A vector of [`Lanes::evens_odds_unordered`]'s order in column order.
+    unsafe fn in_order(v: Self) -> Self;
     /// Lanes `by..N + by` of `a` then `b` (`by` 1 or 2, or N - 1 or N - 2), the lanes off in
     /// `mask` zero.
     unsafe fn across(a: Self, b: Self, by: usize, mask: Self::Mask) -> Self;
@@ -157,14 +163,22 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn evens_odds(a: Self, b: Self) -> (Self, Self) {
-        // Per 128-bit half: a's evens (odds), then b's; then the 64-bit quarters reordered
-        // to a's low, a's high, b's low, b's high.
+        let (e, o) = Self::evens_odds_unordered(a, b);
+        (Self::in_order(e), Self::in_order(o))
+    }
+    #[inline(always)]
+    unsafe fn evens_odds_unordered(a: Self, b: Self) -> (Self, Self) {
+        // Per 128-bit half: a's evens (odds), then b's.
         let e = _mm256_shuffle_ps::<0b10_00_10_00>(a.0, b.0);
         let o = _mm256_shuffle_ps::<0b11_01_11_01>(a.0, b.0);
-        let order = |v: __m256| {
-            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
-        };
-        (Self(order(e)), Self(order(o)))
+        (Self(e), Self(o))
+    }
+    #[inline(always)]
+    unsafe fn in_order(v: Self) -> Self {
+        // The 64-bit quarters reordered to a's low, a's high, b's low, b's high.
+        Self(_mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(
+            _mm256_castps_pd(v.0),
+        )))
     }
     #[inline(always)]
     unsafe fn across(a: Self, b: Self, by: usize, mask: __m256i) -> Self {
@@ -239,6 +253,15 @@ impl Lanes for Avx512 {
             Self(_mm512_permutex2var_ps(a.0, evens, b.0)),
             Self(_mm512_permutex2var_ps(a.0, odds, b.0)),
         )
+    }
+    #[inline(always)]
+    unsafe fn evens_odds_unordered(a: Self, b: Self) -> (Self, Self) {
+        // One permute a vector either way.
+        Self::evens_odds(a, b)
+    }
+    #[inline(always)]
+    unsafe fn in_order(v: Self) -> Self {
+        v
     }
     #[inline(always)]
     unsafe fn across(a: Self, b: Self, by: usize, mask: __mmask16) -> Self {

@@ -15,6 +15,10 @@
 //! (Zen 3, AVX2) against the phase planes, toggled in one process: squeezenet's three 0.71-0.75
 //! -> 0.55-0.57 ms, inception_v2's pools together 0.93-0.95x; its 3x3/1 AveragePools on 14x14
 //! planes took 1.3-1.7x the bands' time, so AVX2 takes stride 2 only (docs/bench.md).
+//! Stride 2 keeps its columns in [`Lanes::evens_odds_unordered`]'s order through the reductions
+//! and puts each output vector in column order once: on AVX2 that saves three of its four
+//! permutes per reduced vector (Zen 3, alternated run by run in one process: the pool alone
+//! 0.91-0.93x of its time, squeezenet's and resnet50's MaxPools 0.93-0.94x in the models).
 //!
 //! A max is exact like the other max paths: each maximum keeps the earlier operand on a tie
 //! and propagates NaN, so across then down gives the first maximum in row-major window order.
@@ -223,8 +227,8 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
                         if sw == 1 {
                             [load(0), load(1), load(2)]
                         } else {
-                            let (e, o) = V::evens_odds(load(0), load(1));
-                            [e, o, V::evens_odds(load(2), load(3)).0]
+                            let (e, o) = V::evens_odds_unordered(load(0), load(1));
+                            [e, o, V::evens_odds_unordered(load(2), load(3)).0]
                         }
                     } else {
                         [fill; 3]
@@ -234,10 +238,13 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
                     }
                 }
                 let count = V::load(across_counts.as_ptr().add(n * v));
-                let m = V::div(
-                    acc.expect("3 window rows"),
-                    V::mul(count, V::splat(down[i])),
-                );
+                let acc = acc.expect("3 window rows");
+                // Taps added lane by lane in the strided order, put in column order once.
+                let acc = match sw {
+                    1 => acc,
+                    _ => V::in_order(acc),
+                };
+                let m = V::div(acc, V::mul(count, V::splat(down[i])));
                 let first = j * ow + n * v;
                 match first + n <= room {
                     true => V::store(out.add(first), m),
@@ -272,8 +279,10 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
             let m = if sw == 1 {
                 fold(fold(load(0), load(1)), load(2))
             } else {
-                let (e, o) = V::evens_odds(load(0), load(1));
-                fold(fold(e, o), V::evens_odds(load(2), load(3)).0)
+                // Stored in the strided order ([`Lanes::evens_odds_unordered`]): the rows
+                // down are reduced lane by lane, then put in column order once.
+                let (e, o) = V::evens_odds_unordered(load(0), load(1));
+                fold(fold(e, o), V::evens_odds_unordered(load(2), load(3)).0)
             };
             V::store(out.as_mut_ptr(), m);
         }
@@ -293,6 +302,9 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
             let mut m = at(0);
             for r in 1..bottom - top {
                 m = fold(m, at(r));
+            }
+            if sw != 1 {
+                m = V::in_order(m);
             }
             if !MAX {
                 let count = V::load(across_counts.as_ptr().add(n * v));
