@@ -7,6 +7,8 @@
 //! bounds. Products with few rows and a transposed B (Gemm transB=1, linear layers) go to the
 //! dot-product tiles of `cpu_gemm_dot.rs` instead, where those measured faster. MatMuls whose B
 //! is a model constant run on `cpu_gemm_packed.rs` where the CPU has AVX-512 (B packed once).
+//! On wasm32, where the crate has only scalar kernels, everything else runs on the 128-bit
+//! lanes of `cpu_gemm_lanes.rs`.
 //!
 //! # Why the `gemm` crate and not our own micro-kernel (measured)
 //! `cargo bench -p tandem-bench --bench cpu_gemm` on the team machine (AMD EPYC, 2 cores, AVX-512,
@@ -32,6 +34,10 @@ use gemm::Parallelism;
 
 #[path = "cpu_gemm_dot.rs"]
 mod dot;
+
+#[path = "cpu_gemm_lanes.rs"]
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))] // tested natively, run on wasm32
+mod lanes;
 
 /// A read-only strided matrix view: element `(i, j)` is `data[offset + i * rs + j * cs]`.
 /// Strides may be zero (broadcast), never negative.
@@ -182,6 +188,13 @@ unsafe fn gemm_ptr(
         // SAFETY: forwarded from the caller's contract.
         return unsafe { small_gemm((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs)) };
     }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = threads;
+        // SAFETY: forwarded from the caller's contract; A and B checked in bounds.
+        return unsafe { lanes::gemm((m, n, k), alpha, a, b, beta, c, (c_rs, c_cs)) };
+    }
+    #[allow(unreachable_code)]
     let par = match threads {
         Threads::Single => Parallelism::None,
         Threads::Pool => match rayon::current_num_threads() {
