@@ -4,6 +4,9 @@
 #          missing, ~5 min), the wasm build (SIMD128), wasm-bindgen --target web, the page, the
 #          model (from models/, fetched by scripts/setup.sh) and onnxruntime-web into web-demo/dist/
 #   serve  serve web-demo/dist on http://127.0.0.1:${PORT:-8080}
+#   bench  build, then magika on the CPU in Node's V8: tandem's wasm build against
+#          onnxruntime-web's wasm backend, one thread each, in alternating rounds
+#          (web-demo/test/node_bench.mjs; ROUNDS and RUNS from the environment)
 #   test   build, then headless Chromium (WebGPU on SwiftShader) through Playwright: tandem on
 #          cpu, gpu and auto and onnxruntime-web (wasm, webgpu) against onnxruntime's outputs;
 #          results and a screenshot in web-demo/out/. Fails when WebGPU has no adapter, and
@@ -82,6 +85,10 @@ test_() {
 case "${1:-}" in
   build) build ;;
   serve) [ -d "$DIST" ] || build; serve ;;
+  bench)
+    build
+    node web-demo/test/node_bench.mjs "${ROUNDS:-5}" "${RUNS:-10}"
+    ;;
   test) test_ ;;
-  *) echo "usage: scripts/web.sh build|serve|test" >&2; exit 2 ;;
+  *) echo "usage: scripts/web.sh build|serve|bench|test" >&2; exit 2 ;;
 esac
