@@ -52,7 +52,8 @@ pub(super) unsafe fn gemm(
                 let rows = MR.min(m - i0);
                 // Rows past `m` repeat the last one: computed, never stored.
                 let row = |r: usize| a.offset + (i0 + r.min(rows - 1)) * a.rs + k0 * a.cs;
-                let acc = tile(kc, a.data, std::array::from_fn(row), a.cs, strip);
+                // SAFETY: rows i0.. of A's view, K steps k0..k0 + kc (caller contract).
+                let acc = unsafe { tile(kc, a.data, std::array::from_fn(row), a.cs, strip) };
                 for (r, sums) in acc.iter().enumerate().take(rows) {
                     for (j, &v) in sums.iter().enumerate().take(cols) {
                         // SAFETY: (i0 + r, j0 + j) is inside C's view (caller contract).
@@ -95,16 +96,25 @@ fn pack_b(b: MatRef, (k0, kc): (usize, usize), n: usize, out: &mut [f32]) {
 
 /// The `MR x NR` sums of rows `rows` of A (each `kc` elements `a_cs` apart in `a`) times the
 /// strip's `kc` rows.
+///
+/// # Safety
+/// `r + p * a_cs < a.len()` for every `r` in `rows` and `p < kc` (A's view, checked by
+/// `cpu_gemm.rs`, covers them); read unchecked, so that the loop carries no bounds test per
+/// row and step.
 #[inline(always)]
-fn tile(kc: usize, a: &[f32], rows: [usize; MR], a_cs: usize, strip: &[f32]) -> [[f32; NR]; MR] {
+unsafe fn tile(
+    kc: usize,
+    a: &[f32],
+    rows: [usize; MR],
+    a_cs: usize,
+    strip: &[f32],
+) -> [[f32; NR]; MR] {
     let mut acc = [[0.0f32; NR]; MR];
     for (p, b) in strip.chunks_exact(NR).take(kc).enumerate() {
         let b: &[f32; NR] = b.try_into().expect("strip rows are NR long");
         for (sums, &r) in acc.iter_mut().zip(&rows) {
             debug_assert!(r + p * a_cs < a.len());
-            // SAFETY: the caller's view of A covers every row it passes for `kc` steps
-            // (`MatRef::fits`, checked by `cpu_gemm.rs`); unchecked, so that the loop carries
-            // no bounds test per row and step.
+            // SAFETY: in bounds (this function's contract).
             let x = unsafe { *a.get_unchecked(r + p * a_cs) };
             for (s, &y) in sums.iter_mut().zip(b) {
                 *s += x * y;
