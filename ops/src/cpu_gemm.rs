@@ -468,7 +468,8 @@ mod tests {
         c
     }
 
-    fn fill(len: usize, seed: u32) -> Vec<f32> {
+    /// Deterministic values in [-0.5, 0.5) (also `cpu_gemm_lanes.rs`'s tests).
+    pub(super) fn fill(len: usize, seed: u32) -> Vec<f32> {
         (0..len)
             .map(|i| {
                 ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) as f32 / 65536.0

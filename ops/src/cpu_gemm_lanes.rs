@@ -126,16 +126,8 @@ unsafe fn tile(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::fill;
     use super::*;
-
-    fn fill(len: usize, seed: u32) -> Vec<f32> {
-        (0..len)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) as f32 / 65536.0
-                    - 0.5
-            })
-            .collect()
-    }
 
     /// Every shape around the tile, strip and K-block edges, A and B in either layout, C
     /// row- or column-major, alpha and beta (0 with a NaN in C: ignored), against f64 sums.
@@ -157,33 +149,14 @@ mod tests {
             ] {
                 for (alpha, beta) in [(1.0f32, 0.0f32), (0.5, 2.0)] {
                     let (av, bv) = (fill(m * k, 1), fill(k * n, 2));
+                    // Transposed: stored as the transpose, row-major, read through `t()`.
                     let a = match a_t {
-                        false => MatRef {
-                            data: &av,
-                            offset: 0,
-                            rs: k,
-                            cs: 1,
-                        },
-                        true => MatRef {
-                            data: &av,
-                            offset: 0,
-                            rs: 1,
-                            cs: m,
-                        },
+                        false => MatRef::row_major(&av, 0, k),
+                        true => MatRef::row_major(&av, 0, m).t(),
                     };
                     let b = match b_t {
-                        false => MatRef {
-                            data: &bv,
-                            offset: 0,
-                            rs: n,
-                            cs: 1,
-                        },
-                        true => MatRef {
-                            data: &bv,
-                            offset: 0,
-                            rs: 1,
-                            cs: k,
-                        },
+                        false => MatRef::row_major(&bv, 0, n),
+                        true => MatRef::row_major(&bv, 0, k).t(),
                     };
                     let (c_rs, c_cs) = if c_t { (1, m) } else { (n, 1) };
                     let c0 = fill(m * n, 3);
