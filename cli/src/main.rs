@@ -314,3 +314,41 @@ fn explain(session: &Session, inputs: &[(&str, tandem::Tensor)]) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    /// The binaries' mimalloc is built with `no_thp` (workspace Cargo.toml): without it mimalloc
+    /// v3 asks the kernel for transparent huge pages on its 1 GiB arenas (`madvise(..,
+    /// MADV_HUGEPAGE)`), and each first touch of a 2 MB page faults and zeroes all of it:
+    /// 1.6-2.5x the load and first run here (docs/bench.md, "mimalloc without transparent huge
+    /// pages"). The kernel marks a region so advised `hg` in its smaps VmFlags, whatever the
+    /// host's THP policy.
+    #[test]
+    fn the_allocator_asks_for_no_transparent_huge_pages() {
+        let block = vec![1u8; 8 << 20];
+        let at = block.as_ptr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+        // Each mapping's header line starts with its range, `lo-hi` in hex; its VmFlags follow.
+        let range = |line: &str| {
+            let (lo, hi) = line.split_whitespace().next()?.split_once('-')?;
+            Some(usize::from_str_radix(lo, 16).ok()?..usize::from_str_radix(hi, 16).ok()?)
+        };
+        let mut inside = false;
+        let mut flags = None;
+        for line in smaps.lines() {
+            match range(line) {
+                Some(r) => inside = r.contains(&at),
+                None if inside => {
+                    flags = line.strip_prefix("VmFlags:").map(str::to_owned).or(flags);
+                }
+                None => {}
+            }
+        }
+        let flags = flags.expect("the mapping that holds a fresh 8 MB allocation, in smaps");
+        assert!(
+            !flags.split_whitespace().any(|f| f == "hg"),
+            "the allocator advised huge pages for its memory: VmFlags{flags}"
+        );
+        drop(block);
+    }
+}
