@@ -7,9 +7,11 @@
 #   bench  build, then magika on the CPU in Node's V8: tandem's wasm build against
 #          onnxruntime-web's wasm backend, one thread each, in alternating rounds
 #          (web-demo/test/node_bench.mjs; ROUNDS and RUNS from the environment)
-#   test   build, then headless Chromium (WebGPU on SwiftShader) through Playwright: tandem on
-#          cpu, gpu and auto and onnxruntime-web (wasm, webgpu) against onnxruntime's outputs;
-#          results and a screenshot in web-demo/out/. Fails when WebGPU has no adapter, and
+#   test   the ops tests of wasm-only code (cpu_gemm_lanes.rs) built for wasm32-wasip1 with
+#          SIMD128 and run in Node's WASI (web-demo/test/wasi_run.mjs); then build, then
+#          headless Chromium (WebGPU on SwiftShader) through Playwright: tandem on cpu, gpu
+#          and auto and onnxruntime-web (wasm, webgpu) against onnxruntime's outputs; results
+#          and a screenshot in web-demo/out/. Fails when WebGPU has no adapter, and
 #          when the page's main thread stalls during runs (tandem runs in a Web Worker).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -59,6 +61,23 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), h).serve_foreve
 ' "$DIST" "$port"
 }
 
+# The GEMM tile's SIMD128 intrinsics compile only for wasm32: its unit test (shapes around every
+# tile, strip and K-block edge, against f64 sums) runs here on wasm's lanes; natively it runs
+# the plain-array fallback. Filtered to that module: other ops tests spawn threads, which
+# wasm32-wasip1 has not.
+wasm_unit_tests() {
+  rustup target list --installed | grep -q '^wasm32-wasip1$' || rustup target add wasm32-wasip1
+  echo "web: cpu_gemm_lanes tests on wasm32-wasip1 + SIMD128 in Node's WASI"
+  local out
+  out=$(CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C target-feature=+simd128" \
+    CARGO_TARGET_WASM32_WASIP1_RUNNER="node --no-warnings $PWD/web-demo/test/wasi_run.mjs" \
+    cargo test --release -q -p tandem-ops --lib --target wasm32-wasip1 cpu_gemm::lanes:: 2>&1) ||
+    { echo "$out"; return 1; }
+  echo "$out" | grep "test result"
+  # A renamed test would leave the filter matching none.
+  echo "$out" | grep -q "test result: ok. [1-9]" || { echo "web: no cpu_gemm_lanes test ran" >&2; return 1; }
+}
+
 test_() {
   # Only what is missing: a machine whose Node.js comes from elsewhere (nodesource's package
   # carries npm and conflicts with Debian's npm) must not be asked to take Debian's.
@@ -69,6 +88,7 @@ test_() {
   if [ ${#want[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null
   fi
+  wasm_unit_tests
   build
   mkdir -p web-demo/out
   # The reference: onnxruntime (Python) on the same samples, with magika's preprocessing

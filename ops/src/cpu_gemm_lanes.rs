@@ -9,8 +9,9 @@
 //! `C = alpha * A @ B + beta * C` for any strides: K in blocks of [`KC`]; strip by strip of
 //! [`NR`] columns, the block of B packed K-major (zero-padded), so a step of K reads one strip
 //! row, then [`MR`] rows of A at a time, each element of A broadcast over the strip row:
-//! [`MR`] x [`NR`] sums in [`X4`] vectors: wasm's `v128`, or plain arrays natively, where the
-//! unit tests run this same code. The blocks' partial sums add up in C. A product
+//! [`MR`] x [`NR`] sums in [`X4`] vectors: wasm's `v128`, or plain arrays natively. The unit
+//! test runs both: natively in `cargo test`, and built for wasm32-wasip1 with SIMD128 in Node's
+//! WASI (`scripts/web.sh test`). The blocks' partial sums add up in C. A product
 //! of at most [`MR`] rows (a linear layer on one vector) reads a row-major B's full strips in
 //! place: packing would copy all of B for one pass over it. One thread: wasm32 without
 //! atomics has no pool.
