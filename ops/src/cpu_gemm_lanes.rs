@@ -23,9 +23,9 @@ use super::MatRef;
 
 /// Rows of A per micro-tile.
 const MR: usize = 2;
-/// Columns of B per strip (four 128-bit vectors). 2 x 16 keeps 8 sums, 4 strip vectors and 2
-/// broadcasts in registers; V8 spilled 3 x 16 and 3 x 12, and ran 4 x 8 and 2 x 8 a little
-/// slower (docs/bench.md).
+/// Columns of B per strip (four 128-bit vectors). 2 x 16 holds 8 sums, 4 strip vectors, 2
+/// broadcasts and a product: 15 of x86's 16 vector registers under V8. Tiles needing more ran
+/// 1.4-1.9x its time (3 x 16, 3 x 12), smaller ones 1.05-1.2x (4 x 8, 2 x 8; docs/bench.md).
 const NR: usize = 16;
 /// Steps of K per block: a strip of `KC x NR` floats is 16 KB.
 const KC: usize = 256;
