@@ -18,6 +18,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIST=web-demo/dist
 WASM=target/wasm32-unknown-unknown/release/tandem_web_demo.wasm
 
+# The Rust target $1, added with rustup when it is missing.
+rust_target() {
+  rustup target list --installed | grep -q "^$1\$" || rustup target add "$1"
+}
+
 npm_deps() {
   if [ ! -d web-demo/node_modules/playwright-core ] || [ ! -d web-demo/node_modules/onnxruntime-web ]; then
     (cd web-demo && npm install --no-audit --no-fund --loglevel=error)
@@ -25,7 +30,7 @@ npm_deps() {
 }
 
 build() {
-  rustup target list --installed | grep -q '^wasm32-unknown-unknown$' || rustup target add wasm32-unknown-unknown
+  rust_target wasm32-unknown-unknown
   local ver
   ver=$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')
   if ! wasm-bindgen --version 2>/dev/null | grep -q " $ver\$"; then
@@ -66,7 +71,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), h).serve_foreve
 # the plain-array fallback. Filtered to that module: other ops tests spawn threads, which
 # wasm32-wasip1 has not.
 wasm_unit_tests() {
-  rustup target list --installed | grep -q '^wasm32-wasip1$' || rustup target add wasm32-wasip1
+  rust_target wasm32-wasip1
   echo "web: cpu_gemm_lanes tests on wasm32-wasip1 + SIMD128 in Node's WASI"
   local out
   out=$(CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C target-feature=+simd128" \
