@@ -11,7 +11,7 @@
 //! Sits between the runtime (`cost::calibrate`, `plan::build`, `exec::execute`, `Session`) and
 //! the command line; prints the tables and optionally writes them as JSON.
 
-use crate::stats::{measure, RunRule};
+use crate::stats::{geomean, measure, RunRule};
 use anyhow::{anyhow, Context, Result};
 use prost::Message;
 use serde_json::json;
@@ -407,12 +407,6 @@ fn round_order(round: usize) -> Vec<usize> {
         }
     }
     order
-}
-
-/// The geometric mean of session medians (a pooled median of sessions whose times sit apart
-/// lands unstably between them).
-fn geomean(v: &[f64]) -> f64 {
-    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
 /// (b) auto vs the best single device, per model of the manifest.

@@ -99,6 +99,11 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The geometric mean of `v` (positive values); NaN when empty.
+pub fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
 impl Latency {
     /// Statistics of `samples_ms`; `rule` tells whether the loop was capped.
     pub fn from_samples(samples_ms: Vec<f64>, rule: &RunRule) -> Latency {
@@ -118,6 +123,18 @@ impl Latency {
             capped: n < rule.min_iters || sum / 1e3 < rule.min_secs,
             samples_ms,
             round_p50_ms: vec![percentile(&sorted, 0.50)],
+        }
+    }
+
+    /// The row's headline latency: the geometric mean of its rounds' own medians, so each
+    /// round counts once however many samples its share of the run rule gave it (a round in
+    /// a fast minute of the host runs more iterations in its seconds, and would pull a pooled
+    /// median its way). Two rows' quotient is then the geometric mean of their paired
+    /// per-round ratios. A row of one round (or from a report before rounds): its median.
+    pub fn center_ms(&self) -> f64 {
+        match self.round_p50_ms.len() {
+            0 => self.p50_ms,
+            _ => geomean(&self.round_p50_ms),
         }
     }
 
@@ -172,6 +189,23 @@ mod tests {
         assert_eq!(l.samples_ms, vec![4.0, 1.0, 3.0, 2.0]);
         assert!(!l.capped);
         assert!(Latency::from_samples(vec![1.0], &rule).capped);
+    }
+
+    #[test]
+    fn the_center_weighs_each_round_once() {
+        let rule = RunRule {
+            min_iters: 1,
+            min_secs: 0.0,
+            max_secs: 1.0,
+        };
+        let mut l = Latency::from_samples(vec![1.0; 9], &rule);
+        assert_eq!(l.center_ms(), 1.0);
+        // A fast round of nine samples at 1 ms and a slow one of one at 4 ms: the pooled
+        // median is 1, the center the geometric mean of 1 and 4.
+        l.round_p50_ms.push(4.0);
+        assert!((l.center_ms() - 2.0).abs() < 1e-12, "{}", l.center_ms());
+        l.round_p50_ms.clear();
+        assert_eq!(l.center_ms(), l.p50_ms, "no rounds recorded: the median");
     }
 
     #[test]

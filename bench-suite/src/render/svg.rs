@@ -3,7 +3,7 @@
 //!
 //! Sits between the report schema and `render::html`.
 
-use crate::render::tables::p50;
+use crate::render::tables::center;
 use crate::schema::{ModelResult, Report, Row};
 use std::fmt::Write;
 
@@ -292,17 +292,17 @@ pub fn timeline(r: &Row, top: &[String]) -> String {
     s + "</svg>"
 }
 
-/// Per model, tandem cpu / peer median ratio as bars around the 1.0 line (log scale).
+/// Per model, tandem cpu / peer ratio of their centers (`Latency::center_ms`) as bars around the 1.0 line (log scale).
 pub fn ratio_chart(r: &Report) -> String {
     let peers = ["onnxruntime", "tract"];
     let data: Vec<(String, Vec<Option<f64>>)> = r
         .models
         .iter()
         .map(|m| {
-            let cpu = p50(m, "tandem", "cpu");
+            let cpu = center(m, "tandem", "cpu");
             let v = peers
                 .iter()
-                .map(|p| Some(cpu? / p50(m, p, "cpu")?))
+                .map(|p| Some(cpu? / center(m, p, "cpu")?))
                 .collect();
             (m.name.clone(), v)
         })

@@ -24,17 +24,19 @@ fn ms(v: Option<f64>) -> String {
     }
 }
 
-/// `a / b` of two rows' medians, then, where both took the same rounds, the lowest and highest
-/// of their per-round ratios ([`Latency::paired_ratios`]): `1.19x (1.02-1.29)`. On a host
-/// whose speed drifts between processes the range shows how far one round's draw moves it.
+/// `a / b` of two rows' centers ([`Latency::center_ms`]: where both took the same rounds, the
+/// geometric mean of their per-round ratios), then the lowest and highest of those ratios
+/// ([`Latency::paired_ratios`]): `1.19x (1.02-1.29)`. On a host whose speed drifts between
+/// processes the range shows how far one round's draw moves it.
 fn ratio(a: Option<&Latency>, b: Option<&Latency>) -> String {
     let (Some(a), Some(b)) = (a, b) else {
         return "-".into();
     };
-    if !a.p50_ms.is_finite() || b.p50_ms <= 0.0 {
+    let (a_ms, b_ms) = (a.center_ms(), b.center_ms());
+    if !a_ms.is_finite() || b_ms <= 0.0 {
         return "-".into();
     }
-    let head = format!("{:.2}x", a.p50_ms / b.p50_ms);
+    let head = format!("{:.2}x", a_ms / b_ms);
     let rounds = a.paired_ratios(b);
     let lo = rounds.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = rounds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -66,9 +68,9 @@ fn latency<'a>(m: &'a ModelResult, runtime: &str, placement: &str) -> Option<&'a
     find(m, runtime, placement).and_then(|r| r.latency.as_ref())
 }
 
-/// Median latency of `runtime placement` in `m`, ms.
-pub fn p50(m: &ModelResult, runtime: &str, placement: &str) -> Option<f64> {
-    latency(m, runtime, placement).map(|l| l.p50_ms)
+/// Headline latency of `runtime placement` in `m` ([`Latency::center_ms`]), ms.
+pub fn center(m: &ModelResult, runtime: &str, placement: &str) -> Option<f64> {
+    latency(m, runtime, placement).map(Latency::center_ms)
 }
 
 /// Cold start (load + first run) of `runtime placement` in `m`, ms.
@@ -76,7 +78,7 @@ pub fn cold(m: &ModelResult, runtime: &str, placement: &str) -> Option<f64> {
     find(m, runtime, placement).and_then(|r| r.cold.as_ref().map(|c| c.load_ms + c.first_run_ms))
 }
 
-/// One line per model: steady-state medians, tandem/peer ratios.
+/// One line per model: steady-state latencies (`Latency::center_ms`), tandem/peer ratios.
 pub fn summary(models: &[ModelResult]) -> Table {
     let head = [
         "model",
@@ -98,7 +100,7 @@ pub fn summary(models: &[ModelResult]) -> Table {
         .iter()
         .map(|m| {
             let l = |runtime, placement| latency(m, runtime, placement);
-            let p = |runtime, placement| ms(p50(m, runtime, placement));
+            let p = |runtime, placement| ms(center(m, runtime, placement));
             let (cpu, gpu, auto) = (l("tandem", "cpu"), l("tandem", "gpu"), l("tandem", "auto"));
             vec![
                 m.name.clone(),
@@ -119,8 +121,9 @@ pub fn summary(models: &[ModelResult]) -> Table {
         })
         .collect();
     Table {
-        title: "Steady state: median latency, ms (ratios < 1 mean tandem is faster; in brackets \
-                the lowest and highest of the rounds' own ratios)"
+        title: "Steady state: latency, ms, the geometric mean of the rounds' own medians (ratios \
+                < 1 mean tandem is faster; in brackets the lowest and highest of the rounds' own \
+                ratios)"
             .into(),
         head: head.iter().map(|s| s.to_string()).collect(),
         rows,
@@ -264,7 +267,10 @@ pub fn misses(models: &[ModelResult]) -> Table {
     let rows = models
         .iter()
         .filter_map(|m| {
-            let (c, o) = (p50(m, "tandem", "cpu")?, p50(m, "onnxruntime", "cpu")?);
+            let (c, o) = (
+                center(m, "tandem", "cpu")?,
+                center(m, "onnxruntime", "cpu")?,
+            );
             (c > o).then(|| {
                 vec![
                     m.name.clone(),
@@ -474,11 +480,46 @@ mod tests {
         );
         let t = summary(&[m]);
         let cell = |name: &str| t.rows[0][t.head.iter().position(|h| h == name).unwrap()].clone();
-        // Pooled medians 5 (of 4,4,4,6,6,6,5,5,5) and 4: 1.25x; rounds 1.00, 1.50, 1.00.
-        assert_eq!(cell("cpu/ORT"), "1.25x (1.00-1.50)");
+        // Rounds 1.00, 1.50, 1.00: their geometric mean 1.5^(1/3) (the pooled medians' 5 / 4
+        // would read 1.25x).
+        assert_eq!(cell("cpu/ORT"), "1.14x (1.00-1.50)");
         // tract took two rounds against tandem's three: no pairs, the ratio alone.
         assert_eq!(cell("cpu/tract"), "0.62x");
         assert_eq!(cell("cpu/burn-nd"), "-");
+    }
+
+    /// A row of two rounds: `n` samples at each given median.
+    fn uneven_rounds(runtime: &str, rounds: [(f64, usize); 2]) -> Row {
+        let rule = RunRule {
+            min_iters: 1,
+            min_secs: 0.0,
+            max_secs: 1.0,
+        };
+        let round = |(p50, n): (f64, usize)| {
+            let mut r = row(runtime, p50, &[]);
+            r.latency = Some(Latency::from_samples(vec![p50; n], &rule));
+            r
+        };
+        let mut r = round(rounds[0]);
+        r.pool(round(rounds[1]), 1, &rule);
+        r
+    }
+
+    #[test]
+    fn a_round_with_more_samples_does_not_outweigh_the_other() {
+        // Both rounds read tandem at 0.98x of onnxruntime, but the host ran onnxruntime's first
+        // round and tandem's second in a fast minute, so those took more samples: the pooled
+        // medians (1.96 against 1.0) would read 1.96x.
+        let m = model(
+            "m",
+            vec![
+                uneven_rounds("tandem", [(0.98, 3), (1.96, 6)]),
+                uneven_rounds("onnxruntime", [(1.0, 6), (2.0, 3)]),
+            ],
+        );
+        let t = summary(&[m]);
+        let col = t.head.iter().position(|h| h == "cpu/ORT").unwrap();
+        assert_eq!(t.rows[0][col], "0.98x (0.98-0.98)");
     }
 
     #[test]
