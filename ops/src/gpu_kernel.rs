@@ -22,6 +22,13 @@ pub struct GpuKernel {
     pub params: Vec<u8>,
     /// Workgroup counts, each at most 65535 (use [`crate::shape::grid_1d`]).
     pub workgroups: [u32; 3],
+    /// The same dispatch laid out for an adapter that runs shaders on the CPU (lavapipe,
+    /// SwiftShader, WARP: device type Cpu), which the runtime dispatches there instead. Such
+    /// an adapter runs a workgroup's invocations as SIMD lanes on a few cores, so it needs few
+    /// invocations, and each load of a storage buffer is a per-lane gather: a bigger register
+    /// tile per invocation (fewer loads per FMA) wins there, where a GPU would lose occupancy.
+    /// It binds the same inputs and outputs.
+    pub on_cpu_adapter: Option<Box<GpuKernel>>,
 }
 
 impl GpuKernel {
@@ -46,11 +53,29 @@ impl GpuKernel {
             outputs,
             params,
             workgroups,
+            on_cpu_adapter: None,
         }
     }
 
     pub fn with_override(mut self, name: &'static str, value: f64) -> GpuKernel {
         self.overrides.push((name, value));
         self
+    }
+
+    /// This kernel, with `variant` to run instead on an adapter of device type Cpu
+    /// ([`GpuKernel::on_cpu_adapter`]).
+    pub fn with_cpu_adapter_variant(mut self, variant: GpuKernel) -> GpuKernel {
+        debug_assert!(variant.inputs == self.inputs && variant.outputs == self.outputs);
+        self.on_cpu_adapter = Some(Box::new(variant));
+        self
+    }
+
+    /// The kernel to dispatch on an adapter that runs shaders on the CPU (`cpu_adapter`) or
+    /// on a GPU.
+    pub fn for_adapter(&self, cpu_adapter: bool) -> &GpuKernel {
+        match &self.on_cpu_adapter {
+            Some(v) if cpu_adapter => v,
+            _ => self,
+        }
     }
 }

@@ -277,13 +277,20 @@ pub(crate) fn matmul_kernels(
     while b0 <= b_last {
         let nb = (b_last + 1 - b0).min(65535);
         p.b0 = b0 as u32;
-        kernels.push(GpuKernel::new(
+        let kernel = GpuKernel::new(
             tandem_shaders::MATMUL,
             inputs.clone(),
             vec![0],
             &p,
             [gx, gy, nb as u32],
-        ));
+        );
+        // 8 x 8 outputs an invocation (8 x 8 of them a workgroup, the same 64 x 64 tile) where
+        // shaders run on the CPU and every load is a gather; 4 x 4 (16 x 16) on GPUs.
+        let on_cpu = kernel
+            .clone()
+            .with_override("T", 8.0)
+            .with_override("WS", 8.0);
+        kernels.push(kernel.with_cpu_adapter_variant(on_cpu));
         b0 += nb;
     }
     Ok(kernels)

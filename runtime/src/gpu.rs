@@ -134,6 +134,8 @@ pub struct Gpu {
     device: wgpu::Device,
     queue: wgpu::Queue,
     desc: AdapterDesc,
+    /// Device type Cpu ([`Gpu::runs_on_cpu`]).
+    cpu_adapter: bool,
     limits: wgpu::Limits,
     timestamps: bool,
     modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -265,6 +267,7 @@ impl Gpu {
             device,
             queue,
             desc: AdapterDesc::from_info(&info),
+            cpu_adapter: info.device_type == wgpu::DeviceType::Cpu,
             limits,
             timestamps,
             modules: Mutex::new(HashMap::new()),
@@ -367,6 +370,13 @@ impl Gpu {
 
     pub fn limits(&self) -> &wgpu::Limits {
         &self.limits
+    }
+
+    /// True for an adapter that runs shaders on the CPU (device type Cpu: lavapipe, SwiftShader,
+    /// WARP): kernels with a variant for such adapters dispatch it
+    /// ([`GpuKernel::on_cpu_adapter`](tandem_ops::GpuKernel::on_cpu_adapter)).
+    pub fn runs_on_cpu(&self) -> bool {
+        self.cpu_adapter
     }
 
     /// True when per-dispatch times come from GPU timestamp queries.

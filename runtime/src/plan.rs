@@ -710,7 +710,7 @@ pub fn gpu_kernels(
         }
     }
     let max = gpu.limits().max_compute_workgroups_per_dimension;
-    for k in &kernels {
+    for k in kernels.iter().map(|k| k.for_adapter(gpu.runs_on_cpu())) {
         if k.workgroups.iter().any(|&w| w > max) {
             return Err(format!(
                 "{} needs {:?} workgroups, over this adapter's {max} per dimension",

@@ -44,13 +44,23 @@ pub fn row_count_of(op: &dyn Op, ins: &[Tensor]) -> usize {
 }
 
 /// The standard check of one op: every output of `want` matches on the CPU and on the GPU, and
-/// output 0 matches when split across both at row 1, an odd middle row and the last row.
+/// output 0 matches when split across both at row 1, an odd middle row and the last row. On an
+/// adapter that runs shaders on the CPU (lavapipe), kernels with a variant for such adapters
+/// ([`GpuKernel::on_cpu_adapter`]) are checked both ways: the variant, and the kernel a GPU
+/// would run.
 pub fn check_all_placements(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f32) {
     let cpu = run_cpu(op, ins);
     let gpu = run_gpu(op, ins);
     for (i, w) in want.iter().enumerate() {
         assert_close(&cpu[i], w, tol, tol);
         assert_close(&gpu[i], w, tol, tol);
+    }
+    if self::gpu().runs_on_cpu() && has_cpu_adapter_variant(op, ins) {
+        let as_on_a_gpu = try_run_gpu_kernels(op, ins, None, false)
+            .unwrap_or_else(|e| panic!("{}: gpu (GPU layout) failed: {e}", op.name()));
+        for (i, w) in want.iter().enumerate() {
+            assert_close(&as_on_a_gpu[i], w, tol, tol);
+        }
     }
     let rows = row_count_of(op, ins);
     for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
@@ -90,19 +100,43 @@ pub fn run_cpu(op: &dyn Op, ins: &[Tensor]) -> Vec<Tensor> {
     out
 }
 
+/// Whether some kernel of `op` on all rows of `ins` carries a variant for adapters that run
+/// shaders on the CPU.
+fn has_cpu_adapter_variant(op: &dyn Op, ins: &[Tensor]) -> bool {
+    let metas = const_metas(ins);
+    let (outs, rows) = infer(op, &metas);
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    op.gpu(&refs, &outs, 0..rows)
+        .is_ok_and(|ks| ks.iter().any(|k| k.on_cpu_adapter.is_some()))
+}
+
 /// Run `rows` of `op` on the GPU and return the whole outputs (rows outside `rows` are zero).
 pub fn try_run_gpu_rows(
     op: &dyn Op,
     ins: &[Tensor],
     rows: Option<Range<usize>>,
 ) -> crate::Result<Vec<Tensor>> {
+    try_run_gpu_kernels(op, ins, rows, true)
+}
+
+/// [`try_run_gpu_rows`]; with `variants` false, kernels drop their variants for adapters that
+/// run shaders on the CPU, so the adapter runs what a GPU would.
+fn try_run_gpu_kernels(
+    op: &dyn Op,
+    ins: &[Tensor],
+    rows: Option<Range<usize>>,
+    variants: bool,
+) -> crate::Result<Vec<Tensor>> {
     let gpu = gpu();
     let metas = const_metas(ins);
     let (outs, all_rows) = infer(op, &metas);
     let refs: Vec<&TensorMeta> = metas.iter().collect();
-    let kernels = op
+    let mut kernels = op
         .gpu(&refs, &outs, rows.unwrap_or(0..all_rows))
         .map_err(|e| crate::Error::Gpu(format!("{}: {e}", op.name())))?;
+    if !variants {
+        kernels.iter_mut().for_each(|k| k.on_cpu_adapter = None);
+    }
     // Only inputs some kernel binds go to the GPU (as in the executor).
     let inputs: Vec<GpuTensor> = ins
         .iter()

@@ -323,6 +323,18 @@ fn conv_gpu_matches_reference() {
             [2, 2, 2, 2],
             false,
         ),
+        // 10 output channels a group: an 8-channel block and a 2-channel one (the 8 x 8 tile
+        // lavapipe runs), 17 columns: a partial block of 8 pixels per row
+        (
+            [1, 4, 9, 17],
+            20,
+            [3, 3],
+            2,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            true,
+        ),
         (
             [0, 3, 5, 5],
             2,

@@ -2,10 +2,12 @@
 // begin pads: out[n, oc, oh, ow] = bias[oc] + sum_{c < cg, kh, kw} x[n, g * cg + c, ih, iw] *
 // w[oc, c, kh, kw], ih = oh * sh + kh * dh - pt, iw = ow * sw + kw * dw - pl (zero outside),
 // g = oc / mg. Only output elements e with params.e_start <= e < params.e_end are written.
-// Register tile per invocation: 4 consecutive pixels of ocb (4, or 1 for depthwise-like convs
-// with mg < 4) consecutive output channels of one group, so each loaded input value feeds ocb
-// FMAs and each weight 4. Channel blocks: mgb = ceil(mg / ocb) per group, numbered over
-// (n, group, block) from params.blk0; bpp blocks of 4 pixels per plane.
+// Register tile per invocation: PX (4 or 8) consecutive pixels of ocb (8, 4, or 1 for
+// depthwise-like convs with mg < 4) consecutive output channels of one group, so each loaded
+// input value feeds ocb FMAs and each weight PX. The runtime takes 4 x 4 on GPUs and 8 x 8 on
+// adapters that run shaders on the CPU (GpuKernel::on_cpu_adapter), where every load is a
+// per-lane gather and few invocations suffice. Channel blocks: mgb = ceil(mg / ocb) per group,
+// numbered over (n, group, block) from params.blk0; bpp blocks of PX pixels per plane.
 // Fused activation after the bias (params.act; the runtime's fusion pass sets it): 0 none,
 // 1 Relu, 2 LeakyRelu (alpha act_a), 3 Clip [act_a, act_b], 4 Sigmoid, 5 SiLU x * sigmoid(x),
 // 6 HardSigmoid clamp(act_a * x + act_b, 0, 1), 7 HardSwish x * clamp(act_a * x + act_b, 0, 1);
@@ -14,9 +16,11 @@
 // z (an Add after the Conv; z has the output's shape) is added at the same index: params.residual
 // 1 before the activation, 2 after the affine, 0 none.
 // Bindings: 0 x, 1 w, 2 bias, 3 z (read; w bound again when has_bias = 0 or residual = 0),
-// 4 out (read_write), 5 params. Overrides: WG (workgroup size).
+// 4 out (read_write), 5 params. Overrides: WG (workgroup size), PX (pixels per invocation).
 
 override WG: u32 = 64u;
+// Pixels per invocation: 4 or 8.
+override PX: u32 = 8u;
 
 struct Params {
     n: u32,
@@ -102,6 +106,32 @@ fn activate(v: vec4<f32>) -> vec4<f32> {
     }
 }
 
+// The epilogue of output channel oc at pixels p0 .. p0 + 4 of image n, sums `acc`: bias,
+// residual, activation, affine, written where inside the plane and e_start <= e < e_end.
+fn finish4(acc: vec4<f32>, n: u32, oc: u32, p0: u32, npix: u32) {
+    var v = acc;
+    if (params.has_bias != 0u) {
+        v = v + vec4<f32>(bias[oc]);
+    }
+    let e0 = (n * params.m + oc) * npix + p0;
+    if (params.residual == 1u) {
+        v = v + residual4(e0, npix - p0);
+    }
+    v = activate(v);
+    if (params.post != 0u) {
+        v = v * params.post_scale + params.post_shift;
+    }
+    if (params.residual == 2u) {
+        v = v + residual4(e0, npix - p0);
+    }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let e = e0 + j;
+        if (p0 + j < npix && e >= params.e_start && e < params.e_end) {
+            out[e] = v[j];
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * WG;
@@ -115,14 +145,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let oc0 = g * params.mg + (blk % params.mgb) * params.ocb;
     let oc_end = min(oc0 + params.ocb, (g + 1u) * params.mg);
     let npix = params.oh * params.ow;
-    let p0 = (i % params.bpp) * 4u;
-    var ohs = vec4<i32>(0);
-    var ows = vec4<i32>(0);
+    let p0 = (i % params.bpp) * PX;
+    var ohs = array<vec4<i32>, 2>(vec4<i32>(0), vec4<i32>(0));
+    var ows = array<vec4<i32>, 2>(vec4<i32>(0), vec4<i32>(0));
     var any_live = false;
-    for (var j = 0u; j < 4u; j = j + 1u) {
+    for (var j = 0u; j < PX; j = j + 1u) {
         let p = min(p0 + j, npix - 1u);
-        ohs[j] = i32(p / params.ow) * i32(params.sh) - params.pt;
-        ows[j] = i32(p % params.ow) * i32(params.sw) - params.pl;
+        ohs[j / 4u][j % 4u] = i32(p / params.ow) * i32(params.sh) - params.pt;
+        ows[j / 4u][j % 4u] = i32(p % params.ow) * i32(params.sw) - params.pl;
         for (var oc = oc0; oc < oc_end; oc = oc + 1u) {
             let e = (n * params.m + oc) * npix + p0 + j;
             any_live = any_live || (p0 + j < npix && e >= params.e_start && e < params.e_end);
@@ -131,54 +161,93 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (!any_live) {
         return;
     }
+    let oh0 = ohs[0];
+    let oh1 = ohs[1];
+    let ow0 = ows[0];
+    let ow1 = ows[1];
     let kk = params.kh * params.kw;
+    let ws = params.cg * kk;
     // weights of channels past the group end are read from oc0 (in bounds) and never written
-    let w1 = select(oc0, oc0 + 1u, oc0 + 1u < oc_end);
-    let w2 = select(oc0, oc0 + 2u, oc0 + 2u < oc_end);
-    let w3 = select(oc0, oc0 + 3u, oc0 + 3u < oc_end);
+    let r0 = oc0 * ws;
+    let r1 = select(oc0, oc0 + 1u, oc0 + 1u < oc_end) * ws;
+    let r2 = select(oc0, oc0 + 2u, oc0 + 2u < oc_end) * ws;
+    let r3 = select(oc0, oc0 + 3u, oc0 + 3u < oc_end) * ws;
+    let r4 = select(oc0, oc0 + 4u, oc0 + 4u < oc_end) * ws;
+    let r5 = select(oc0, oc0 + 5u, oc0 + 5u < oc_end) * ws;
+    let r6 = select(oc0, oc0 + 6u, oc0 + 6u < oc_end) * ws;
+    let r7 = select(oc0, oc0 + 7u, oc0 + 7u < oc_end) * ws;
+    // a: pixels 0-3, b: pixels 4-7, one of each per output channel of the block
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
+    var a4 = vec4<f32>(0.0);
+    var a5 = vec4<f32>(0.0);
+    var a6 = vec4<f32>(0.0);
+    var a7 = vec4<f32>(0.0);
+    var b0 = vec4<f32>(0.0);
+    var b1 = vec4<f32>(0.0);
+    var b2 = vec4<f32>(0.0);
+    var b3 = vec4<f32>(0.0);
+    var b4 = vec4<f32>(0.0);
+    var b5 = vec4<f32>(0.0);
+    var b6 = vec4<f32>(0.0);
+    var b7 = vec4<f32>(0.0);
     for (var c = 0u; c < params.cg; c = c + 1u) {
         let xplane = (n * params.c + g * params.cg + c) * params.h * params.w;
         for (var ki = 0u; ki < params.kh; ki = ki + 1u) {
-            let ihs = ohs + vec4<i32>(i32(ki * params.dh));
+            let dh = vec4<i32>(i32(ki * params.dh));
             for (var kj = 0u; kj < params.kw; kj = kj + 1u) {
-                let xv = load_x(xplane, ihs, ows + vec4<i32>(i32(kj * params.dw)));
-                let kidx = c * kk + ki * params.kw + kj;
-                a0 = fma(vec4<f32>(w[oc0 * params.cg * kk + kidx]), xv, a0);
-                if (params.ocb == 4u) {
-                    a1 = fma(vec4<f32>(w[w1 * params.cg * kk + kidx]), xv, a1);
-                    a2 = fma(vec4<f32>(w[w2 * params.cg * kk + kidx]), xv, a2);
-                    a3 = fma(vec4<f32>(w[w3 * params.cg * kk + kidx]), xv, a3);
+                let dw = vec4<i32>(i32(kj * params.dw));
+                let xa = load_x(xplane, oh0 + dh, ow0 + dw);
+                var xb = vec4<f32>(0.0);
+                if (PX == 8u) {
+                    xb = load_x(xplane, oh1 + dh, ow1 + dw);
+                }
+                let k = c * kk + ki * params.kw + kj;
+                let v0 = vec4<f32>(w[r0 + k]);
+                a0 = fma(v0, xa, a0);
+                if (PX == 8u) {
+                    b0 = fma(v0, xb, b0);
+                }
+                if (params.ocb >= 4u) {
+                    let v1 = vec4<f32>(w[r1 + k]);
+                    let v2 = vec4<f32>(w[r2 + k]);
+                    let v3 = vec4<f32>(w[r3 + k]);
+                    a1 = fma(v1, xa, a1);
+                    a2 = fma(v2, xa, a2);
+                    a3 = fma(v3, xa, a3);
+                    if (PX == 8u) {
+                        b1 = fma(v1, xb, b1);
+                        b2 = fma(v2, xb, b2);
+                        b3 = fma(v3, xb, b3);
+                    }
+                }
+                // 8 channels only with 8 pixels: a 4-pixel pipeline keeps a4..a7 constant
+                if (PX == 8u && params.ocb == 8u) {
+                    let v4 = vec4<f32>(w[r4 + k]);
+                    let v5 = vec4<f32>(w[r5 + k]);
+                    let v6 = vec4<f32>(w[r6 + k]);
+                    let v7 = vec4<f32>(w[r7 + k]);
+                    a4 = fma(v4, xa, a4);
+                    a5 = fma(v5, xa, a5);
+                    a6 = fma(v6, xa, a6);
+                    a7 = fma(v7, xa, a7);
+                    if (PX == 8u) {
+                        b4 = fma(v4, xb, b4);
+                        b5 = fma(v5, xb, b5);
+                        b6 = fma(v6, xb, b6);
+                        b7 = fma(v7, xb, b7);
+                    }
                 }
             }
         }
     }
-    let accs = array<vec4<f32>, 4>(a0, a1, a2, a3);
+    let accs = array<vec4<f32>, 16>(a0, b0, a1, b1, a2, b2, a3, b3, a4, b4, a5, b5, a6, b6, a7, b7);
     for (var q = 0u; q < oc_end - oc0; q = q + 1u) {
-        let oc = oc0 + q;
-        var v = accs[q];
-        if (params.has_bias != 0u) {
-            v = v + vec4<f32>(bias[oc]);
-        }
-        let e0 = (n * params.m + oc) * npix + p0;
-        if (params.residual == 1u) {
-            v = v + residual4(e0, npix - p0);
-        }
-        v = activate(v);
-        if (params.post != 0u) {
-            v = v * params.post_scale + params.post_shift;
-        }
-        if (params.residual == 2u) {
-            v = v + residual4(e0, npix - p0);
-        }
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let e = e0 + j;
-            if (p0 + j < npix && e >= params.e_start && e < params.e_end) {
-                out[e] = v[j];
-            }
+        finish4(accs[2u * q], n, oc0 + q, p0, npix);
+        if (PX == 8u) {
+            finish4(accs[2u * q + 1u], n, oc0 + q, p0 + 4u, npix);
         }
     }
 }

@@ -5,9 +5,9 @@
 // (0 on broadcast batch dims); out is dense row-major [rows, N].
 // Bindings: 0 a, 1 b, 2 c (read; MatMul binds b again there), 3 out (read_write), 4 params.
 // Dispatch: (ceil(N / 64), ceil((M_hi - m_lo) / 64), batches from params.b0); each invocation of
-// the 16x16 workgroup keeps a 4x4 register tile: rows m_lo + 64*wg.y + ly + 16*i, columns
-// 64*wg.x + lx + 16*j (strided so that neighbouring invocations read neighbouring columns).
-// No shared memory (its barriers are slow on CPU Vulkan). Overrides: none.
+// the WS x WS workgroup keeps a T x T register tile: rows m_lo + 64*wg.y + ly + WS*i, columns
+// 64*wg.x + lx + WS*j (strided so that neighbouring invocations read neighbouring columns).
+// No shared memory (its barriers are slow on CPU Vulkan). Overrides: T (4 or 8) and WS = 64 / T.
 
 struct Params {
     m: u32,
@@ -38,7 +38,12 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
 
-@compute @workgroup_size(16, 16)
+// Rows and columns per invocation: 4, or 8 on adapters that run shaders on the CPU (every
+// load a per-lane gather there: 16 loads for 64 FMAs instead of 8 for 16). WS = 64 / T.
+override T: u32 = 4u;
+override WS: u32 = 16u;
+
+@compute @workgroup_size(WS, WS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let bi = params.b0 + wid.z;
     // offsets of this batch in A and B
@@ -55,40 +60,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     let m0 = params.m_lo + wid.y * 64u + lid.y;
     let n0 = wid.x * 64u + lid.x;
-    var arow: vec4<u32>;
-    var bcol: vec4<u32>;
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let mi = m0 + 16u * i;
+    var arow: array<u32, 8>;
+    var bcol: array<u32, 8>;
+    for (var i = 0u; i < T; i = i + 1u) {
+        let mi = m0 + WS * i;
         arow[i] = a_off + select(0u, mi, mi < params.m) * params.a_rs;
-        let nj = n0 + 16u * i;
+        let nj = n0 + WS * i;
         bcol[i] = b_off + select(0u, nj, nj < params.n) * params.b_cs;
     }
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
+    // acc[2 i + h]: row i, columns 4 h .. 4 h + 3 of the tile
+    var acc: array<vec4<f32>, 16>;
     for (var p = 0u; p < params.k; p = p + 1u) {
         let pa = p * params.a_cs;
         let pb = p * params.b_rs;
-        let bv = vec4<f32>(b[bcol.x + pb], b[bcol.y + pb], b[bcol.z + pb], b[bcol.w + pb]);
-        acc0 = fma(vec4<f32>(a[arow.x + pa]), bv, acc0);
-        acc1 = fma(vec4<f32>(a[arow.y + pa]), bv, acc1);
-        acc2 = fma(vec4<f32>(a[arow.z + pa]), bv, acc2);
-        acc3 = fma(vec4<f32>(a[arow.w + pa]), bv, acc3);
+        let bv0 = vec4<f32>(b[bcol[0] + pb], b[bcol[1] + pb], b[bcol[2] + pb], b[bcol[3] + pb]);
+        var bv1 = vec4<f32>(0.0);
+        if (T == 8u) {
+            bv1 = vec4<f32>(b[bcol[4] + pb], b[bcol[5] + pb], b[bcol[6] + pb], b[bcol[7] + pb]);
+        }
+        for (var i = 0u; i < T; i = i + 1u) {
+            let av = vec4<f32>(a[arow[i] + pa]);
+            acc[2u * i] = fma(av, bv0, acc[2u * i]);
+            if (T == 8u) {
+                acc[2u * i + 1u] = fma(av, bv1, acc[2u * i + 1u]);
+            }
+        }
     }
-    var acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let mi = m0 + 16u * i;
+    for (var i = 0u; i < T; i = i + 1u) {
+        let mi = m0 + WS * i;
         let r = bi * params.m + mi;
         if (mi >= params.m || r < params.row_start || r >= params.row_end) {
             continue;
         }
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let nj = n0 + 16u * j;
+        for (var j = 0u; j < T; j = j + 1u) {
+            let nj = n0 + WS * j;
             if (nj >= params.n) {
                 continue;
             }
-            var v = params.alpha * acc[i][j];
+            var v = params.alpha * acc[2u * i + j / 4u][j % 4u];
             if (params.beta != 0.0) {
                 v = v + params.beta * c[mi * params.c_rs + nj * params.c_cs];
             }

@@ -56,6 +56,7 @@ impl<'g> Batch<'g> {
         outputs: &[&GpuTensor],
         label: usize,
     ) -> Result<()> {
+        let kernel = kernel.for_adapter(self.gpu.runs_on_cpu());
         for w in kernel.workgroups {
             if w > self.gpu.limits.max_compute_workgroups_per_dimension {
                 return Err(Error::Gpu(format!(
