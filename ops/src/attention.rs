@@ -3,7 +3,8 @@
 //! of an attention block's MatMul, Div or Mul, Add or Where, Softmax (last axis), MatMul chain
 //! (`fuse/attention.rs` in `tandem`).
 //!
-//! Sits between that pass and the shared CPU GEMM ([`crate::cpu_gemm`]) / `attention.wgsl`.
+//! Sits between that pass and the shared CPU GEMM ([`crate::cpu_gemm`]) / `attention.wgsl`
+//! (`attention_rows.wgsl` on adapters that run shaders on the CPU).
 //! Why: unfused, every head's `[Sq, Sk]` scores are written and read back four times (the
 //! MatMul, the scale, the mask, the Softmax), 786 KB per node for minilm's 12 heads at 128
 //! tokens, into host buffers last touched a layer earlier. Here the CPU computes a block of a
@@ -339,6 +340,14 @@ struct AttentionParams {
 /// The most value elements (Dv) one GPU invocation accumulates (its private array).
 pub const GPU_MAX_DV: usize = 128;
 
+/// Query rows an invocation of `attention_rows.wgsl`, the kernel for adapters that run shaders
+/// on the CPU (fewer when Sq is smaller).
+const ROWS_PER_INVOCATION: usize = 4;
+
+/// The most vec4s of a Q row (D) and of an output row (Dv) `attention_rows.wgsl` keeps in
+/// registers; other sizes, and D or Dv not a multiple of 4, run `attention.wgsl` there too.
+const ROWS_MAX_D4: usize = 16;
+
 impl Op for Attention {
     fn name(&self) -> &'static str {
         "Attention"
@@ -520,13 +529,28 @@ impl Op for Attention {
             vec![0, 1, 2, 0]
         };
         let wg = grid_1d(rows.len() as u64, 64);
-        Ok(vec![GpuKernel::new(
-            tandem_shaders::ATTENTION,
+        let kernel = GpuKernel::new(tandem_shaders::ATTENTION, inputs.clone(), vec![0], &p, wg);
+        // R query rows an invocation, their Q and output rows in registers, where shaders run
+        // on the CPU and every load is a gather: each Kt and V element loaded serves R rows
+        // (minilm's attention nodes on lavapipe in 0.35-0.45x the time).
+        let fits = |n: usize| n.is_multiple_of(4) && (4..=4 * ROWS_MAX_D4).contains(&n);
+        if g.sk == 0 || !fits(g.d) || !fits(g.dv) {
+            return Ok(vec![kernel]);
+        }
+        let r = ROWS_PER_INVOCATION.min(g.sq);
+        let block = |row: usize| (row / g.sq) * g.sq.div_ceil(r) + (row % g.sq) / r;
+        let blocks = block(rows.end - 1) + 1 - block(rows.start);
+        let on_cpu = GpuKernel::new(
+            tandem_shaders::ATTENTION_ROWS,
             inputs,
             vec![0],
             &p,
-            wg,
-        )])
+            grid_1d(blocks as u64, 64),
+        )
+        .with_override("R", r as f64)
+        .with_override("D4", (g.d / 4) as f64)
+        .with_override("DV4", (g.dv / 4) as f64);
+        Ok(vec![kernel.with_cpu_adapter_variant(on_cpu)])
     }
 }
 

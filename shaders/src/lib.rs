@@ -19,7 +19,8 @@ pub struct Shader {
 }
 
 /// `shader!(CONST, "file")` embeds `wgsl/file.wgsl`; `shader!(CONST, "file", "prelude", ...)`
-/// puts the prelude files' text (shared helper functions, no bindings) in front of it.
+/// puts the prelude files' text in front of it: shared helper functions, or the params and
+/// bindings of a family whose kernels share them (`attention_common`).
 macro_rules! shader {
     ($ident:ident, $file:literal $(, $prelude:literal)*) => {
         pub const $ident: Shader = Shader {
@@ -52,7 +53,8 @@ shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul");
 shader!(CONV, "conv", "float_bits");
 shader!(CONV_TRANSPOSE, "conv_transpose");
-shader!(ATTENTION, "attention");
+shader!(ATTENTION, "attention", "attention_common");
+shader!(ATTENTION_ROWS, "attention_rows", "attention_common");
 
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
@@ -77,4 +79,5 @@ pub const ALL: &[Shader] = &[
     CONV,
     CONV_TRANSPOSE,
     ATTENTION,
+    ATTENTION_ROWS,
 ];
