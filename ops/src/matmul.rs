@@ -264,8 +264,11 @@ pub(crate) fn matmul_kernels(
         (0, g.m)
     };
     p.m_lo = m_lo as u32;
+    // A workgroup covers 64 columns and 64 rows, or the one row when M is 1 (decode's every
+    // product): 64 rows would compute it 64 times.
+    let wg_rows = if g.m == 1 { 1 } else { 64 };
     let gx = u32_of(g.n.div_ceil(64), "N / 64")?;
-    let gy = u32_of((m_hi - m_lo).div_ceil(64), "M / 64")?;
+    let gy = u32_of((m_hi - m_lo).div_ceil(wg_rows), "M / 64")?;
     if gx > 65535 || gy > 65535 {
         return Err(OpError::Unsupported(format!(
             "MatMul on GPU: {}x{} output too large for one dispatch",
@@ -277,20 +280,25 @@ pub(crate) fn matmul_kernels(
     while b0 <= b_last {
         let nb = (b_last + 1 - b0).min(65535);
         p.b0 = b0 as u32;
-        let kernel = GpuKernel::new(
-            tandem_shaders::MATMUL,
-            inputs.clone(),
-            vec![0],
-            &p,
-            [gx, gy, nb as u32],
-        );
-        // 8 x 8 outputs an invocation (8 x 8 of them a workgroup, the same 64 x 64 tile) where
-        // shaders run on the CPU and every load is a gather; 4 x 4 (16 x 16) on GPUs.
-        let on_cpu = kernel
-            .clone()
-            .with_override("T", 8.0)
-            .with_override("WS", 8.0);
-        kernels.push(kernel.with_cpu_adapter_variant(on_cpu));
+        // T x T outputs an invocation in WS x WS workgroups (one row of T and a row of WS when
+        // M is 1): 8 x 8 where shaders run on the CPU and every load is a gather, 4 x 4 on
+        // GPUs; a workgroup covers 64 columns either way.
+        let layout = |t: usize| {
+            let ws = 64 / t;
+            let (tm, wy) = if wg_rows == 1 { (1, 1) } else { (t, ws) };
+            GpuKernel::new(
+                tandem_shaders::MATMUL,
+                inputs.clone(),
+                vec![0],
+                &p,
+                [gx, gy, nb as u32],
+            )
+            .with_override("T", t as f64)
+            .with_override("WS", ws as f64)
+            .with_override("TM", tm as f64)
+            .with_override("WY", wy as f64)
+        };
+        kernels.push(layout(4).with_cpu_adapter_variant(layout(8)));
         b0 += nb;
     }
     Ok(kernels)

@@ -59,8 +59,9 @@ const MATMUL_TILE: usize = 64;
 
 /// Work the GPU kernel launches per unit of useful work (>= 1) where its launch geometry rounds
 /// the output up (workgroup quantisation, as in CoDL): MatMul and Gemm compute whole 64x64
-/// output tiles, so a 16-row product costs what a 64-row one does. 1.0 for other ops (their
-/// kernels run one invocation per output element or row, rounded up by at most one workgroup).
+/// output tiles, so a 16-row product costs what a 64-row one does; a one-row product, whole
+/// 1 x 64 tiles. 1.0 for other ops (their kernels run one invocation per output element or row,
+/// rounded up by at most one workgroup).
 pub fn gpu_padding(op_type: &str, outs: &[TensorMeta]) -> f64 {
     if !matches!(op_type, "MatMul" | "Gemm") {
         return 1.0;
@@ -74,7 +75,8 @@ pub fn gpu_padding(op_type: &str, outs: &[TensorMeta]) -> f64 {
         return 1.0;
     }
     let up = |v: usize| v.div_ceil(MATMUL_TILE) * MATMUL_TILE;
-    (up(m) * up(n)) as f64 / (m * n) as f64
+    let rows = if m == 1 { 1 } else { up(m) };
+    (rows * up(n)) as f64 / (m * n) as f64
 }
 
 /// `op`, or `op/variant` when the variant is not empty.
@@ -365,5 +367,37 @@ mod tests {
         assert_eq!(gemm_variant(1, 256, 256, true), "gemv");
         assert_eq!(device_variant("dot", Device::Gpu), "");
         assert_eq!(device_variant("dot", Device::Cpu), "dot");
+    }
+
+    #[test]
+    fn matmul_padding_is_the_launched_tiles_over_the_outputs() {
+        let op = registry::build("MatMul", &Attrs::new(13)).unwrap();
+        for (m, k, n) in [
+            (1, 70, 131),
+            (1, 8, 64),
+            (16, 8, 64),
+            (67, 5, 129),
+            (64, 3, 1),
+        ] {
+            let a = TensorMeta::new(DType::F32, vec![m, k]);
+            let b = TensorMeta::new(DType::F32, vec![k, n]);
+            let outs = op.infer(&[&a, &b]).unwrap();
+            // Both layouts cover the same outputs: each workgroup TM x WY rows, T x WS columns.
+            for cpu_adapter in [false, true] {
+                let launched: f64 = (op.gpu(&[&a, &b], &outs, 0..m).unwrap().iter())
+                    .map(|k| {
+                        let k = k.for_adapter(cpu_adapter);
+                        let o = |name| k.overrides.iter().find(|(n, _)| *n == name).unwrap().1;
+                        let groups: u32 = k.workgroups.iter().product();
+                        groups as f64 * o("TM") * o("WY") * o("T") * o("WS")
+                    })
+                    .sum();
+                assert_eq!(
+                    gpu_padding("MatMul", &outs),
+                    launched / (m * n) as f64,
+                    "{m} x {k} x {n}, cpu adapter {cpu_adapter}"
+                );
+            }
+        }
     }
 }

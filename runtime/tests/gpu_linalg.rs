@@ -82,6 +82,8 @@ fn matmul_gpu_matches_reference() {
         (vec![130, 5], vec![5, 129]),
         (vec![2, 1, 17, 9], vec![3, 9, 66]),
         (vec![12, 1, 64], vec![12, 64, 40]),
+        // M = 1: one row a workgroup, 3 workgroups of 64 columns, the last partial
+        (vec![1, 70], vec![70, 131]),
         (vec![3, 0, 4], vec![4, 5]),
         (vec![5, 0], vec![0, 6]),
     ] {

@@ -4,10 +4,12 @@
 // (M, N) through zero strides). A, B are read through row/column strides and per-batch strides
 // (0 on broadcast batch dims); out is dense row-major [rows, N].
 // Bindings: 0 a, 1 b, 2 c (read; MatMul binds b again there), 3 out (read_write), 4 params.
-// Dispatch: (ceil(N / 64), ceil((M_hi - m_lo) / 64), batches from params.b0); each invocation of
-// the WS x WS workgroup keeps a T x T register tile: rows m_lo + 64*wg.y + ly + WS*i, columns
-// 64*wg.x + lx + WS*j (strided so that neighbouring invocations read neighbouring columns).
-// No shared memory (its barriers are slow on CPU Vulkan). Overrides: T (4 or 8) and WS = 64 / T.
+// Dispatch: (ceil(N / 64), ceil((M_hi - m_lo) / (WY * TM)), batches from params.b0); each
+// invocation of the WS x WY workgroup keeps a TM x T register tile: rows
+// m_lo + WY*TM*wg.y + ly + WY*i, columns 64*wg.x + lx + WS*j (strided so that neighbouring
+// invocations read neighbouring columns). No shared memory (its barriers are slow on CPU
+// Vulkan). Overrides: T (4 or 8) and WS = 64 / T; TM = T and WY = WS, or TM = WY = 1 when M is 1
+// (one row a workgroup, not 64 of which 63 would repeat it).
 
 struct Params {
     m: u32,
@@ -42,8 +44,11 @@ struct Params {
 // load a per-lane gather there: 16 loads for 64 FMAs instead of 8 for 16). WS = 64 / T.
 override T: u32 = 4u;
 override WS: u32 = 16u;
+// Rows per invocation and invocations per workgroup column: T and WS, or 1 and 1.
+override TM: u32 = 4u;
+override WY: u32 = 16u;
 
-@compute @workgroup_size(WS, WS)
+@compute @workgroup_size(WS, WY)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let bi = params.b0 + wid.z;
     // offsets of this batch in A and B
@@ -58,15 +63,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         a_off = a_off + idx * params.a_bs[du / 4u][du % 4u];
         b_off = b_off + idx * params.b_bs[du / 4u][du % 4u];
     }
-    let m0 = params.m_lo + wid.y * 64u + lid.y;
+    let m0 = params.m_lo + wid.y * WY * TM + lid.y;
     let n0 = wid.x * 64u + lid.x;
     var arow: array<u32, 8>;
     var bcol: array<u32, 8>;
-    for (var i = 0u; i < T; i = i + 1u) {
-        let mi = m0 + WS * i;
+    for (var i = 0u; i < TM; i = i + 1u) {
+        let mi = m0 + WY * i;
         arow[i] = a_off + select(0u, mi, mi < params.m) * params.a_rs;
-        let nj = n0 + WS * i;
-        bcol[i] = b_off + select(0u, nj, nj < params.n) * params.b_cs;
+    }
+    for (var j = 0u; j < T; j = j + 1u) {
+        let nj = n0 + WS * j;
+        bcol[j] = b_off + select(0u, nj, nj < params.n) * params.b_cs;
     }
     // acc[2 i + h]: row i, columns 4 h .. 4 h + 3 of the tile
     var acc: array<vec4<f32>, 16>;
@@ -78,7 +85,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         if (T == 8u) {
             bv1 = vec4<f32>(b[bcol[4] + pb], b[bcol[5] + pb], b[bcol[6] + pb], b[bcol[7] + pb]);
         }
-        for (var i = 0u; i < T; i = i + 1u) {
+        for (var i = 0u; i < TM; i = i + 1u) {
             let av = vec4<f32>(a[arow[i] + pa]);
             acc[2u * i] = fma(av, bv0, acc[2u * i]);
             if (T == 8u) {
@@ -86,8 +93,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             }
         }
     }
-    for (var i = 0u; i < T; i = i + 1u) {
-        let mi = m0 + WS * i;
+    for (var i = 0u; i < TM; i = i + 1u) {
+        let mi = m0 + WY * i;
         let r = bi * params.m + mi;
         if (mi >= params.m || r < params.row_start || r >= params.row_end) {
             continue;
