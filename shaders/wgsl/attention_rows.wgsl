@@ -4,6 +4,7 @@
 // registers (D = 4 * D4 elements) and each key's Kt column and V row, loaded once, serve R
 // rows. Invocation t takes the rows i0 .. i0 + R of batch b for block b * ceil(sq / R) + i0 / R
 // = (block of row_start) + t, writing those inside row_start .. row_start + rows.
+// Only for sk > 0 (the op keeps attention.wgsl when there are no keys: zero rows).
 // Params and bindings: attention_common.wgsl.
 // Overrides: WG, R (1 to 4), D4 = d / 4 and DV4 = dv / 4 (each 1 to 16).
 
