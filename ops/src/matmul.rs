@@ -223,6 +223,19 @@ pub(crate) struct MatmulParams {
     pub b_bs: [u32; 8],
 }
 
+/// Output columns one `matmul.wgsl` workgroup covers, and its rows unless M is 1.
+pub const GPU_TILE: usize = 64;
+
+/// Output rows one `matmul.wgsl` workgroup covers for a product of `m` rows: its tile's 64, or
+/// the one row when M is 1 (decode's every product), which 64 rows would compute 64 times.
+pub fn gpu_workgroup_rows(m: usize) -> usize {
+    if m == 1 {
+        1
+    } else {
+        GPU_TILE
+    }
+}
+
 pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| OpError::Unsupported(format!("{what} {v} exceeds u32 on GPU")))
 }
@@ -264,10 +277,8 @@ pub(crate) fn matmul_kernels(
         (0, g.m)
     };
     p.m_lo = m_lo as u32;
-    // A workgroup covers 64 columns and 64 rows, or the one row when M is 1 (decode's every
-    // product): 64 rows would compute it 64 times.
-    let wg_rows = if g.m == 1 { 1 } else { 64 };
-    let gx = u32_of(g.n.div_ceil(64), "N / 64")?;
+    let wg_rows = gpu_workgroup_rows(g.m);
+    let gx = u32_of(g.n.div_ceil(GPU_TILE), "N / 64")?;
     let gy = u32_of((m_hi - m_lo).div_ceil(wg_rows), "M / 64")?;
     if gx > 65535 || gy > 65535 {
         return Err(OpError::Unsupported(format!(
@@ -284,7 +295,7 @@ pub(crate) fn matmul_kernels(
         // M is 1): 8 x 8 where shaders run on the CPU and every load is a gather, 4 x 4 on
         // GPUs; a workgroup covers 64 columns either way.
         let layout = |t: usize| {
-            let ws = 64 / t;
+            let ws = GPU_TILE / t;
             let (tm, wy) = if wg_rows == 1 { (1, 1) } else { (t, ws) };
             GpuKernel::new(
                 tandem_shaders::MATMUL,

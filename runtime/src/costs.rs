@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use tandem_ops::conv::{Conv, Geom2};
 use tandem_ops::cpu_gemm;
 use tandem_ops::gemm_op::Gemm;
+use tandem_ops::matmul::{gpu_workgroup_rows, GPU_TILE};
 use tandem_ops::{DType, Op, TensorMeta, Work};
 
 /// What the scheduler needs to know of one node to predict its time.
@@ -54,13 +55,10 @@ impl NodeCostQuery<'_> {
     }
 }
 
-/// Output rows and columns of one GPU MatMul/Gemm workgroup tile (matmul.wgsl).
-const MATMUL_TILE: usize = 64;
-
 /// Work the GPU kernel launches per unit of useful work (>= 1) where its launch geometry rounds
 /// the output up (workgroup quantisation, as in CoDL): MatMul and Gemm compute whole 64x64
 /// output tiles, so a 16-row product costs what a 64-row one does; a one-row product, whole
-/// 1 x 64 tiles. 1.0 for other ops (their kernels run one invocation per output element or row,
+/// 1 x 64 tiles ([`gpu_workgroup_rows`]). 1.0 for other ops (their kernels run one invocation per output element or row,
 /// rounded up by at most one workgroup).
 pub fn gpu_padding(op_type: &str, outs: &[TensorMeta]) -> f64 {
     if !matches!(op_type, "MatMul" | "Gemm") {
@@ -74,9 +72,9 @@ pub fn gpu_padding(op_type: &str, outs: &[TensorMeta]) -> f64 {
     if m == 0 || n == 0 {
         return 1.0;
     }
-    let up = |v: usize| v.div_ceil(MATMUL_TILE) * MATMUL_TILE;
-    let rows = if m == 1 { 1 } else { up(m) };
-    (rows * up(n)) as f64 / (m * n) as f64
+    let up = |v: usize, tile: usize| v.div_ceil(tile) * tile;
+    let launched = up(m, gpu_workgroup_rows(m)) * up(n, GPU_TILE);
+    launched as f64 / (m * n) as f64
 }
 
 /// `op`, or `op/variant` when the variant is not empty.
