@@ -1,7 +1,7 @@
 //! Binary and variadic elementwise operators with numpy broadcasting: arithmetic (Add, Sub,
 //! Mul, Div, Pow, Mod, PRelu), comparisons (Equal, Less...), logic (And, Or, Xor) and the
 //! variadic Sum, Mean, Max, Min. One [`Binary`] struct serves them all, selected by
-//! [`BinaryKind`]; the GPU side is `binary.wgsl` with the kind as `params.op`.
+//! [`BinaryKind`]; the GPU side is `binary.wgsl` with the kind as its override `OP`.
 //!
 //! Sits between the registry (one constructor per ONNX op type below) and the shared
 //! broadcasting machinery of `elementwise_common.rs`. The typed kernels here
@@ -19,7 +19,7 @@ use std::ops::Range;
 mod arith;
 use arith::Arith;
 
-/// Which binary function; the discriminant is the `params.op` code of `binary.wgsl`.
+/// Which binary function; the discriminant is the `OP` override of `binary.wgsl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum BinaryKind {
@@ -69,21 +69,13 @@ pub struct Binary {
     mean: bool,
 }
 
-/// GPU parameters of `binary.wgsl` (128 bytes).
+/// GPU parameters of `binary.wgsl` (112 bytes). The op, the element mode, the flags and the
+/// rank are its overrides `OP`, `MODE`, `FLAGS`, `RANK`.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct BinaryParams {
     start: u32,
     count: u32,
-    rank: u32,
-    op: u32,
-    /// 0: f32 operands, 1: i32 operands, 2: bool (u32) operands.
-    mode: u32,
-    /// bit 0: read `a` from the output itself (variadic fold), bit 1: `b` is of the other
-    /// numeric kind (Pow with mixed types), bit 2: divide the result by `divisor` (Mean), bit 3:
-    /// no broadcasting (both operands indexed like the output), bits 4/5: wrap integer results
-    /// to i8/u8.
-    flags: u32,
     divisor: f32,
     _pad: u32,
     dims: GpuDims,
@@ -91,10 +83,14 @@ struct BinaryParams {
     b_strides: GpuDims,
 }
 
+// `FLAGS` bits of `binary.wgsl`.
+/// Read `a` from the output itself (variadic fold).
 const FLAG_ACCUMULATE: u32 = 1;
 /// `b` is of the other numeric kind than `a` (Pow: f32 base with i32 exponent or the reverse).
 const FLAG_B_OTHER: u32 = 2;
+/// Divide the result by `divisor` (Mean).
 const FLAG_DIVIDE: u32 = 4;
+/// No broadcasting: both operands indexed like the output.
 const FLAG_CONTIGUOUS: u32 = 8;
 /// Integer results wrap to i8 / u8 (those are held as i32 on the GPU).
 const FLAG_WRAP_I8: u32 = 16;
@@ -513,10 +509,6 @@ fn gpu_steps(
         let p = BinaryParams {
             start,
             count,
-            rank,
-            op: st.op as u32,
-            mode,
-            flags: f,
             divisor: divide_by.unwrap_or(1) as f32,
             _pad: 0,
             dims,
@@ -525,7 +517,12 @@ fn gpu_steps(
         };
         kernels.push(
             GpuKernel::new(tandem_shaders::BINARY, vec![st.a, st.b], vec![0], &p, wg)
-                .with_override("WG", 64.0),
+                .with_override("WG", 64.0)
+                .with_override("OP", st.op as u32 as f64)
+                // 0: f32 operands, 1: i32 operands, 2: bool (u32) operands.
+                .with_override("MODE", mode as f64)
+                .with_override("FLAGS", f as f64)
+                .with_override("RANK", rank as f64),
         );
     }
     Ok(kernels)

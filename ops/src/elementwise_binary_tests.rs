@@ -365,10 +365,17 @@ fn gpu_descriptions() {
         (k[0].inputs.clone(), k[1].inputs.clone()),
         (vec![0, 1], vec![2, 2])
     );
+    // The op, element mode, flags and rank are overrides (a pipeline each).
+    let ov = |k: &GpuKernel, name| k.override_value(name).unwrap() as u32;
     let p0: &BinaryParams = bytemuck::from_bytes(&k[0].params);
     let p1: &BinaryParams = bytemuck::from_bytes(&k[1].params);
-    assert_eq!((p0.start, p0.count, p0.flags), (1, 4, 0));
-    assert_eq!(p1.flags, FLAG_ACCUMULATE | FLAG_DIVIDE);
+    assert_eq!((p0.start, p0.count, ov(&k[0], "FLAGS")), (1, 4, 0));
+    assert_eq!(ov(&k[1], "FLAGS"), FLAG_ACCUMULATE | FLAG_DIVIDE);
+    assert_eq!(
+        (ov(&k[0], "OP"), ov(&k[0], "RANK")),
+        (BinaryKind::Add as u32, 2)
+    );
+    assert_eq!(p1.divisor, 3.0);
     assert_eq!(&p0.dims[..2], &[2, 3]);
     assert_eq!(&p0.b_strides[..2], &[0, 1]);
     assert_eq!(&p1.b_strides[..2], &[1, 0]);
@@ -376,21 +383,20 @@ fn gpu_descriptions() {
         .unwrap()
         .gpu(&[&a, &a], &out, 0..6)
         .unwrap();
-    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
-    assert_eq!(p.flags, FLAG_CONTIGUOUS);
+    assert_eq!(ov(&k[0], "FLAGS"), FLAG_CONTIGUOUS);
     let i = TensorMeta::new(DType::I64, vec![3]);
     let k = pow(&Attrs::new(15))
         .unwrap()
         .gpu(&[&b, &i], &[b.clone()], 0..3)
         .unwrap();
-    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
-    assert_eq!((p.mode, p.flags & FLAG_B_OTHER), (0, FLAG_B_OTHER));
+    let mode_flags = (ov(&k[0], "MODE"), ov(&k[0], "FLAGS") & FLAG_B_OTHER);
+    assert_eq!(mode_flags, (0, FLAG_B_OTHER));
     let k = pow(&Attrs::new(15))
         .unwrap()
         .gpu(&[&i, &b], &[i.clone()], 0..3)
         .unwrap();
-    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
-    assert_eq!((p.mode, p.flags & FLAG_B_OTHER), (1, FLAG_B_OTHER));
+    let mode_flags = (ov(&k[0], "MODE"), ov(&k[0], "FLAGS") & FLAG_B_OTHER);
+    assert_eq!(mode_flags, (1, FLAG_B_OTHER));
     let bo = TensorMeta::new(DType::Bool, vec![3]);
     assert!(pow(&Attrs::new(15))
         .unwrap()
@@ -401,15 +407,15 @@ fn gpu_descriptions() {
         .unwrap()
         .gpu(&[&u, &u], &[u.clone()], 0..3)
         .unwrap();
-    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
-    assert_eq!((p.mode, p.flags & FLAG_WRAP_U8), (1, FLAG_WRAP_U8));
+    let mode_flags = (ov(&k[0], "MODE"), ov(&k[0], "FLAGS") & FLAG_WRAP_U8);
+    assert_eq!(mode_flags, (1, FLAG_WRAP_U8));
     let i8m = TensorMeta::new(DType::I8, vec![3]);
     let k = less(&Attrs::new(13))
         .unwrap()
         .gpu(&[&i8m, &i8m], &[bo.clone()], 0..3)
         .unwrap();
-    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
-    assert_eq!((p.mode, p.flags & FLAG_WRAP_I8), (1, FLAG_WRAP_I8));
+    let mode_flags = (ov(&k[0], "MODE"), ov(&k[0], "FLAGS") & FLAG_WRAP_I8);
+    assert_eq!(mode_flags, (1, FLAG_WRAP_I8));
 }
 
 /// Throughput probe (run with `--ignored --nocapture`): prints GB/s of the f32 fast paths.

@@ -12,7 +12,7 @@ use tandem_shaders::Shader;
 pub struct GpuKernel {
     pub shader: Shader,
     /// Pipeline-overridable constants (`override` in WGSL), e.g. `("WG", 64.0)`. Part of the
-    /// pipeline cache key: keep the set of distinct values small.
+    /// pipeline cache key: keep the set of distinct values small (an op code, a mode, a rank).
     pub overrides: Vec<(&'static str, f64)>,
     /// Which op inputs are bound, in binding order (inputs read only at plan time are left out).
     pub inputs: Vec<usize>,
@@ -60,6 +60,11 @@ impl GpuKernel {
     pub fn with_override(mut self, name: &'static str, value: f64) -> GpuKernel {
         self.overrides.push((name, value));
         self
+    }
+
+    /// The value this kernel gives override `name`, if it gives one.
+    pub fn override_value(&self, name: &str) -> Option<f64> {
+        self.overrides.iter().find(|(n, _)| *n == name).map(|o| o.1)
     }
 
     /// This kernel, with `variant` to run instead on an adapter of device type Cpu

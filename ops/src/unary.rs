@@ -1,6 +1,6 @@
 //! Unary elementwise operators: activations (Relu, Sigmoid, Gelu...), math functions (Sqrt,
 //! Exp, Erf...), Clip, Not, IsNaN and IsInf. One [`Unary`] struct serves them all, selected by
-//! [`UnaryKind`]; the GPU side is `unary.wgsl` with the kind as `params.op`.
+//! [`UnaryKind`]; the GPU side is `unary.wgsl` with the kind as its override `OP`.
 //!
 //! Sits between the registry (one constructor per ONNX op type below) and the shared
 //! elementwise helpers in `elementwise_common.rs`.
@@ -12,7 +12,7 @@ use crate::{shape, Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorM
 use half::f16;
 use std::ops::Range;
 
-/// Which unary function; the discriminant is the `params.op` code of `unary.wgsl`.
+/// Which unary function; the discriminant is the `OP` override of `unary.wgsl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum UnaryKind {
@@ -72,15 +72,12 @@ pub struct Unary {
     detect: (bool, bool),
 }
 
-/// GPU parameters of `unary.wgsl` (48 bytes).
+/// GPU parameters of `unary.wgsl` (32 bytes; the op and the element mode are overrides).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct UnaryParams {
     start: u32,
     count: u32,
-    op: u32,
-    /// 0: f32 elements, 1: i32 elements, 2: bool (u32) elements.
-    mode: u32,
     alpha: f32,
     beta: f32,
     gamma: f32,
@@ -88,8 +85,6 @@ struct UnaryParams {
     flags: u32,
     imin: i32,
     imax: i32,
-    _pad0: u32,
-    _pad1: u32,
 }
 
 /// `UnaryParams::flags` bit: integer results wrap to i8 (held as i32 on the GPU).
@@ -697,8 +692,6 @@ impl Op for Unary {
         let p = UnaryParams {
             start,
             count,
-            op: self.kind as u32,
-            mode,
             alpha: if self.kind == UnaryKind::Clip {
                 lo as f32
             } else {
@@ -713,8 +706,6 @@ impl Op for Unary {
             flags: self.detect.0 as u32 | (self.detect.1 as u32) << 1 | wrap,
             imin: sat(lo),
             imax: sat(hi),
-            _pad0: 0,
-            _pad1: 0,
         };
         let k = GpuKernel::new(
             tandem_shaders::UNARY,
@@ -723,7 +714,10 @@ impl Op for Unary {
             &p,
             shape::grid_1d(count as u64, 64),
         )
-        .with_override("WG", 64.0);
+        .with_override("WG", 64.0)
+        .with_override("OP", self.kind as u32 as f64)
+        // 0: f32 elements, 1: i32 elements, 2: bool (u32) elements.
+        .with_override("MODE", mode as f64);
         Ok(vec![k])
     }
 }

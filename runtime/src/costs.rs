@@ -385,7 +385,7 @@ mod tests {
                 let launched: f64 = (op.gpu(&[&a, &b], &outs, 0..m).unwrap().iter())
                     .map(|k| {
                         let k = k.for_adapter(cpu_adapter);
-                        let o = |name| k.overrides.iter().find(|(n, _)| *n == name).unwrap().1;
+                        let o = |name| k.override_value(name).unwrap();
                         let groups: u32 = k.workgroups.iter().product();
                         groups as f64 * o("TM") * o("WY") * o("T") * o("WS")
                     })

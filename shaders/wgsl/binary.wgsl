@@ -1,24 +1,28 @@
 // binary: out[i] = f(a[ia], b[ib]) with numpy broadcasting (rank <= 8), for output elements
-// i in [params.start, params.start + params.count); f is params.op (the BinaryKind codes of
-// ops/src/binary.rs: Add, Sub, Mul, Div, Pow, Max, Min, Mod, Fmod, PRelu, comparisons, logic).
-// params.mode: 0 = f32 operands, 1 = i32 operands, 2 = bool (u32) operands. Comparisons write
+// i in [params.start, params.start + params.count); f is the override OP (the BinaryKind codes
+// of ops/src/binary.rs: Add, Sub, Mul, Div, Pow, Max, Min, Mod, Fmod, PRelu, comparisons, logic).
+// MODE: 0 = f32 operands, 1 = i32 operands, 2 = bool (u32) operands. Comparisons write
 // bool (u32 0/1). Elements are bound as u32 and bitcast.
-// params.flags: bit 0 = a is the output itself (fold of variadic Sum/Mean/Max/Min, Clip), bit 1
+// FLAGS: bit 0 = a is the output itself (fold of variadic Sum/Mean/Max/Min, Clip), bit 1
 // = b is of the other numeric kind (Pow: i32 exponent of an f32 base in mode 0, f32 exponent of
 // an i32 base in mode 1), bit 2 = divide the result by params.divisor (Mean), bit 3 = no
 // broadcasting (both operands indexed like the output), bits 4/5 = wrap integer results to
-// i8/u8 (held as i32).
-// Bindings: 0 a (read), 1 b (read), 2 out (read_write), 3 params. Overrides: WG.
+// i8/u8 (held as i32). RANK: the output's rank (the broadcast loop's trip count).
+// OP, MODE, FLAGS and RANK are overrides, not params, so each kind compiles to its own pipeline
+// with the others' code and the broadcast loop's bounds folded away: lavapipe ran every case of
+// a run-time switch (a bias Add ~3x slower than with them known).
+// Bindings: 0 a (read), 1 b (read), 2 out (read_write), 3 params. Overrides: WG, OP, MODE,
+// FLAGS, RANK.
 
 override WG: u32 = 64u;
+override OP: u32;
+override MODE: u32;
+override FLAGS: u32;
+override RANK: u32;
 
 struct Params {
     start: u32,
     count: u32,
-    rank: u32,
-    op: u32,
-    mode: u32,
-    flags: u32,
     divisor: f32,
     _pad: u32,
     dims: array<vec4<u32>, 2>,
@@ -106,7 +110,7 @@ fn fmod_f(x: f32, y: f32) -> f32 {
 
 fn float_op(x: f32, y: f32) -> u32 {
     var r: f32;
-    switch params.op {
+    switch OP {
         case 0u: { r = x + y; }
         case 1u: { r = x - y; }
         case 2u: { r = x * y; }
@@ -129,7 +133,7 @@ fn float_op(x: f32, y: f32) -> u32 {
         case 14u: { return select(0u, 1u, x >= y); }
         default: { r = x; } // First
     }
-    if ((params.flags & 4u) != 0u) {
+    if ((FLAGS & 4u) != 0u) {
         r = r / params.divisor;
     }
     return bitcast<u32>(r);
@@ -163,7 +167,7 @@ fn pow_i(x: i32, y: i32) -> i32 {
 
 fn int_op(x: i32, y: i32) -> u32 {
     var r: i32;
-    switch params.op {
+    switch OP {
         case 0u: { r = x + y; }
         case 1u: { r = x - y; }
         case 2u: { r = x * y; }
@@ -189,10 +193,10 @@ fn int_op(x: i32, y: i32) -> u32 {
 
 // Integer results of i8/u8 tensors wrap like their host type.
 fn wrap(r: i32) -> i32 {
-    if ((params.flags & 16u) != 0u) {
+    if ((FLAGS & 16u) != 0u) {
         return (r << 24u) >> 24u;
     }
-    if ((params.flags & 32u) != 0u) {
+    if ((FLAGS & 32u) != 0u) {
         return r & 0xff;
     }
     return r;
@@ -207,7 +211,7 @@ fn pow_int_float(x: i32, y: f32) -> u32 {
 }
 
 fn bool_op(x: bool, y: bool) -> u32 {
-    switch params.op {
+    switch OP {
         case 10u: { return select(0u, 1u, x == y); }
         case 15u: { return select(0u, 1u, x && y); }
         case 16u: { return select(0u, 1u, x || y); }
@@ -225,11 +229,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let j = params.start + i;
     var ia = j;
     var ib = j;
-    if ((params.flags & 8u) == 0u) {
+    if ((FLAGS & 8u) == 0u) {
         ia = 0u;
         ib = 0u;
         var rem = j;
-        for (var d = params.rank; d > 0u; d = d - 1u) {
+        for (var d = RANK; d > 0u; d = d - 1u) {
             let k = d - 1u;
             let len = params.dims[k / 4u][k % 4u];
             let c = rem % len;
@@ -239,21 +243,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
     }
     var xa: u32;
-    if ((params.flags & 1u) != 0u) {
+    if ((FLAGS & 1u) != 0u) {
         xa = out[j];
     } else {
         xa = a[ia];
     }
     let xb = b[ib];
     var r: u32;
-    if (params.mode == 0u) {
+    if (MODE == 0u) {
         var y = bitcast<f32>(xb);
-        if ((params.flags & 2u) != 0u) {
+        if ((FLAGS & 2u) != 0u) {
             y = f32(bitcast<i32>(xb));
         }
         r = float_op(bitcast<f32>(xa), y);
-    } else if (params.mode == 1u) {
-        if ((params.flags & 2u) != 0u) {
+    } else if (MODE == 1u) {
+        if ((FLAGS & 2u) != 0u) {
             r = pow_int_float(bitcast<i32>(xa), bitcast<f32>(xb));
         } else {
             r = int_op(bitcast<i32>(xa), bitcast<i32>(xb));

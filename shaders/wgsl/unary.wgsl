@@ -1,25 +1,25 @@
 // unary: out[i] = f(x[i]) for i in [params.start, params.start + params.count), where f is
-// chosen by params.op (the UnaryKind codes of ops/src/unary.rs: Relu, Sigmoid, Erf, Gelu, Clip...).
-// params.mode: 0 = f32 elements, 1 = i32 elements (Relu/Neg/Abs/Sign/Clip; i8 wraps when
+// chosen by the override OP (the UnaryKind codes of ops/src/unary.rs: Relu, Sigmoid, Erf, Gelu,
+// Clip...). MODE: 0 = f32 elements, 1 = i32 elements (Relu/Neg/Abs/Sign/Clip; i8 wraps when
 // params.flags bit 2 is set), 2 = bool (Not). Clip with run-time bounds uses binary.wgsl.
 // IsNaN/IsInf read f32 and write bool (u32 0/1). Elements are bound as u32 and bitcast.
-// Bindings: 0 x (read), 1 out (read_write), 2 params. Overrides: WG (workgroup size).
+// OP and MODE are overrides, not params, so each op compiles to its own pipeline: lavapipe ran
+// every case of a run-time switch (Relu ~2x slower than with the op known).
+// Bindings: 0 x (read), 1 out (read_write), 2 params. Overrides: WG (workgroup size), OP, MODE.
 
 override WG: u32 = 64u;
+override OP: u32;
+override MODE: u32;
 
 struct Params {
     start: u32,
     count: u32,
-    op: u32,
-    mode: u32,
     alpha: f32,
     beta: f32,
     gamma: f32,
     flags: u32, // bit 0: IsInf detects -inf, bit 1: detects +inf, bit 2: wrap ints to i8
     imin: i32,
     imax: i32,
-    _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<u32>;
@@ -62,7 +62,7 @@ fn tanh_safe(v: f32) -> f32 {
 fn float_op(v: f32) -> f32 {
     let a = params.alpha;
     let b = params.beta;
-    switch params.op {
+    switch OP {
         case 0u: { return nan_through(select(v, 0.0, v < 0.0), v); }      // Relu
         case 1u: { return select(v, a * v, v < 0.0); }                    // LeakyRelu
         case 2u: { return 1.0 / (1.0 + exp(-v)); }                        // Sigmoid
@@ -101,7 +101,7 @@ fn float_op(v: f32) -> f32 {
 }
 
 fn int_op(v: i32) -> i32 {
-    switch params.op {
+    switch OP {
         case 0u: { return max(v, 0); }
         case 9u: { return min(max(v, params.imin), params.imax); }
         case 13u: { return -v; }
@@ -119,11 +119,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let j = params.start + i;
     let bits = x[j];
-    if (params.mode == 2u) {
+    if (MODE == 2u) {
         out[j] = select(1u, 0u, bits != 0u); // Not
         return;
     }
-    if (params.mode == 1u) {
+    if (MODE == 1u) {
         var r = int_op(bitcast<i32>(bits));
         if ((params.flags & 4u) != 0u) {
             r = (r << 24u) >> 24u;
@@ -132,11 +132,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     let mag = bits & 0x7fffffffu;
-    if (params.op == 27u) { // IsNaN
+    if (OP == 27u) { // IsNaN
         out[j] = select(0u, 1u, mag > 0x7f800000u);
         return;
     }
-    if (params.op == 28u) { // IsInf
+    if (OP == 28u) { // IsInf
         let negative = (bits >> 31u) == 1u;
         let wanted = select((params.flags & 2u) != 0u, (params.flags & 1u) != 0u, negative);
         out[j] = select(0u, 1u, mag == 0x7f800000u && wanted);
