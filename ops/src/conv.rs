@@ -295,7 +295,7 @@ pub enum Activation {
 }
 
 impl Activation {
-    /// The activation code of `conv.wgsl` (`params.act`) and its two parameters.
+    /// The activation code of `conv.wgsl` (its override `ACT`) and its two parameters.
     pub fn gpu_params(self) -> (u32, f32, f32) {
         match self {
             Activation::None => (0, 0.0, 0.0),
@@ -677,21 +677,17 @@ impl Conv {
             pl: g.pl as i32,
             cg: u32_of(g.cg)?,
             mg: u32_of(g.mg)?,
-            has_bias: (n_ins > 2) as u32,
             blk0: u32_of(b0)?,
             e_start: e0 as u32,
             e_end: e1 as u32,
             bpp: bpp as u32,
             threads: u32_of(threads)?,
-            ocb: ocb as u32,
             mgb: u32_of(mgb)?,
-            act,
             act_a,
             act_b,
-            post: self.post.is_some() as u32,
             post_scale: self.post.map_or(1.0, |p| p.0),
             post_shift: self.post.map_or(0.0, |p| p.1),
-            residual: self.residual as u32,
+            _pad: 0,
         };
         // Unused bindings get W again.
         let inputs = vec![
@@ -708,7 +704,15 @@ impl Conv {
             grid_1d(threads as u64, 64),
         )
         .with_override("WG", 64.0)
-        .with_override("PX", px as f64))
+        .with_override("PX", px as f64)
+        .with_override("OCB", ocb as f64)
+        .with_override("HAS_BIAS", (n_ins > 2) as u32 as f64)
+        // [`Activation::gpu_params`].
+        .with_override("ACT", act as f64)
+        // 1: `v * post_scale + post_shift` after the activation ([`Epilogue::post`]).
+        .with_override("POST", self.post.is_some() as u32 as f64)
+        // [`Residual`] as 0 none, 1 before the activation, 2 after the affine.
+        .with_override("RESIDUAL", self.residual as u32 as f64))
     }
 }
 
@@ -740,7 +744,8 @@ fn gpu_channels(mg: usize, most: usize) -> usize {
     }
 }
 
-/// Params of `conv.wgsl` (layout mirrored there).
+/// Params of `conv.wgsl` (layout mirrored there; the channel block, the bias, the epilogue's
+/// activation, affine and residual are its overrides).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct ConvParams {
@@ -761,24 +766,18 @@ struct ConvParams {
     pl: i32,
     cg: u32,
     mg: u32,
-    has_bias: u32,
     blk0: u32,
     e_start: u32,
     e_end: u32,
     bpp: u32,
     threads: u32,
-    ocb: u32,
     mgb: u32,
-    /// [`Activation::gpu_params`].
-    act: u32,
+    /// Parameters of the activation ([`Activation::gpu_params`]).
     act_a: f32,
     act_b: f32,
-    /// 1: `v * post_scale + post_shift` after the activation ([`Epilogue::post`]).
-    post: u32,
     post_scale: f32,
     post_shift: f32,
-    /// [`Residual`] as 0 none, 1 before the activation, 2 after the affine.
-    residual: u32,
+    _pad: u32,
 }
 
 fn u32_of(v: usize) -> Result<u32> {

@@ -2,25 +2,34 @@
 // begin pads: out[n, oc, oh, ow] = bias[oc] + sum_{c < cg, kh, kw} x[n, g * cg + c, ih, iw] *
 // w[oc, c, kh, kw], ih = oh * sh + kh * dh - pt, iw = ow * sw + kw * dw - pl (zero outside),
 // g = oc / mg. Only output elements e with params.e_start <= e < params.e_end are written.
-// Register tile per invocation: PX (4 or 8) consecutive pixels of ocb (8, 4, or 1 for
+// Register tile per invocation: PX (4 or 8) consecutive pixels of OCB (8, 4, or 1 for
 // depthwise-like convs with mg < 4) consecutive output channels of one group, so each loaded
 // input value feeds ocb FMAs and each weight PX. The runtime takes 4 x 4 on GPUs and 8 x 8 on
 // adapters that run shaders on the CPU (GpuKernel::on_cpu_adapter), where every load is a
-// per-lane gather and few invocations suffice. Channel blocks: mgb = ceil(mg / ocb) per group,
+// per-lane gather and few invocations suffice. Channel blocks: mgb = ceil(mg / OCB) per group,
 // numbered over (n, group, block) from params.blk0; bpp blocks of PX pixels per plane.
-// Fused activation after the bias (params.act; the runtime's fusion pass sets it): 0 none,
+// Fused activation after the bias (ACT; the runtime's fusion pass sets it): 0 none,
 // 1 Relu, 2 LeakyRelu (alpha act_a), 3 Clip [act_a, act_b], 4 Sigmoid, 5 SiLU x * sigmoid(x),
 // 6 HardSigmoid clamp(act_a * x + act_b, 0, 1), 7 HardSwish x * clamp(act_a * x + act_b, 0, 1);
-// the same formulas as unary.wgsl, NaN staying NaN for 1-3, 6, 7. Then, when params.post = 1,
+// the same formulas as unary.wgsl, NaN staying NaN for 1-3, 6, 7. Then, when POST = 1,
 // v * post_scale + post_shift (scalar Mul and Add nodes after the activation). A fused residual
-// z (an Add after the Conv; z has the output's shape) is added at the same index: params.residual
+// z (an Add after the Conv; z has the output's shape) is added at the same index: RESIDUAL
 // 1 before the activation, 2 after the affine, 0 none.
-// Bindings: 0 x, 1 w, 2 bias, 3 z (read; w bound again when has_bias = 0 or residual = 0),
-// 4 out (read_write), 5 params. Overrides: WG (workgroup size), PX (pixels per invocation).
+// OCB, HAS_BIAS, ACT, POST and RESIDUAL are overrides, not params: lavapipe runs both sides of
+// a branch on a uniform value, so a depthwise conv (OCB 1) paid for 8 channels' FMAs and every
+// output for each activation's formulas.
+// Bindings: 0 x, 1 w, 2 bias, 3 z (read; w bound again when HAS_BIAS = 0 or RESIDUAL = 0),
+// 4 out (read_write), 5 params. Overrides: WG (workgroup size), PX (pixels per invocation),
+// OCB, HAS_BIAS (0 or 1), ACT, POST (0 or 1), RESIDUAL.
 
 override WG: u32 = 64u;
 // Pixels per invocation: 4 or 8.
 override PX: u32 = 8u;
+override OCB: u32;
+override HAS_BIAS: u32;
+override ACT: u32;
+override POST: u32;
+override RESIDUAL: u32;
 
 struct Params {
     n: u32,
@@ -40,21 +49,17 @@ struct Params {
     pl: i32,
     cg: u32,
     mg: u32,
-    has_bias: u32,
     blk0: u32,
     e_start: u32,
     e_end: u32,
     bpp: u32,
     threads: u32,
-    ocb: u32,
     mgb: u32,
-    act: u32,
     act_a: f32,
     act_b: f32,
-    post: u32,
     post_scale: f32,
     post_shift: f32,
-    residual: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -91,7 +96,7 @@ fn unit_clamp(v: vec4<f32>) -> vec4<f32> {
 }
 
 fn activate(v: vec4<f32>) -> vec4<f32> {
-    switch params.act {
+    switch ACT {
         case 1u: { return nan_through4(select(v, vec4<f32>(0.0), v < vec4<f32>(0.0)), v); }
         case 2u: { return select(v, params.act_a * v, v < vec4<f32>(0.0)); }
         case 3u: {
@@ -110,18 +115,18 @@ fn activate(v: vec4<f32>) -> vec4<f32> {
 // residual, activation, affine, written where inside the plane and e_start <= e < e_end.
 fn finish4(acc: vec4<f32>, n: u32, oc: u32, p0: u32, npix: u32) {
     var v = acc;
-    if (params.has_bias != 0u) {
+    if (HAS_BIAS != 0u) {
         v = v + vec4<f32>(bias[oc]);
     }
     let e0 = (n * params.m + oc) * npix + p0;
-    if (params.residual == 1u) {
+    if (RESIDUAL == 1u) {
         v = v + residual4(e0, npix - p0);
     }
     v = activate(v);
-    if (params.post != 0u) {
+    if (POST != 0u) {
         v = v * params.post_scale + params.post_shift;
     }
-    if (params.residual == 2u) {
+    if (RESIDUAL == 2u) {
         v = v + residual4(e0, npix - p0);
     }
     for (var j = 0u; j < 4u; j = j + 1u) {
@@ -142,8 +147,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let per_img = params.mgb * (params.m / params.mg);
     let n = blk / per_img;
     let g = (blk % per_img) / params.mgb;
-    let oc0 = g * params.mg + (blk % params.mgb) * params.ocb;
-    let oc_end = min(oc0 + params.ocb, (g + 1u) * params.mg);
+    let oc0 = g * params.mg + (blk % params.mgb) * OCB;
+    let oc_end = min(oc0 + OCB, (g + 1u) * params.mg);
     let npix = params.oh * params.ow;
     let p0 = (i % params.bpp) * PX;
     var ohs = array<vec4<i32>, 2>(vec4<i32>(0), vec4<i32>(0));
@@ -210,7 +215,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 if (PX == 8u) {
                     b0 = fma(v0, xb, b0);
                 }
-                if (params.ocb >= 4u) {
+                if (OCB >= 4u) {
                     let v1 = vec4<f32>(w[r1 + k]);
                     let v2 = vec4<f32>(w[r2 + k]);
                     let v3 = vec4<f32>(w[r3 + k]);
@@ -224,7 +229,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                     }
                 }
                 // 8 channels only with 8 pixels: a 4-pixel pipeline keeps a4..a7 constant
-                if (PX == 8u && params.ocb == 8u) {
+                if (PX == 8u && OCB == 8u) {
                     let v4 = vec4<f32>(w[r4 + k]);
                     let v5 = vec4<f32>(w[r5 + k]);
                     let v6 = vec4<f32>(w[r6 + k]);
