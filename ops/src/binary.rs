@@ -90,8 +90,6 @@ const FLAG_ACCUMULATE: u32 = 1;
 const FLAG_B_OTHER: u32 = 2;
 /// Divide the result by `divisor` (Mean).
 const FLAG_DIVIDE: u32 = 4;
-/// No broadcasting: both operands indexed like the output.
-const FLAG_CONTIGUOUS: u32 = 8;
 /// Integer results wrap to i8 / u8 (those are held as i32 on the GPU).
 const FLAG_WRAP_I8: u32 = 16;
 const FLAG_WRAP_U8: u32 = 32;
@@ -499,9 +497,6 @@ fn gpu_steps(
         let mut f = flags;
         if st.accumulate {
             f |= FLAG_ACCUMULATE;
-        }
-        if (st.accumulate || *a_shape == out.shape) && *b_shape == out.shape {
-            f |= FLAG_CONTIGUOUS;
         }
         if divide_by.is_some() && s + 1 == steps.len() {
             f |= FLAG_DIVIDE;

@@ -383,7 +383,10 @@ fn gpu_descriptions() {
         .unwrap()
         .gpu(&[&a, &a], &out, 0..6)
         .unwrap();
-    assert_eq!(ov(&k[0], "FLAGS"), FLAG_CONTIGUOUS);
+    // Same-shape operands: one merged dim of stride 1.
+    let p: &BinaryParams = bytemuck::from_bytes(&k[0].params);
+    assert_eq!((ov(&k[0], "FLAGS"), ov(&k[0], "RANK")), (0, 1));
+    assert_eq!((p.dims[0], p.a_strides[0], p.b_strides[0]), (6, 1, 1));
     let i = TensorMeta::new(DType::I64, vec![3]);
     let k = pow(&Attrs::new(15))
         .unwrap()

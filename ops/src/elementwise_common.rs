@@ -336,19 +336,16 @@ impl<const N: usize> Broadcast<N> {
 /// Broadcast dims/strides packed for a WGSL uniform: `array<vec4<u32>, 2>` per entry.
 pub(crate) type GpuDims = [u32; GPU_MAX_RANK];
 
-/// Output dims and per-input strides (0 where broadcast) for the GPU kernels, padded to
-/// [`GPU_MAX_RANK`] with leading size-1 dims; `Unsupported` above that rank or 2^32 elements.
+/// The collapsed output dims and per-input strides (0 where broadcast) of [`Broadcast::new`]
+/// for the GPU kernels, and their count (at least 1), padded to [`GPU_MAX_RANK`];
+/// `Unsupported` above that rank or 2^32 elements. Same-shape operands collapse to one dim of
+/// stride 1, a row vector over a matrix to two: the shaders divide once per dim but the
+/// outermost.
 pub(crate) fn gpu_broadcast<const N: usize>(
     ins: [&[usize]; N],
     out: &[usize],
     op: &str,
 ) -> Result<(u32, GpuDims, [GpuDims; N])> {
-    if out.len() > GPU_MAX_RANK {
-        return Err(OpError::Unsupported(format!(
-            "{op} on GPU: rank {} above {GPU_MAX_RANK}",
-            out.len()
-        )));
-    }
     if shape::numel(out) > u32::MAX as usize
         || ins.iter().any(|s| shape::numel(s) > u32::MAX as usize)
     {
@@ -356,16 +353,21 @@ pub(crate) fn gpu_broadcast<const N: usize>(
             "{op} on GPU: more than 2^32 elements"
         )));
     }
-    let rank = out.len();
+    let bc = Broadcast::new(ins, out);
+    let rank = bc.dims.len();
+    if rank > GPU_MAX_RANK {
+        return Err(OpError::Unsupported(format!(
+            "{op} on GPU: rank {rank} above {GPU_MAX_RANK} after merging dims"
+        )));
+    }
     let mut dims = [1u32; GPU_MAX_RANK];
-    for (d, &v) in out.iter().enumerate() {
+    for (d, &v) in bc.dims.iter().enumerate() {
         dims[d] = v as u32;
     }
-    let strides = ins.map(|s| {
-        let st = shape::broadcast_strides(s, out);
+    let strides = std::array::from_fn(|k| {
         let mut r = [0u32; GPU_MAX_RANK];
-        for d in 0..rank {
-            r[d] = st[d] as u32;
+        for (d, st) in bc.strides.iter().enumerate() {
+            r[d] = st[k] as u32;
         }
         r
     });
@@ -433,6 +435,24 @@ mod tests {
                 "{ins:?} -> {out:?} range {range:?}"
             );
         }
+    }
+
+    #[test]
+    fn gpu_broadcast_merges_the_dims_every_operand_walks_as_one() {
+        let (rank, dims, [a, b]) =
+            gpu_broadcast([&[1, 4, 2, 3], &[3]], &[1, 4, 2, 3], "Add").unwrap();
+        assert_eq!(
+            (rank, &dims[..2], &a[..2], &b[..2]),
+            (2, &[8, 3][..], &[3, 1][..], &[0, 1][..])
+        );
+        let (rank, dims, [a, b]) = gpu_broadcast([&[2, 5], &[2, 5]], &[2, 5], "Add").unwrap();
+        assert_eq!((rank, dims[0], a[0], b[0]), (1, 10, 1, 1));
+        let (rank, dims, _) = gpu_broadcast([&[], &[1]], &[1], "Add").unwrap();
+        assert_eq!((rank, dims[0]), (1, 1));
+        let nine = [2; 9];
+        let mut other = nine;
+        other[0] = 1;
+        assert!(gpu_broadcast([&nine[..], &other[..]], &nine, "Add").is_ok());
     }
 
     #[test]

@@ -249,12 +249,11 @@ pub struct IndexMapParams {
     pub offset: [i32; 8],
     pub step: [i32; 8],
     pub modulo: [u32; 8],
-    pub rank: u32,
     pub start: u32,
     pub count: u32,
     pub in_base: u32,
     pub out_base: u32,
-    pub _pad: [u32; 3],
+    pub _pad: [u32; 4],
 }
 
 /// Parameters of `copy.wgsl`.
@@ -562,7 +561,12 @@ impl IndexMap {
         input: usize,
         output: usize,
     ) -> Result<GpuKernel> {
-        let m = self.coalesced();
+        let mut m = self.coalesced();
+        if m.dims.is_empty() {
+            // One element: a dim of 1 (the shader's index loop has at least one).
+            (m.dims, m.in_stride, m.out_stride) = (vec![1], vec![0], vec![0]);
+            (m.offset, m.step, m.modulo) = (vec![0], vec![0], vec![0]);
+        }
         let u32s = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<u32>>();
         let i32s = |v: &[i64]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
         let p = IndexMapParams {
@@ -572,13 +576,15 @@ impl IndexMap {
             offset: pack8(op, &i32s(&m.offset))?,
             step: pack8(op, &i32s(&m.step))?,
             modulo: pack8(op, &u32s(&m.modulo))?,
-            rank: m.dims.len() as u32,
             start: start as u32,
             count: count as u32,
             in_base: m.in_base as u32,
             out_base: m.out_base as u32,
-            _pad: [0; 3],
+            _pad: [0; 4],
         };
+        let modulo_dims = (m.modulo.iter().enumerate())
+            .filter(|(_, &n)| n != 0)
+            .fold(0u32, |bits, (d, _)| bits | 1 << d);
         Ok(GpuKernel::new(
             tandem_shaders::INDEX_MAP,
             vec![input],
@@ -586,7 +592,9 @@ impl IndexMap {
             &p,
             grid_1d(count as u64, 64),
         )
-        .with_override("WG", 64.0))
+        .with_override("WG", 64.0)
+        .with_override("RANK", m.dims.len() as f64)
+        .with_override("MODULO", modulo_dims as f64))
     }
 }
 

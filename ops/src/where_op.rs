@@ -22,9 +22,8 @@ pub struct Where;
 struct WhereParams {
     start: u32,
     count: u32,
-    rank: u32,
-    /// bit 0: no broadcasting (all operands indexed like the output).
-    flags: u32,
+    _pad: [u32; 2],
+    /// The merged dims and strides of `gpu_broadcast`; their count is the override `RANK`.
     dims: GpuDims,
     c_strides: GpuDims,
     x_strides: GpuDims,
@@ -169,12 +168,10 @@ impl Op for Where {
             &out.shape,
             "Where",
         )?;
-        let contiguous = ins.iter().all(|m| m.shape == out.shape);
         let p = WhereParams {
             start,
             count,
-            rank,
-            flags: contiguous as u32,
+            _pad: [0; 2],
             dims,
             c_strides: c_st,
             x_strides: x_st,
@@ -187,7 +184,8 @@ impl Op for Where {
             &p,
             shape::grid_1d(count as u64, 64),
         )
-        .with_override("WG", 64.0);
+        .with_override("WG", 64.0)
+        .with_override("RANK", rank as f64);
         Ok(vec![k])
     }
 }

@@ -5,9 +5,9 @@
 // bool (u32 0/1). Elements are bound as u32 and bitcast.
 // FLAGS: bit 0 = a is the output itself (fold of variadic Sum/Mean/Max/Min, Clip), bit 1
 // = b is of the other numeric kind (Pow: i32 exponent of an f32 base in mode 0, f32 exponent of
-// an i32 base in mode 1), bit 2 = divide the result by params.divisor (Mean), bit 3 = no
-// broadcasting (both operands indexed like the output), bits 4/5 = wrap integer results to
-// i8/u8 (held as i32). RANK: the output's rank (the broadcast loop's trip count).
+// an i32 base in mode 1), bit 2 = divide the result by params.divisor (Mean), bits 4/5 = wrap
+// integer results to i8/u8 (held as i32). RANK: the number of output dims after merging those
+// every operand walks as one (>= 1; same-shape operands: one dim of stride 1).
 // OP, MODE, FLAGS and RANK are overrides, not params, so each kind compiles to its own pipeline
 // with the others' code and the broadcast loop's bounds folded away: lavapipe ran every case of
 // a run-time switch (a bias Add ~3x slower than with them known).
@@ -227,21 +227,20 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     let j = params.start + i;
-    var ia = j;
-    var ib = j;
-    if ((FLAGS & 8u) == 0u) {
-        ia = 0u;
-        ib = 0u;
-        var rem = j;
-        for (var d = RANK; d > 0u; d = d - 1u) {
-            let k = d - 1u;
-            let len = params.dims[k / 4u][k % 4u];
-            let c = rem % len;
-            rem = rem / len;
-            ia = ia + c * params.a_strides[k / 4u][k % 4u];
-            ib = ib + c * params.b_strides[k / 4u][k % 4u];
-        }
+    // Coordinates over the (merged) output dims, innermost first; the outermost needs no
+    // division: what is left of j is below its length.
+    var rem = j;
+    var ia = 0u;
+    var ib = 0u;
+    for (var k = RANK - 1u; k > 0u; k = k - 1u) {
+        let len = params.dims[k / 4u][k % 4u];
+        let c = rem % len;
+        rem = rem / len;
+        ia = ia + c * params.a_strides[k / 4u][k % 4u];
+        ib = ib + c * params.b_strides[k / 4u][k % 4u];
     }
+    ia = ia + rem * params.a_strides[0].x;
+    ib = ib + rem * params.b_strides[0].x;
     var xa: u32;
     if ((FLAGS & 1u) != 0u) {
         xa = out[j];
