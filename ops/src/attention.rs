@@ -315,11 +315,7 @@ struct AttentionParams {
     row_start: u32,
     rows: u32,
     nbd: u32,
-    /// 0 none, 1 multiply, 2 divide.
-    scale_mode: u32,
     scale: f32,
-    /// 0 no mask, 1 added, 2 selecting (`Masking::Select`: `fill`, `keep`).
-    masked: u32,
     q_rs: u32,
     q_cs: u32,
     k_rs: u32,
@@ -330,6 +326,7 @@ struct AttentionParams {
     m_cs: u32,
     fill: f32,
     keep: u32,
+    _pad: [u32; 2],
     bshape: [u32; 8],
     q_bs: [u32; 8],
     k_bs: [u32; 8],
@@ -496,9 +493,7 @@ impl Op for Attention {
             row_start: u(rows.start)?,
             rows: u(rows.len())?,
             nbd: g.batch.len() as u32,
-            scale_mode,
             scale,
-            masked,
             q_rs: u(g.q.rs)?,
             q_cs: u(g.q.cs)?,
             k_rs: u(g.k.rs)?,
@@ -509,6 +504,7 @@ impl Op for Attention {
             m_cs: u(m.cs)?,
             fill,
             keep,
+            _pad: [0; 2],
             bshape: [0; 8],
             q_bs: [0; 8],
             k_bs: [0; 8],
@@ -528,8 +524,19 @@ impl Op for Attention {
         } else {
             vec![0, 1, 2, 0]
         };
+        // 0 none, 1 multiply, 2 divide; 0 no mask, 1 added, 2 selecting (`fill`, `keep`).
+        let modes = |k: GpuKernel| {
+            k.with_override("SCALE_MODE", scale_mode as f64)
+                .with_override("MASKED", masked as f64)
+        };
         let wg = grid_1d(rows.len() as u64, 64);
-        let kernel = GpuKernel::new(tandem_shaders::ATTENTION, inputs.clone(), vec![0], &p, wg);
+        let kernel = modes(GpuKernel::new(
+            tandem_shaders::ATTENTION,
+            inputs.clone(),
+            vec![0],
+            &p,
+            wg,
+        ));
         // R query rows an invocation, their Q and output rows in registers, where shaders run
         // on the CPU and every load is a gather: each Kt and V element loaded serves R rows
         // (minilm's attention nodes on lavapipe in 0.35-0.45x the time).
@@ -540,13 +547,13 @@ impl Op for Attention {
         let r = ROWS_PER_INVOCATION.min(g.sq);
         let block = |row: usize| (row / g.sq) * g.sq.div_ceil(r) + (row % g.sq) / r;
         let blocks = block(rows.end - 1) + 1 - block(rows.start);
-        let on_cpu = GpuKernel::new(
+        let on_cpu = modes(GpuKernel::new(
             tandem_shaders::ATTENTION_ROWS,
             inputs,
             vec![0],
             &p,
             grid_1d(blocks as u64, 64),
-        )
+        ))
         .with_override("R", r as f64)
         .with_override("D4", (g.d / 4) as f64)
         .with_override("DV4", (g.dv / 4) as f64);

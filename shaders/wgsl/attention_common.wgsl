@@ -1,6 +1,12 @@
 // attention_common: the Params and bindings attention.wgsl and attention_rows.wgsl share
 // (mirrored by AttentionParams in ops/src/attention.rs), and their helpers.
 // Bindings: 0 q, 1 kt, 2 v, 3 mask (q again when there is none), 4 out (read_write), 5 params.
+// Overrides: SCALE_MODE (0 none, 1 multiply by params.scale, 2 divide) and MASKED (0 no mask,
+// 1 added, 2 selecting: params.fill where the mask differs from params.keep), so each score
+// compiles without the others' code (lavapipe runs both sides of a branch on a uniform value).
+
+override SCALE_MODE: u32;
+override MASKED: u32;
 
 struct Params {
     sq: u32,
@@ -10,9 +16,7 @@ struct Params {
     row_start: u32,
     rows: u32,
     nbd: u32,
-    scale_mode: u32,
     scale: f32,
-    masked: u32,
     q_rs: u32,
     q_cs: u32,
     k_rs: u32,
@@ -23,6 +27,8 @@ struct Params {
     m_cs: u32,
     fill: f32,
     keep: u32,
+    _pad0: u32,
+    _pad1: u32,
     // output batch dims (nbd of them), then each operand's element stride per batch dim
     bshape: array<vec4<u32>, 2>,
     q_bs: array<vec4<u32>, 2>,
@@ -60,14 +66,14 @@ fn batch_offsets(batch: u32) -> vec4<u32> {
 // The score s0 (Q . Kt column j) scaled and masked, the mask row starting at m_at.
 fn scale_mask(s0: f32, m_at: u32, j: u32) -> f32 {
     var s = s0;
-    if (params.scale_mode == 1u) {
+    if (SCALE_MODE == 1u) {
         s = s * params.scale;
-    } else if (params.scale_mode == 2u) {
+    } else if (SCALE_MODE == 2u) {
         s = s / params.scale;
     }
-    if (params.masked == 1u) {
+    if (MASKED == 1u) {
         s = s + bitcast<f32>(mask[m_at + j * params.m_cs]);
-    } else if (params.masked == 2u && (mask[m_at + j * params.m_cs] != 0u) != (params.keep != 0u)) {
+    } else if (MASKED == 2u && (mask[m_at + j * params.m_cs] != 0u) != (params.keep != 0u)) {
         s = params.fill;
     }
     return s;
