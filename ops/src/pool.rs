@@ -645,11 +645,9 @@ struct PoolParams {
     dilations: [u32; 4],
     pads: [u32; 4],
     pads_end: [u32; 4],
-    /// 0 max, 1 average over the input elements, 2 average over the whole kernel.
-    mode: u32,
     start: u32,
     count: u32,
-    _pad: u32,
+    _pad: [u32; 2],
 }
 
 impl Op for Pool {
@@ -803,15 +801,17 @@ impl Op for Pool {
             ),
             pads: v4(g.pb, 0),
             pads_end: v4(g.pe, 0),
-            mode: match (self.max, self.count_include_pad) {
-                (true, _) => 0,
-                (false, false) => 1,
-                (false, true) => 2,
-            },
             start: range.start as u32,
             count: range.len() as u32,
-            _pad: 0,
+            _pad: [0; 2],
         };
+        // 0 max, 1 average over the input elements, 2 average over the whole kernel.
+        let mode = match (self.max, self.count_include_pad) {
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
+        };
+        let dilated = p.dilations[..3].iter().any(|&d| d != 1);
         let wg = grid_1d(range.len() as u64, 64);
         Ok(vec![GpuKernel::new(
             tandem_shaders::POOL,
@@ -819,7 +819,9 @@ impl Op for Pool {
             vec![0],
             &p,
             wg,
-        )])
+        )
+        .with_override("MODE", mode as f64)
+        .with_override("DILATED", dilated as u32 as f64)])
     }
 }
 

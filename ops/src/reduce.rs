@@ -438,14 +438,12 @@ struct ReduceParams {
     kstr: [u32; 8],
     rdims: [u32; 8],
     rstr: [u32; 8],
-    nk: u32,
-    nr: u32,
     n: u32,
-    op: u32,
     start: u32,
     count: u32,
     select_last: u32,
     inf_bits: u32,
+    _pad: [u32; 3],
 }
 
 /// Most inputs one `reduce.wgsl` invocation folds (four per loop round) or scans (ArgMax,
@@ -466,11 +464,12 @@ pub(crate) fn reduce_kernel(
         return Ok(Vec::new());
     }
     let mut p: ReduceParams = bytemuck::Zeroable::zeroed();
+    let (mut nk, mut nr) = (0, 0);
     let fits = |v: usize| u32::try_from(v).ok();
     let too_big = || OpError::Unsupported(format!("{name} on GPU: sizes exceed u32 / 8 groups"));
     for (red, dims, strs, count) in [
-        (false, &mut p.kdims, &mut p.kstr, &mut p.nk),
-        (true, &mut p.rdims, &mut p.rstr, &mut p.nr),
+        (false, &mut p.kdims, &mut p.kstr, &mut nk),
+        (true, &mut p.rdims, &mut p.rstr, &mut nr),
     ] {
         for (i, (size, stride)) in groups.of(red).enumerate() {
             if i >= 8 {
@@ -478,7 +477,7 @@ pub(crate) fn reduce_kernel(
             }
             dims[i] = fits(size).ok_or_else(too_big)?;
             strs[i] = fits(stride).ok_or_else(too_big)?;
-            *count = i as u32 + 1;
+            *count = i + 1;
         }
     }
     p.n = fits(groups.reduce_count()).ok_or_else(too_big)?;
@@ -493,19 +492,22 @@ pub(crate) fn reduce_kernel(
             p.n
         )));
     }
-    p.op = op;
     p.start = fits(range.start).ok_or_else(too_big)?;
     p.count = fits(range.len()).ok_or_else(too_big)?;
     p.select_last = select_last as u32;
     p.inf_bits = f32::INFINITY.to_bits();
     let wg = grid_1d(range.len() as u64, 64);
+    // The op and the group counts are overrides: a pipeline each, their branches folded.
     Ok(vec![GpuKernel::new(
         tandem_shaders::REDUCE,
         vec![0],
         vec![0],
         &p,
         wg,
-    )])
+    )
+    .with_override("OP", op as f64)
+    .with_override("NK", nk as f64)
+    .with_override("NR", nr.max(1) as f64)])
 }
 
 /// ArgMax / ArgMin along one axis; output i64.

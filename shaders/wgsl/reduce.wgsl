@@ -6,7 +6,11 @@
 // (online max shift), 9 argmax, 10 argmin (select_last: ties pick the last index), 11 log of
 // the sum.
 // Ops 0-8 and 11 write the f32 bits; 9-10 write an i32 index.
-// Bindings: 0 x (f32, read), 1 out (4-byte elements, read_write), 2 params. Overrides: WG.
+// OP, NK (kept groups) and NR (reduced groups, 1..=8) are overrides, not params: lavapipe runs
+// both sides of a branch on a uniform value, so the fold paid for every op's code (two exps of
+// log-sum-exp included) and eight groups' divisions per element.
+// Bindings: 0 x (f32, read), 1 out (4-byte elements, read_write), 2 params. Overrides: WG, OP,
+// NK, NR.
 //
 // Loop budget: llvmpipe (lavapipe, Mesa's software Vulkan) ends every loop of an invocation
 // once all its loops together have gone round 65,535 times (gallivm's
@@ -15,33 +19,41 @@
 // and four elements go per round (reduce.rs refuses folds past what that allows).
 
 override WG: u32 = 64u;
+override OP: u32;
+override NK: u32;
+override NR: u32;
 
 struct Params {
     kdims: array<vec4<u32>, 2>,
     kstr: array<vec4<u32>, 2>,
     rdims: array<vec4<u32>, 2>,
     rstr: array<vec4<u32>, 2>,
-    nk: u32,
-    nr: u32,
     n: u32,
-    op: u32,
     start: u32,
     count: u32,
     select_last: u32,
     inf_bits: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 @group(0) @binding(2) var<uniform> params: Params;
 
+// Kept groups innermost first; the outermost needs no division (what is left of e is below its
+// size).
 fn base_offset(e: u32) -> u32 {
     var rem = e;
     var off = 0u;
-    for (var d = i32(params.nk) - 1; d >= 0; d = d - 1) {
+    for (var d = i32(NK) - 1; d > 0; d = d - 1) {
         let size = params.kdims[d / 4][d % 4];
         off = off + (rem % size) * params.kstr[d / 4][d % 4];
         rem = rem / size;
+    }
+    if (NK > 0u) {
+        off = off + rem * params.kstr[0].x;
     }
     return off;
 }
@@ -57,12 +69,12 @@ fn reduced_offset(r: u32) -> u32 {
     for_group(&rem, &off, 3u);
     for_group(&rem, &off, 2u);
     for_group(&rem, &off, 1u);
-    for_group(&rem, &off, 0u);
+    off = off + rem * params.rstr[0].x; // the outermost: rem is below its size
     return off;
 }
 
 fn for_group(rem: ptr<function, u32>, off: ptr<function, u32>, d: u32) {
-    if (d < params.nr) {
+    if (d < NR) {
         let size = params.rdims[d / 4u][d % 4u];
         *off = *off + (*rem % size) * params.rstr[d / 4u][d % 4u];
         *rem = *rem / size;
@@ -106,7 +118,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let e = params.start + i;
     let base = base_offset(e);
     let inf = bitcast<f32>(params.inf_bits);
-    let op = params.op;
+    let op = OP;
     let n = params.n;
 
     if (op == 9u || op == 10u) {
