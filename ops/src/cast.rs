@@ -20,16 +20,13 @@ pub struct Cast {
     to: Option<DType>,
 }
 
-/// GPU parameters of `cast.wgsl` (16 bytes).
+/// GPU parameters of `cast.wgsl` (16 bytes; the element kinds are its overrides `SRC`, `DST`).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct CastParams {
     start: u32,
     count: u32,
-    /// 0: f32, 1: i32, 2: bool.
-    src: u32,
-    /// 0: f32, 1: f32 rounded to f16, 2: i32, 3: i8, 4: u8, 5: bool.
-    dst: u32,
+    _pad: [u32; 2],
 }
 
 /// The DType of an ONNX `TensorProto.DataType` code, if tandem supports it.
@@ -320,8 +317,7 @@ impl Op for Cast {
         let p = CastParams {
             start,
             count,
-            src,
-            dst,
+            _pad: [0; 2],
         };
         let k = GpuKernel::new(
             tandem_shaders::CAST,
@@ -330,7 +326,11 @@ impl Op for Cast {
             &p,
             shape::grid_1d(count as u64, 64),
         )
-        .with_override("WG", 64.0);
+        .with_override("WG", 64.0)
+        // 0: f32, 1: i32, 2: bool.
+        .with_override("SRC", src as f64)
+        // 0: f32, 1: f32 rounded to f16, 2: i32, 3: i8, 4: u8, 5: bool.
+        .with_override("DST", dst as f64);
         Ok(vec![k])
     }
 }
@@ -462,6 +462,7 @@ mod tests {
         let o = TensorMeta::new(DType::U8, vec![3]);
         let k = cast_to(2).gpu(&[&m], &[o], 1..3).unwrap();
         let p: &CastParams = bytemuck::from_bytes(&k[0].params);
-        assert_eq!((p.start, p.count, p.src, p.dst), (1, 2, 0, 4));
+        let (src, dst) = (k[0].override_value("SRC"), k[0].override_value("DST"));
+        assert_eq!((p.start, p.count, src, dst), (1, 2, Some(0.0), Some(4.0)));
     }
 }

@@ -39,7 +39,7 @@ pub fn gather_elements(attrs: &Attrs) -> Result<Box<dyn Op>> {
 struct GatherParams {
     out_dims: [u32; 8],
     data_stride: [u32; 8],
-    op: u32,
+    _pad: u32,
     rank: u32,
     axis: u32,
     axis_dim: u32,
@@ -264,7 +264,7 @@ impl Op for Gather {
             } else {
                 [0; 8]
             },
-            op: self.elements as u32,
+            _pad: 0,
             rank: outs[0].rank() as u32,
             axis: a as u32,
             axis_dim: ins[0].shape[a] as u32,
@@ -280,7 +280,9 @@ impl Op for Gather {
             &p,
             grid_1d((end - start) as u64, 64),
         )
-        .with_override("WG", 64.0)])
+        .with_override("WG", 64.0)
+        // 0 Gather, 1 GatherElements.
+        .with_override("OP", self.elements as u32 as f64)])
     }
 }
 

@@ -1,18 +1,21 @@
-// gather: Gather (op 0) and GatherElements (op 1) for output elements
+// gather: Gather (OP 0) and GatherElements (OP 1) for output elements
 // [params.start, params.start + params.count), moving raw 4-byte words (any dtype).
 // Gather: the output is viewed as [outer, nidx, inner]; out[(o, k, e)] =
 //   data[(o * axis_dim + idx) * inner + e] with idx = indices[k] (+ axis_dim when negative).
 // GatherElements: the output has the indices' shape `out_dims` (rank <= 8); out[c] =
 //   data[sum c_d * data_stride_d] with c_axis replaced by indices[c] (+ axis_dim when negative).
 // An index outside [0, axis_dim) writes 0 (the CPU kernel reports it as an error).
-// Bindings: 0 data (read), 1 indices (read, i32), 2 out (read_write), 3 params. Overrides: WG.
+// OP is an override (lavapipe runs both sides of a branch on a uniform value).
+// Bindings: 0 data (read), 1 indices (read, i32), 2 out (read_write), 3 params. Overrides: WG,
+// OP.
 
 override WG: u32 = 64u;
+override OP: u32;
 
 struct Params {
     out_dims: array<vec4<u32>, 2>,
     data_stride: array<vec4<u32>, 2>,
-    op: u32,
+    _pad: u32,
     rank: u32,
     axis: u32,
     axis_dim: u32,
@@ -45,7 +48,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     let v = params.start + i;
-    if (params.op == 0u) {
+    if (OP == 0u) {
         let e = v % params.inner;
         let k = (v / params.inner) % params.nidx;
         let o = v / (params.inner * params.nidx);
