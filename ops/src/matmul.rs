@@ -309,10 +309,37 @@ pub(crate) fn matmul_kernels(
             .with_override("TM", tm as f64)
             .with_override("WY", wy as f64)
         };
-        kernels.push(layout(4).with_cpu_adapter_variant(layout(8)));
+        let on_cpu = if vec4_fits(g, &p) {
+            let (tm, wy) = if wg_rows == 1 { (1, 1) } else { (8, 8) };
+            GpuKernel::new(
+                tandem_shaders::MATMUL_VEC4,
+                inputs.clone(),
+                vec![0],
+                &p,
+                [gx, gy, nb as u32],
+            )
+            .with_override("TM", tm as f64)
+            .with_override("WY", wy as f64)
+        } else {
+            layout(8)
+        };
+        kernels.push(layout(4).with_cpu_adapter_variant(on_cpu));
         b0 += nb;
     }
     Ok(kernels)
+}
+
+/// Whether `matmul_vec4.wgsl` can read A and B of `g` as vec4s: rows contiguous, and every row
+/// and batch start on a multiple of 4 elements.
+fn vec4_fits(g: &MmGeom, p: &MatmulParams) -> bool {
+    let four = |v: usize| v.is_multiple_of(4);
+    p.a_cs == 1
+        && p.b_cs == 1
+        && four(g.k)
+        && four(g.n)
+        && four(p.a_rs as usize)
+        && four(p.b_rs as usize)
+        && g.a_bs.iter().chain(&g.b_bs).all(|&s| four(s))
 }
 
 pub(crate) fn check_f32(op: &str, ins: &[&TensorMeta]) -> Result<()> {
@@ -674,6 +701,34 @@ mod tests {
         ));
         let s = TensorMeta::new(DType::F32, vec![]);
         assert!(MatMul::default().infer(&[&s, &b]).is_err());
+    }
+
+    #[test]
+    fn cpu_adapters_read_aligned_operands_as_vec4s() {
+        let f = |s: &[usize]| TensorMeta::new(DType::F32, s.to_vec());
+        let shader = |op: &MatMul, a: &[usize], b: &[usize]| {
+            let (a, b) = (f(a), f(b));
+            let outs = op.infer(&[&a, &b]).unwrap();
+            let rows = crate::shape::row_count(&outs[0].shape, op.split_axis(&[&a, &b], &outs));
+            let k = op.gpu(&[&a, &b], &outs, 0..rows).unwrap();
+            (k[0].shader.name, k[0].for_adapter(true).shader.name)
+        };
+        let mm = MatMul::default();
+        assert_eq!(shader(&mm, &[70, 20], &[20, 68]), ("matmul", "matmul_vec4"));
+        assert_eq!(
+            shader(&mm, &[2, 3, 9, 8], &[3, 8, 12]),
+            ("matmul", "matmul_vec4")
+        );
+        // K, N or a batch offset not a multiple of 4, or B read through a transpose: floats.
+        assert_eq!(shader(&mm, &[70, 21], &[21, 68]), ("matmul", "matmul"));
+        assert_eq!(shader(&mm, &[70, 20], &[20, 66]), ("matmul", "matmul"));
+        assert_eq!(shader(&mm, &[3, 1, 8], &[3, 8, 12]).1, "matmul_vec4");
+        assert_eq!(shader(&mm, &[3, 1, 8], &[3, 8, 10]).1, "matmul");
+        let bt = MatMul {
+            perms: [None, Some(vec![1, 0])],
+            ..MatMul::default()
+        };
+        assert_eq!(shader(&bt, &[70, 20], &[68, 20]).1, "matmul");
     }
 
     #[test]

@@ -84,6 +84,11 @@ fn matmul_gpu_matches_reference() {
         (vec![12, 1, 64], vec![12, 64, 40]),
         // M = 1: one row a workgroup, 3 workgroups of 64 columns, the last partial
         (vec![1, 70], vec![70, 131]),
+        // K and N multiples of 4: matmul_vec4.wgsl on Cpu adapters (lavapipe). One row; two
+        // row tiles with a last partial column block; broadcast batches.
+        (vec![1, 96], vec![96, 136]),
+        (vec![70, 20], vec![20, 68]),
+        (vec![2, 3, 9, 8], vec![3, 8, 12]),
         (vec![3, 0, 4], vec![4, 5]),
         (vec![5, 0], vec![0, 6]),
     ] {
@@ -146,8 +151,11 @@ fn gemm_with_padded_weight_rows_matches_reference() {
 
 #[test]
 fn gemm_gpu_matches_reference() {
-    let (m, n, k) = (67, 70, 19);
-    for (ta, tb) in [(false, false), (true, true), (true, false)] {
+    // The second size has K and N multiples of 4 (matmul_vec4.wgsl on lavapipe when untransposed).
+    for ((m, n, k), (ta, tb)) in [(67, 70, 19), (67, 72, 20)]
+        .into_iter()
+        .flat_map(|s| [(false, false), (true, true), (true, false)].map(|t| (s, t)))
+    {
         for cshape in [
             None,
             Some(vec![n]),

@@ -56,6 +56,7 @@ shader!(PAD, "pad");
 shader!(RESIZE, "resize", "float_bits");
 shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul");
+shader!(MATMUL_VEC4, "matmul_vec4");
 shader!(CONV, "conv", "float_bits");
 shader!(CONV_TRANSPOSE, "conv_transpose");
 shader!(ATTENTION, "attention", "attention_common");
@@ -81,6 +82,7 @@ pub const ALL: &[Shader] = &[
     RESIZE,
     GENERATE,
     MATMUL,
+    MATMUL_VEC4,
     CONV,
     CONV_TRANSPOSE,
     ATTENTION,
