@@ -198,7 +198,7 @@ impl MmGeom {
     }
 }
 
-/// Params of `matmul.wgsl` (layout mirrored there).
+/// Params of `matmul.wgsl` and `matmul_vec4.wgsl` (layout mirrored in `matmul_common.wgsl`).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct MatmulParams {

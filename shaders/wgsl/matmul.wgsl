@@ -3,6 +3,7 @@
 // Serves MatMul (alpha 1, beta 0, C unused) and Gemm (transposes as strides, C broadcast to
 // (M, N) through zero strides). A, B are read through row/column strides and per-batch strides
 // (0 on broadcast batch dims); out is dense row-major [rows, N].
+// Params, bindings 2-4 and the store: the prelude matmul_common.wgsl.
 // Bindings: 0 a, 1 b, 2 c (read; MatMul binds b again there), 3 out (read_write), 4 params.
 // Dispatch: (ceil(N / 64), ceil((M_hi - m_lo) / (WY * TM)), batches from params.b0); each
 // invocation of the WS x WY workgroup keeps a TM x T register tile: rows
@@ -11,34 +12,8 @@
 // Vulkan). Overrides: T (4 or 8) and WS = 64 / T; TM = T and WY = WS, or TM = WY = 1 when M is 1
 // (one row a workgroup, not 64 of which 63 would repeat it).
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    row_start: u32,
-    row_end: u32,
-    m_lo: u32,
-    b0: u32,
-    nbd: u32,
-    a_rs: u32,
-    a_cs: u32,
-    b_rs: u32,
-    b_cs: u32,
-    c_rs: u32,
-    c_cs: u32,
-    alpha: f32,
-    beta: f32,
-    // output batch dims (nbd of them), then A's and B's element strides per batch dim
-    bshape: array<vec4<u32>, 2>,
-    a_bs: array<vec4<u32>, 2>,
-    b_bs: array<vec4<u32>, 2>,
-}
-
 @group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read> c: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> params: Params;
 
 // Rows and columns per invocation: 4, or 8 on adapters that run shaders on the CPU (every
 // load a per-lane gather there: 16 loads for 64 FMAs instead of 8 for 16). WS = 64 / T.
@@ -51,18 +26,9 @@ override WY: u32 = 16u;
 @compute @workgroup_size(WS, WY)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let bi = params.b0 + wid.z;
-    // offsets of this batch in A and B
-    var rem = bi;
-    var a_off = 0u;
-    var b_off = 0u;
-    for (var d = i32(params.nbd) - 1; d >= 0; d = d - 1) {
-        let du = u32(d);
-        let dim = params.bshape[du / 4u][du % 4u];
-        let idx = rem % dim;
-        rem = rem / dim;
-        a_off = a_off + idx * params.a_bs[du / 4u][du % 4u];
-        b_off = b_off + idx * params.b_bs[du / 4u][du % 4u];
-    }
+    let offs = batch_offsets(bi);
+    let a_off = offs.x;
+    let b_off = offs.y;
     let m0 = params.m_lo + wid.y * WY * TM + lid.y;
     let n0 = wid.x * 64u + lid.x;
     var arow: array<u32, 8>;
@@ -94,21 +60,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
     }
     for (var i = 0u; i < TM; i = i + 1u) {
-        let mi = m0 + WY * i;
-        let r = bi * params.m + mi;
-        if (mi >= params.m || r < params.row_start || r >= params.row_end) {
-            continue;
-        }
         for (var j = 0u; j < T; j = j + 1u) {
-            let nj = n0 + WS * j;
-            if (nj >= params.n) {
-                continue;
-            }
-            var v = params.alpha * acc[2u * i + j / 4u][j % 4u];
-            if (params.beta != 0.0) {
-                v = v + params.beta * c[mi * params.c_rs + nj * params.c_cs];
-            }
-            out[r * params.n + nj] = v;
+            store(bi, m0 + WY * i, n0 + WS * j, acc[2u * i + j / 4u][j % 4u]);
         }
     }
 }

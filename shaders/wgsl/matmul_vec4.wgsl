@@ -5,36 +5,12 @@
 // an invocation keeps TM rows x 8 contiguous columns (lanes 8 columns apart), WS = 8.
 // Preconditions (the host checks them): a_cs = b_cs = 1, K, N, a_rs, b_rs and every batch
 // offset multiples of 4.
+// Params, bindings 2-4 and the store: the prelude matmul_common.wgsl.
 // Bindings: 0 a (vec4), 1 b (vec4), 2 c (read; MatMul binds b again there), 3 out (read_write),
 // 4 params. Overrides: TM and WY (8 and 8, or 1 and 1 when M is 1).
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    row_start: u32,
-    row_end: u32,
-    m_lo: u32,
-    b0: u32,
-    nbd: u32,
-    a_rs: u32,
-    a_cs: u32,
-    b_rs: u32,
-    b_cs: u32,
-    c_rs: u32,
-    c_cs: u32,
-    alpha: f32,
-    beta: f32,
-    bshape: array<vec4<u32>, 2>,
-    a_bs: array<vec4<u32>, 2>,
-    b_bs: array<vec4<u32>, 2>,
-}
-
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> c: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> params: Params;
 
 override TM: u32 = 8u;
 override WY: u32 = 8u;
@@ -42,17 +18,9 @@ override WY: u32 = 8u;
 @compute @workgroup_size(8, WY)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let bi = params.b0 + wid.z;
-    var rem = bi;
-    var a_off = 0u;
-    var b_off = 0u;
-    for (var d = i32(params.nbd) - 1; d >= 0; d = d - 1) {
-        let du = u32(d);
-        let dim = params.bshape[du / 4u][du % 4u];
-        let idx = rem % dim;
-        rem = rem / dim;
-        a_off = a_off + idx * params.a_bs[du / 4u][du % 4u];
-        b_off = b_off + idx * params.b_bs[du / 4u][du % 4u];
-    }
+    let offs = batch_offsets(bi);
+    let a_off = offs.x;
+    let b_off = offs.y;
     let m0 = params.m_lo + wid.y * WY * TM + lid.y;
     let n0 = wid.x * 64u + lid.x * 8u;
     // vec4 indices: A row i at k = 0, B's columns n0 .. n0 + 3 and n0 + 4 .. n0 + 7 at k = 0
@@ -94,21 +62,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
     }
     for (var i = 0u; i < TM; i = i + 1u) {
-        let mi = m0 + WY * i;
-        let r = bi * params.m + mi;
-        if (mi >= params.m || r < params.row_start || r >= params.row_end) {
-            continue;
-        }
         for (var j = 0u; j < 8u; j = j + 1u) {
-            let nj = n0 + j;
-            if (nj >= params.n) {
-                continue;
-            }
-            var v = params.alpha * acc[2u * i + j / 4u][j % 4u];
-            if (params.beta != 0.0) {
-                v = v + params.beta * c[mi * params.c_rs + nj * params.c_cs];
-            }
-            out[r * params.n + nj] = v;
+            store(bi, m0 + WY * i, n0 + j, acc[2u * i + j / 4u][j % 4u]);
         }
     }
 }
