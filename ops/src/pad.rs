@@ -259,12 +259,10 @@ struct PadParams {
     in_dims: [u32; 8],
     in_stride: [u32; 8],
     pad_begin: [i32; 8],
-    rank: u32,
-    mode: u32,
     value: u32,
     start: u32,
     count: u32,
-    _pad: [u32; 3],
+    _pad: u32,
 }
 
 impl Op for Pad {
@@ -333,12 +331,10 @@ impl Op for Pad {
                 "Pad",
                 &l.begin.iter().map(|&b| b as i32).collect::<Vec<_>>(),
             )?,
-            rank: l.out.len() as u32,
-            mode: self.mode as u32,
             value: gpu_word(&fill, 0),
             start: start as u32,
             count: (end - start) as u32,
-            _pad: [0; 3],
+            _pad: 0,
         };
         Ok(vec![GpuKernel::new(
             tandem_shaders::PAD,
@@ -347,7 +343,10 @@ impl Op for Pad {
             &p,
             grid_1d((end - start) as u64, 64),
         )
-        .with_override("WG", 64.0)])
+        .with_override("WG", 64.0)
+        .with_override("RANK", l.out.len() as f64)
+        // 0 constant, 1 reflect, 2 edge, 3 wrap.
+        .with_override("MODE", self.mode as u32 as f64)])
     }
 }
 

@@ -622,16 +622,10 @@ struct ResizeParams {
     scale: [f32; 8],
     roi_start: [f32; 8],
     roi_end: [f32; 8],
-    rank: u32,
-    mode: u32,
-    coord_mode: u32,
-    nearest_mode: u32,
     start: u32,
     count: u32,
     cubic_a: f32,
-    exclude_outside: u32,
     extrapolation: f32,
-    _pad: [u32; 3],
 }
 
 impl Op for Resize {
@@ -741,16 +735,10 @@ impl Op for Resize {
             scale: pack8(op, &f(&p.scale))?,
             roi_start: pack8(op, &f(&p.roi_start))?,
             roi_end: pack8(op, &f(&p.roi_end))?,
-            rank: p.out.len() as u32,
-            mode: self.mode as u32,
-            coord_mode: self.coord as u32,
-            nearest_mode: self.nearest as u32,
             start: start as u32,
             count: (end - start) as u32,
             cubic_a: self.cubic_a,
-            exclude_outside: self.exclude_outside as u32,
             extrapolation: self.extrapolation,
-            _pad: [0; 3],
         };
         Ok(vec![GpuKernel::new(
             tandem_shaders::RESIZE,
@@ -759,7 +747,15 @@ impl Op for Resize {
             &params,
             grid_1d((end - start) as u64, 64),
         )
-        .with_override("WG", 64.0)])
+        .with_override("WG", 64.0)
+        .with_override("RANK", p.out.len() as f64)
+        .with_override("MODE", self.mode as u32 as f64)
+        .with_override("COORD_MODE", self.coord as u32 as f64)
+        .with_override("NEAREST_MODE", self.nearest as u32 as f64)
+        .with_override(
+            "EXCLUDE_OUTSIDE",
+            self.exclude_outside as u32 as f64,
+        )])
     }
 }
 

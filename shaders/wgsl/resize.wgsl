@@ -1,15 +1,23 @@
 // resize: Resize / Upsample for output elements [params.start, params.start + params.count).
-// Per dimension d, output coordinate c maps to an input coordinate x (coord_mode: 0 half_pixel,
+// Per dimension d, output coordinate c maps to an input coordinate x (COORD_MODE: 0 half_pixel,
 // 1 asymmetric, 2 align_corners, 3 pytorch_half_pixel, 4 tf_crop_and_resize, 5
 // tf_half_pixel_for_nn, 6 half_pixel_symmetric) and to taps (index clamped to the input, weight):
-// mode 0 nearest (nearest_mode 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil,
-// 4 ceil when downsampling else floor) copies the raw word (any dtype); mode 1 linear and mode 2
-// cubic (coefficient cubic_a, exclude_outside renormalises) sum f32 products over the separable
-// taps. tf_crop_and_resize writes `extrapolation` when x falls outside [0, in - 1].
+// MODE 0 nearest (NEAREST_MODE 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil,
+// 4 ceil when downsampling else floor) copies the raw word (any dtype); MODE 1 linear and MODE 2
+// cubic (coefficient cubic_a, EXCLUDE_OUTSIDE 1 renormalises) sum f32 products over the
+// separable taps. tf_crop_and_resize writes `extrapolation` when x falls outside [0, in - 1].
 // Divisions go through float_bits.wgsl's div_rn, so a tap never moves with the adapter's `/`.
-// Bindings: 0 src (read), 1 out (read_write), 2 params. Overrides: WG (workgroup size).
+// RANK and the modes are overrides, not params: lavapipe runs both sides of a branch on a
+// uniform value, so every output paid for every coordinate mode and the cubic taps.
+// Bindings: 0 src (read), 1 out (read_write), 2 params. Overrides: WG (workgroup size), RANK,
+// MODE, COORD_MODE, NEAREST_MODE, EXCLUDE_OUTSIDE.
 
 override WG: u32 = 64u;
+override RANK: u32;
+override MODE: u32;
+override COORD_MODE: u32;
+override NEAREST_MODE: u32;
+override EXCLUDE_OUTSIDE: u32;
 
 struct Params {
     in_dims: array<vec4<u32>, 2>,
@@ -18,18 +26,10 @@ struct Params {
     scale: array<vec4<f32>, 2>,
     roi_start: array<vec4<f32>, 2>,
     roi_end: array<vec4<f32>, 2>,
-    rank: u32,
-    mode: u32,
-    coord_mode: u32,
-    nearest_mode: u32,
     start: u32,
     count: u32,
     cubic_a: f32,
-    exclude_outside: u32,
     extrapolation: f32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> src: array<u32>;
@@ -41,7 +41,7 @@ fn original_coord(d: u32, c: u32) -> f32 {
     let scale = params.scale[d / 4u][d % 4u];
     let in_len = f32(params.in_dims[d / 4u][d % 4u]);
     let out_len = scale * in_len;
-    switch params.coord_mode {
+    switch COORD_MODE {
         case 1u: {
             return div_rn(x, scale);
         }
@@ -85,7 +85,7 @@ fn nearest_index(x: f32, scale: f32) -> i32 {
     if (r == 0.0) {
         return i32(f);
     }
-    switch params.nearest_mode {
+    switch NEAREST_MODE {
         case 1u: {
             return select(i32(f), i32(f) + 1, r >= 0.5);
         }
@@ -128,19 +128,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var ntaps: array<u32, 8>;
     var rem = v;
     var base = 0u;
-    for (var k = 0u; k < params.rank; k = k + 1u) {
-        let d = params.rank - 1u - k;
+    for (var k = 0u; k < RANK; k = k + 1u) {
+        let d = RANK - 1u - k;
         let n = params.out_dims[d / 4u][d % 4u];
         let c = rem % n;
         rem = rem / n;
         let len = i32(params.in_dims[d / 4u][d % 4u]);
         let stride = params.in_stride[d / 4u][d % 4u];
         let x = original_coord(d, c);
-        if (params.coord_mode == 4u && (x < 0.0 || x > f32(len - 1))) {
+        if (COORD_MODE == 4u && (x < 0.0 || x > f32(len - 1))) {
             out[v] = bitcast<u32>(params.extrapolation);
             return;
         }
-        if (params.mode == 0u) {
+        if (MODE == 0u) {
             let j = clamp(nearest_index(x, params.scale[d / 4u][d % 4u]), 0, len - 1);
             base = base + u32(j) * stride;
             ntaps[d] = 0u;
@@ -149,7 +149,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let f = floor(x);
         let r = x - f;
         var cnt = 0u;
-        if (params.mode == 1u) {
+        if (MODE == 1u) {
             let taps = array<f32, 2>(1.0 - r, r);
             for (var j = 0; j < 2; j = j + 1) {
                 if (taps[j] != 0.0) {
@@ -163,7 +163,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             for (var j = -1; j < 3; j = j + 1) {
                 let p = i32(f) + j;
                 var w = cubic_coeff(f32(j) - r);
-                if (params.exclude_outside != 0u && (p < 0 || p >= len)) {
+                if (EXCLUDE_OUTSIDE != 0u && (p < 0 || p >= len)) {
                     w = 0.0;
                 }
                 sum = sum + w;
@@ -173,7 +173,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                     cnt = cnt + 1u;
                 }
             }
-            if (params.exclude_outside != 0u && sum != 0.0) {
+            if (EXCLUDE_OUTSIDE != 0u && sum != 0.0) {
                 for (var j = 0u; j < cnt; j = j + 1u) {
                     tap_w[d * 4u + j] = tap_w[d * 4u + j] / sum;
                 }
@@ -181,12 +181,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
         ntaps[d] = cnt;
     }
-    if (params.mode == 0u) {
+    if (MODE == 0u) {
         out[v] = src[base];
         return;
     }
     var total = 1u;
-    for (var d = 0u; d < params.rank; d = d + 1u) {
+    for (var d = 0u; d < RANK; d = d + 1u) {
         total = total * ntaps[d];
     }
     var acc = 0.0;
@@ -194,7 +194,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         var rest = t;
         var s = base;
         var w = 1.0;
-        for (var d = 0u; d < params.rank; d = d + 1u) {
+        for (var d = 0u; d < RANK; d = d + 1u) {
             let j = rest % ntaps[d];
             rest = rest / ntaps[d];
             s = s + tap_idx[d * 4u + j];
