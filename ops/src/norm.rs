@@ -407,11 +407,9 @@ impl Op for LayerNorm {
             s_el: step(1, "Scale")?,
             b_el: if has_bias { step(2, "B")? } else { 0 },
             channels: 1,
-            has_bias: has_bias as u32,
-            rms: self.rms as u32,
             ..NormParams::new(n, &rows, self.eps, self.name())?
         };
-        row_kernels(&p, has_bias, outs.len() > 1, rows)
+        row_kernels(&p, (has_bias, self.rms), outs.len() > 1, rows)
     }
 }
 
@@ -428,11 +426,8 @@ struct NormParams {
     s_el: u32,
     b_row: u32,
     b_el: u32,
-    has_bias: u32,
     eps: f32,
-    /// 1: RMSNormalization (no mean; `x^2` averaged instead of the variance).
-    rms: u32,
-    _pad: u32,
+    _pad: [u32; 3],
 }
 
 impl NormParams {
@@ -454,10 +449,8 @@ impl NormParams {
             s_el: 0,
             b_row: 0,
             b_el: 0,
-            has_bias: 0,
             eps,
-            rms: 0,
-            _pad: 0,
+            _pad: [0; 3],
         })
     }
 }
@@ -472,11 +465,12 @@ struct StatsParams {
     eps: f32,
 }
 
-/// The `norm.wgsl` dispatch (inputs X, Scale, B; Scale bound again in place of an absent B) and,
-/// when `stats`, the `norm_stats.wgsl` dispatch writing outputs 1 and 2.
+/// The `norm.wgsl` dispatch (inputs X, Scale, B; Scale bound again in place of an absent B;
+/// `rms`: RMSNormalization, no mean and `x^2` averaged instead of the variance) and, when
+/// `stats`, the `norm_stats.wgsl` dispatch writing outputs 1 and 2.
 fn row_kernels(
     p: &NormParams,
-    has_bias: bool,
+    (has_bias, rms): (bool, bool),
     stats: bool,
     rows: Range<usize>,
 ) -> Result<Vec<GpuKernel>> {
@@ -485,13 +479,11 @@ fn row_kernels(
     }
     let wg = grid_1d(rows.len() as u64, 64);
     let bias = if has_bias { 2 } else { 1 };
-    let mut ks = vec![GpuKernel::new(
-        tandem_shaders::NORM,
-        vec![0, 1, bias],
-        vec![0],
-        p,
-        wg,
-    )];
+    let mut ks = vec![
+        GpuKernel::new(tandem_shaders::NORM, vec![0, 1, bias], vec![0], p, wg)
+            .with_override("HAS_BIAS", has_bias as u32 as f64)
+            .with_override("RMS", rms as u32 as f64),
+    ];
     if stats {
         let sp = StatsParams {
             n: p.n,
@@ -598,10 +590,9 @@ impl Op for InstanceNorm {
             channels: c as u32,
             s_row: 1,
             b_row: 1,
-            has_bias: 1,
             ..NormParams::new(n, &rows, self.eps, "InstanceNormalization")?
         };
-        row_kernels(&p, true, false, rows)
+        row_kernels(&p, (true, false), false, rows)
     }
 }
 

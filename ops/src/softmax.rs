@@ -208,8 +208,6 @@ impl Op for Softmax {
             inner: fits(inner)?,
             first_lane: fits(rows.start * inner)?,
             lanes: fits(lanes)?,
-            mode: self.mode as u32,
-            _pad: [0; 3],
         };
         let wg = grid_1d(lanes as u64, 64);
         Ok(vec![GpuKernel::new(
@@ -218,7 +216,9 @@ impl Op for Softmax {
             vec![0],
             &p,
             wg,
-        )])
+        )
+        // 0 Softmax, 1 LogSoftmax, 2 Hardmax.
+        .with_override("MODE", self.mode as u32 as f64)])
     }
 }
 
@@ -230,8 +230,6 @@ struct SoftmaxParams {
     inner: u32,
     first_lane: u32,
     lanes: u32,
-    mode: u32,
-    _pad: [u32; 3],
 }
 
 /// Hardmax of `inner` interleaved lanes of length `n`: 1 at the first maximum of each.

@@ -1,12 +1,16 @@
 // norm: row normalisation for LayerNormalization, RMSNormalization and InstanceNormalization.
 // One invocation per row r in [params.first_row, params.first_row + params.rows): over
-// x[r * n ..][..n], a two-pass (shifted) mean and variance (RMSNormalization, rms = 1: mean 0 and
-// the mean of x^2 as the variance), then y = (x - mean) / sqrt(var + eps) * scale[si] + (has_bias ? b[bi] : 0)
+// x[r * n ..][..n], a two-pass (shifted) mean and variance (RMSNormalization, RMS = 1: mean 0 and
+// the mean of x^2 as the variance), then y = (x - mean) / sqrt(var + eps) * scale[si] + (HAS_BIAS ? b[bi] : 0)
 // with si = (r % channels) * s_row + j * s_el and bi = (r % channels) * b_row + j * b_el
 // (LayerNorm: channels 1, s_el 1 or 0; InstanceNorm: s_row 1, s_el 0).
-// Bindings: 0 x, 1 scale, 2 b (scale again when absent), 3 y, 4 params. Overrides: WG.
+// RMS and HAS_BIAS are overrides (lavapipe runs both sides of a branch on a uniform value).
+// Bindings: 0 x, 1 scale, 2 b (scale again when absent), 3 y, 4 params. Overrides: WG, RMS,
+// HAS_BIAS.
 
 override WG: u32 = 64u;
+override RMS: u32;
+override HAS_BIAS: u32;
 
 struct Params {
     n: u32,
@@ -17,10 +21,10 @@ struct Params {
     s_el: u32,
     b_row: u32,
     b_el: u32,
-    has_bias: u32,
     eps: f32,
-    rms: u32,
-    _pad: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -43,7 +47,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let n4 = n / 4u * 4u;
     // Shifted by the first element so a large common offset does not swamp the sum.
     var mean = 0.0;
-    if (params.rms == 0u) {
+    if (RMS == 0u) {
         let k = x[base];
         var s4 = vec4<f32>(0.0);
         for (var j = 0u; j < n4; j = j + 4u) {
@@ -69,7 +73,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let c = r % params.channels;
     for (var j = 0u; j < n; j = j + 1u) {
         var out = (x[base + j] - mean) * inv * scale[c * params.s_row + j * params.s_el];
-        if (params.has_bias != 0u) {
+        if (HAS_BIAS != 0u) {
             out = out + b[c * params.b_row + j * params.b_el];
         }
         y[base + j] = out;

@@ -1,21 +1,19 @@
 // softmax: Softmax / LogSoftmax / Hardmax over lanes of a [outer, n, inner] tensor. One invocation per
 // lane l in [params.first_lane, params.first_lane + params.lanes): o = l / inner, j = l % inner,
 // elements x[o * n * inner + k * inner + j] for k in 0..n. Three passes: max, sum of
-// exp(x - max), write. mode 0: exp(x - max) / sum; 1: x - max - ln(sum); 2 (Hardmax): 1 at
-// the first maximum, 0 elsewhere.
-// Bindings: 0 x (f32, read), 1 y (f32, read_write), 2 params. Overrides: WG.
+// exp(x - max), write. MODE 0: exp(x - max) / sum; 1: x - max - ln(sum); 2 (Hardmax): 1 at
+// the first maximum, 0 elsewhere. MODE is an override (lavapipe runs both sides of a branch on a
+// uniform value).
+// Bindings: 0 x (f32, read), 1 y (f32, read_write), 2 params. Overrides: WG, MODE.
 
 override WG: u32 = 64u;
+override MODE: u32;
 
 struct Params {
     n: u32,
     inner: u32,
     first_lane: u32,
     lanes: u32,
-    mode: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -42,7 +40,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             at = k;
         }
     }
-    if (params.mode == 2u) {
+    if (MODE == 2u) {
         for (var k = 0u; k < n; k = k + 1u) {
             y[base + k * inner] = select(0.0, 1.0, k == at);
         }
@@ -54,7 +52,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var k = 0u; k < n; k = k + 1u) {
         s = s + exp(x[base + k * inner] - m);
     }
-    if (params.mode == 1u) {
+    if (MODE == 1u) {
         let c = m + log(s);
         for (var k = 0u; k < n; k = k + 1u) {
             let at = base + k * inner;
