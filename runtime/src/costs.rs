@@ -376,18 +376,24 @@ mod tests {
             (16, 8, 64),
             (67, 5, 129),
             (64, 3, 1),
+            (70, 20, 68),
         ] {
             let a = TensorMeta::new(DType::F32, vec![m, k]);
             let b = TensorMeta::new(DType::F32, vec![k, n]);
             let outs = op.infer(&[&a, &b]).unwrap();
-            // Both layouts cover the same outputs: each workgroup TM x WY rows, T x WS columns.
+            // Every layout covers the same outputs: each workgroup TM x WY rows, and T x WS
+            // columns (matmul.wgsl) or 8 lanes of 8 (matmul_vec4.wgsl, K and N multiples of 4).
             for cpu_adapter in [false, true] {
                 let launched: f64 = (op.gpu(&[&a, &b], &outs, 0..m).unwrap().iter())
                     .map(|k| {
                         let k = k.for_adapter(cpu_adapter);
                         let o = |name| k.override_value(name).unwrap();
+                        let cols = match k.shader.name {
+                            "matmul_vec4" => 64.0,
+                            _ => o("T") * o("WS"),
+                        };
                         let groups: u32 = k.workgroups.iter().product();
-                        groups as f64 * o("TM") * o("WY") * o("T") * o("WS")
+                        groups as f64 * o("TM") * o("WY") * cols
                     })
                     .sum();
                 assert_eq!(
