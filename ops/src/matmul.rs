@@ -293,33 +293,25 @@ pub(crate) fn matmul_kernels(
         p.b0 = b0 as u32;
         // T x T outputs an invocation in WS x WS workgroups (one row of T and a row of WS when
         // M is 1): 8 x 8 where shaders run on the CPU and every load is a gather, 4 x 4 on
-        // GPUs; a workgroup covers 64 columns either way.
+        // GPUs; a workgroup covers 64 columns either way. `matmul_vec4.wgsl` is the 8 x 8
+        // layout with vec4 reads, where the operands allow them.
+        let kernel = |shader, t: usize| {
+            let (tm, wy) = if wg_rows == 1 {
+                (1, 1)
+            } else {
+                (t, GPU_TILE / t)
+            };
+            GpuKernel::new(shader, inputs.clone(), vec![0], &p, [gx, gy, nb as u32])
+                .with_override("TM", tm as f64)
+                .with_override("WY", wy as f64)
+        };
         let layout = |t: usize| {
-            let ws = GPU_TILE / t;
-            let (tm, wy) = if wg_rows == 1 { (1, 1) } else { (t, ws) };
-            GpuKernel::new(
-                tandem_shaders::MATMUL,
-                inputs.clone(),
-                vec![0],
-                &p,
-                [gx, gy, nb as u32],
-            )
-            .with_override("T", t as f64)
-            .with_override("WS", ws as f64)
-            .with_override("TM", tm as f64)
-            .with_override("WY", wy as f64)
+            kernel(tandem_shaders::MATMUL, t)
+                .with_override("T", t as f64)
+                .with_override("WS", (GPU_TILE / t) as f64)
         };
         let on_cpu = if vec4_fits(g, &p) {
-            let (tm, wy) = if wg_rows == 1 { (1, 1) } else { (8, 8) };
-            GpuKernel::new(
-                tandem_shaders::MATMUL_VEC4,
-                inputs.clone(),
-                vec![0],
-                &p,
-                [gx, gy, nb as u32],
-            )
-            .with_override("TM", tm as f64)
-            .with_override("WY", wy as f64)
+            kernel(tandem_shaders::MATMUL_VEC4, 8)
         } else {
             layout(8)
         };
