@@ -30,6 +30,7 @@ use crate::matmul::{f32_in, f32_out};
 use crate::shape::grid_1d;
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use std::ops::Range;
+use tandem_shaders::{CONV, CONV_POINTWISE, CONV_ROWS};
 
 #[path = "conv_cpu.rs"]
 mod cpu;
@@ -639,10 +640,12 @@ impl Conv {
         Ok((g, shape))
     }
 
-    /// The `conv.wgsl` dispatch for output elements `e0..e1` (whole output rows) with `px`
-    /// pixels (4 or 8) and `ocb` output channels (1, 4 or 8) a invocation; `n_ins` inputs.
+    /// The `conv.wgsl` dispatch (or `shader`'s, which shares its params and layout) for output
+    /// elements `e0..e1` (whole output rows) with `px` pixels (4 or 8) and `ocb` output
+    /// channels (1, 4 or 8) a invocation; `n_ins` inputs.
     fn gpu_kernel(
         &self,
+        shader: tandem_shaders::Shader,
         g: &Geom2,
         n_ins: usize,
         (e0, e1): (usize, usize),
@@ -650,7 +653,13 @@ impl Conv {
     ) -> Result<GpuKernel> {
         let plane = g.oh * g.ow;
         let (pl0, pl1) = (e0 / plane, (e1 - 1) / plane);
-        let bpp = plane.div_ceil(px);
+        // `conv_rows.wgsl` numbers pixel blocks within output rows (its ROWS override)
+        let rows = shader == CONV_ROWS;
+        let bpp = if rows {
+            g.oh * g.ow.div_ceil(px)
+        } else {
+            plane.div_ceil(px)
+        };
         let mgb = g.mg.div_ceil(ocb);
         let block = |pl: usize| {
             let oc = pl % g.m;
@@ -696,23 +705,20 @@ impl Conv {
             if n_ins > 2 { 2 } else { 1 },
             if n_ins > 3 { 3 } else { 1 },
         ];
-        Ok(GpuKernel::new(
-            tandem_shaders::CONV,
-            inputs,
-            vec![0],
-            &p,
-            grid_1d(threads as u64, 64),
+        Ok(
+            GpuKernel::new(shader, inputs, vec![0], &p, grid_1d(threads as u64, 64))
+                .with_override("WG", 64.0)
+                .with_override("PX", px as f64)
+                .with_override("ROWS", rows as u32 as f64)
+                .with_override("OCB", ocb as f64)
+                .with_override("HAS_BIAS", (n_ins > 2) as u32 as f64)
+                // [`Activation::gpu_params`].
+                .with_override("ACT", act as f64)
+                // 1: `v * post_scale + post_shift` after the activation ([`Epilogue::post`]).
+                .with_override("POST", self.post.is_some() as u32 as f64)
+                // [`Residual`] as 0 none, 1 before the activation, 2 after the affine.
+                .with_override("RESIDUAL", self.residual as u32 as f64),
         )
-        .with_override("WG", 64.0)
-        .with_override("PX", px as f64)
-        .with_override("OCB", ocb as f64)
-        .with_override("HAS_BIAS", (n_ins > 2) as u32 as f64)
-        // [`Activation::gpu_params`].
-        .with_override("ACT", act as f64)
-        // 1: `v * post_scale + post_shift` after the activation ([`Epilogue::post`]).
-        .with_override("POST", self.post.is_some() as u32 as f64)
-        // [`Residual`] as 0 none, 1 before the activation, 2 after the affine.
-        .with_override("RESIDUAL", self.residual as u32 as f64))
     }
 }
 
@@ -732,6 +738,25 @@ pub fn valid_range(out_len: usize, stride: usize, offset: i64, in_len: usize) ->
     let hi = if last < 0 { 0 } else { last / s + 1 };
     let lo = (lo as usize).min(out_len);
     lo..(hi as usize).clamp(lo, out_len)
+}
+
+/// Whether `conv_pointwise.wgsl` computes this conv on an adapter that runs shaders on the
+/// CPU: a 1x1 of stride 1 without pads whose planes and groups' input channels are multiples
+/// of 4 (its vec4 loads of X and W then stay aligned).
+fn pointwise_vec4_fits(g: &Geom2) -> bool {
+    let one = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1;
+    let unpadded = g.pt == 0 && g.pl == 0 && g.oh == g.h && g.ow == g.w;
+    one && unpadded && (g.oh * g.ow).is_multiple_of(4) && g.cg.is_multiple_of(4)
+}
+
+/// Whether `conv_rows.wgsl` computes this conv on an adapter that runs shaders on the CPU:
+/// horizontal stride 1 or 2 and dilation 1, input rows of a multiple of 4 floats, and every
+/// tap's pixels inside the columns it loads around them (`kw` at most 5, left pad at most 4,
+/// `kw - 1 - pl` at most `3 + sw`).
+fn rows_vec4_fit(g: &Geom2) -> bool {
+    let (kw, pl, sw) = (g.kw as i64, g.pl, g.sw as i64);
+    let window = kw <= 5 && (0..=4).contains(&pl) && kw - 1 - pl <= 3 + sw;
+    (1..=2).contains(&g.sw) && g.dw == 1 && g.w.is_multiple_of(4) && window
 }
 
 /// Output channels per invocation of `conv.wgsl` for groups of `mg` output channels, at most
@@ -874,8 +899,19 @@ impl Op for Conv {
         // 4 pixels x 4 channels a GPU invocation; 8 x 8 on an adapter that runs shaders on the
         // CPU, where each load is a gather: 16 loads for 64 FMAs instead of 8 for 16 (magika's
         // conv and a 64 -> 64 3x3 on 56 x 56 in 0.50x the time on lavapipe).
-        let gpu = self.gpu_kernel(&g, ins.len(), (e0, e1), (4, gpu_channels(g.mg, 4)))?;
-        let cpu_adapter = self.gpu_kernel(&g, ins.len(), (e0, e1), (8, gpu_channels(g.mg, 8)))?;
+        let tile = |px, most| (px, gpu_channels(g.mg, most));
+        let gpu = self.gpu_kernel(CONV, &g, ins.len(), (e0, e1), tile(4, 4))?;
+        let on_cpu = |shader| self.gpu_kernel(shader, &g, ins.len(), (e0, e1), tile(8, 8));
+        let cpu_adapter = if pointwise_vec4_fits(&g) {
+            on_cpu(CONV_POINTWISE)?
+        } else if rows_vec4_fit(&g) {
+            on_cpu(CONV_ROWS)?
+                .with_override("KW", g.kw as f64)
+                .with_override("PL", g.pl as f64)
+                .with_override("SW", g.sw as f64)
+        } else {
+            on_cpu(CONV)?
+        };
         Ok(vec![gpu.with_cpu_adapter_variant(cpu_adapter)])
     }
 }

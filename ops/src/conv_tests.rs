@@ -1341,3 +1341,55 @@ fn taps_speed() {
         );
     }
 }
+
+/// Adapters that run shaders on the CPU get `conv_pointwise.wgsl` for aligned 1x1s and
+/// `conv_rows.wgsl` for rows it can window (horizontal stride 1 or 2, dilation 1, rows of a
+/// multiple of 4, the taps within its window), `conv.wgsl` otherwise; GPUs always `conv.wgsl`.
+#[test]
+fn cpu_adapters_take_vec4_kernels_where_they_fit() {
+    let shaders = |xs: [usize; 4], m: usize, k: [usize; 2], s: [usize; 2], d: [usize; 2], pads| {
+        let op = conv(&conv_attrs(1, s, d, pads)).unwrap();
+        let x = TensorMeta::new(DType::F32, xs.to_vec());
+        let w = TensorMeta::new(DType::F32, vec![m, xs[1], k[0], k[1]]);
+        let outs = op.infer(&[&x, &w]).unwrap();
+        let rows = outs[0].shape[..3].iter().product();
+        let ks = op.gpu(&[&x, &w], &outs, 0..rows).unwrap();
+        (ks[0].shader.name, ks[0].for_adapter(true).shader.name)
+    };
+    let one = [1, 1];
+    let none = [0; 4];
+    assert_eq!(
+        shaders([1, 8, 4, 6], 12, one, one, one, none),
+        ("conv", "conv_pointwise")
+    );
+    // 1x1s of 6 input channels or 5 x 5 pixels: rows (their rows' floats are 4-aligned) or
+    // the plain kernel
+    assert_eq!(
+        shaders([1, 6, 4, 8], 12, one, one, one, none).1,
+        "conv_rows"
+    );
+    assert_eq!(shaders([1, 8, 5, 5], 12, one, one, one, none).1, "conv");
+    let pad1 = [1; 4];
+    assert_eq!(
+        shaders([1, 5, 7, 12], 10, [3, 3], one, one, pad1).1,
+        "conv_rows"
+    );
+    assert_eq!(
+        shaders([1, 5, 7, 12], 10, [3, 3], [2, 2], one, pad1).1,
+        "conv_rows"
+    );
+    assert_eq!(
+        shaders([1, 5, 7, 12], 10, [3, 3], [2, 3], one, pad1).1,
+        "conv"
+    );
+    assert_eq!(
+        shaders([1, 5, 7, 12], 10, [3, 3], one, [1, 2], pad1).1,
+        "conv"
+    );
+    assert_eq!(shaders([1, 5, 7, 10], 10, [3, 3], one, one, pad1).1, "conv");
+    // a 7-wide kernel reaches past the 16 columns a stride-1 row loads
+    assert_eq!(
+        shaders([1, 5, 7, 12], 10, [1, 7], one, one, [0, 3, 0, 3]).1,
+        "conv"
+    );
+}

@@ -345,6 +345,50 @@ fn conv_gpu_matches_reference() {
             [1, 1, 1, 1],
             true,
         ),
+        // lavapipe's vec4 kernels (`conv_pointwise.wgsl`, `conv_rows.wgsl`): a grouped 1x1 of
+        // 8 input and 5 output channels a group (a block of 4 and one of 1); a 2 x 5 kernel
+        // with a left pad of 2 and a vertical dilation over rows of 12 (a block of 8 pixels and
+        // one of 4); stride 2 across, no left pad, a 4-wide kernel; a depthwise 3x3 of stride 2
+        (
+            [2, 16, 4, 5],
+            10,
+            [1, 1],
+            2,
+            [1, 1],
+            [1, 1],
+            [0, 0, 0, 0],
+            true,
+        ),
+        (
+            [1, 5, 7, 12],
+            10,
+            [2, 5],
+            1,
+            [1, 1],
+            [2, 1],
+            [1, 2, 0, 2],
+            true,
+        ),
+        (
+            [1, 3, 8, 20],
+            4,
+            [3, 4],
+            1,
+            [1, 2],
+            [1, 1],
+            [1, 0, 1, 1],
+            false,
+        ),
+        (
+            [1, 8, 6, 8],
+            8,
+            [3, 3],
+            8,
+            [2, 2],
+            [1, 1],
+            [1, 1, 1, 1],
+            true,
+        ),
         (
             [0, 3, 5, 5],
             2,

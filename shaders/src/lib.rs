@@ -25,7 +25,7 @@ pub struct Shader {
 
 /// `shader!(CONST, "file")` embeds `wgsl/file.wgsl`; `shader!(CONST, "file", "prelude", ...)`
 /// puts the prelude files' text in front of it: shared helper functions, or the params and
-/// bindings of a family whose kernels share them (`attention_common`).
+/// bindings of a family whose kernels share them (`attention_common`, `conv_common`).
 macro_rules! shader {
     ($ident:ident, $file:literal $(, $prelude:literal)*) => {
         pub const $ident: Shader = Shader {
@@ -57,7 +57,14 @@ shader!(RESIZE, "resize", "float_bits");
 shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul", "matmul_common");
 shader!(MATMUL_VEC4, "matmul_vec4", "matmul_common");
-shader!(CONV, "conv", "float_bits");
+shader!(CONV, "conv", "float_bits", "conv_common");
+shader!(
+    CONV_POINTWISE,
+    "conv_pointwise",
+    "float_bits",
+    "conv_common"
+);
+shader!(CONV_ROWS, "conv_rows", "float_bits", "conv_common");
 shader!(CONV_TRANSPOSE, "conv_transpose");
 shader!(ATTENTION, "attention", "attention_common");
 shader!(ATTENTION_ROWS, "attention_rows", "attention_common");
@@ -84,6 +91,8 @@ pub const ALL: &[Shader] = &[
     MATMUL,
     MATMUL_VEC4,
     CONV,
+    CONV_POINTWISE,
+    CONV_ROWS,
     CONV_TRANSPOSE,
     ATTENTION,
     ATTENTION_ROWS,
