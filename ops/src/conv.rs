@@ -901,14 +901,17 @@ impl Op for Conv {
         // conv and a 64 -> 64 3x3 on 56 x 56 in 0.50x the time on lavapipe).
         let tile = |px, most| (px, gpu_channels(g.mg, most));
         let gpu = self.gpu_kernel(CONV, &g, ins.len(), (e0, e1), tile(4, 4))?;
-        let on_cpu = |shader| self.gpu_kernel(shader, &g, ins.len(), (e0, e1), tile(8, 8));
-        let cpu_adapter = if pointwise_vec4_fits(&g) {
+        // There a 1-D conv runs as a row (the same floats in the same order), which
+        // `conv_rows.wgsl` can window.
+        let r = g.as_row(&(0..total)).map_or(g, |(row, _)| row);
+        let on_cpu = |shader| self.gpu_kernel(shader, &r, ins.len(), (e0, e1), tile(8, 8));
+        let cpu_adapter = if pointwise_vec4_fits(&r) {
             on_cpu(CONV_POINTWISE)?
-        } else if rows_vec4_fit(&g) {
+        } else if rows_vec4_fit(&r) {
             on_cpu(CONV_ROWS)?
-                .with_override("KW", g.kw as f64)
-                .with_override("PL", g.pl as f64)
-                .with_override("SW", g.sw as f64)
+                .with_override("KW", r.kw as f64)
+                .with_override("PL", r.pl as f64)
+                .with_override("SW", r.sw as f64)
         } else {
             on_cpu(CONV)?
         };

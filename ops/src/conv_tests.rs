@@ -1387,6 +1387,11 @@ fn cpu_adapters_take_vec4_kernels_where_they_fit() {
         "conv"
     );
     assert_eq!(shaders([1, 5, 7, 10], 10, [3, 3], one, one, pad1).1, "conv");
+    // a column (magika's 1-D conv as 2-D) runs as a row
+    assert_eq!(
+        shaders([1, 5, 16, 1], 10, [5, 1], one, one, [2, 0, 2, 0]).1,
+        "conv_rows"
+    );
     // a 7-wide kernel reaches past the 16 columns a stride-1 row loads
     assert_eq!(
         shaders([1, 5, 7, 12], 10, [1, 7], one, one, [0, 3, 0, 3]).1,

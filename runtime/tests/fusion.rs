@@ -157,7 +157,8 @@ const POST: (f32, f32) = (-0.75, 0.375);
 /// im2col channel split (more channels than pixels), 1x1 read straight from X, the direct
 /// depthwise loop, grouped GEMM, and a 1-D convolution; then the vec4 kernels of adapters that
 /// run shaders on the CPU: an aligned 1x1 (`conv_pointwise.wgsl`), rows of 12 and 8 floats at
-/// strides 1 and 2 (`conv_rows.wgsl`, blocks of 8 pixels and short ones).
+/// strides 1 and 2 (`conv_rows.wgsl`, blocks of 8 pixels and short ones) and a 1-D conv it
+/// runs as a row of 16.
 fn geometries() -> Vec<Geo> {
     let g = |x, w, group, stride, pad| Geo {
         x,
@@ -179,6 +180,10 @@ fn geometries() -> Vec<Geo> {
         Geo {
             one_d: true,
             ..g([2, 3, 11, 1], [4, 3, 3, 1], 1, 1, 1)
+        },
+        Geo {
+            one_d: true,
+            ..g([1, 4, 16, 1], [6, 4, 5, 1], 1, 1, 2)
         },
     ]
 }
