@@ -750,13 +750,12 @@ fn pointwise_vec4_fits(g: &Geom2) -> bool {
 }
 
 /// Whether `conv_rows.wgsl` computes this conv on an adapter that runs shaders on the CPU:
-/// horizontal stride 1 or 2 and dilation 1, input rows of a multiple of 4 floats, and every
-/// tap's pixels inside the columns it loads around them (`kw` at most 5, left pad at most 4,
-/// `kw - 1 - pl` at most `3 + sw`).
-fn rows_vec4_fit(g: &Geom2) -> bool {
+/// horizontal stride 1 or 2 and dilation 1, and every tap's pixels inside the 24 columns it
+/// can hold (`kw` at most 5, left pad at most 4, `kw - 1 - pl` at most `3 + sw`).
+fn rows_window_fits(g: &Geom2) -> bool {
     let (kw, pl, sw) = (g.kw as i64, g.pl, g.sw as i64);
     let window = kw <= 5 && (0..=4).contains(&pl) && kw - 1 - pl <= 3 + sw;
-    (1..=2).contains(&g.sw) && g.dw == 1 && g.w.is_multiple_of(4) && window
+    (1..=2).contains(&g.sw) && g.dw == 1 && window
 }
 
 /// Output channels per invocation of `conv.wgsl` for groups of `mg` output channels, at most
@@ -907,7 +906,7 @@ impl Op for Conv {
         let on_cpu = |shader| self.gpu_kernel(shader, &r, ins.len(), (e0, e1), tile(8, 8));
         let cpu_adapter = if pointwise_vec4_fits(&r) {
             on_cpu(CONV_POINTWISE)?
-        } else if rows_vec4_fit(&r) {
+        } else if rows_window_fits(&r) {
             on_cpu(CONV_ROWS)?
                 .with_override("KW", r.kw as f64)
                 .with_override("PL", r.pl as f64)

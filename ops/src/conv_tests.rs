@@ -1343,58 +1343,41 @@ fn taps_speed() {
 }
 
 /// Adapters that run shaders on the CPU get `conv_pointwise.wgsl` for aligned 1x1s and
-/// `conv_rows.wgsl` for rows it can window (horizontal stride 1 or 2, dilation 1, rows of a
-/// multiple of 4, the taps within its window), `conv.wgsl` otherwise; GPUs always `conv.wgsl`.
+/// `conv_rows.wgsl` for rows it can window (horizontal stride 1 or 2, dilation 1, the taps
+/// within its 24 columns), `conv.wgsl` otherwise; GPUs always `conv.wgsl`.
 #[test]
-fn cpu_adapters_take_vec4_kernels_where_they_fit() {
-    let shaders = |xs: [usize; 4], m: usize, k: [usize; 2], s: [usize; 2], d: [usize; 2], pads| {
+fn cpu_adapters_take_windowed_kernels_where_they_fit() {
+    let one = [1, 1];
+    let shaders = |xs: [usize; 4], k: [usize; 2], s: [usize; 2], d: [usize; 2], pads| {
         let op = conv(&conv_attrs(1, s, d, pads)).unwrap();
         let x = TensorMeta::new(DType::F32, xs.to_vec());
-        let w = TensorMeta::new(DType::F32, vec![m, xs[1], k[0], k[1]]);
+        let w = TensorMeta::new(DType::F32, vec![12, xs[1], k[0], k[1]]);
         let outs = op.infer(&[&x, &w]).unwrap();
         let rows = outs[0].shape[..3].iter().product();
         let ks = op.gpu(&[&x, &w], &outs, 0..rows).unwrap();
         (ks[0].shader.name, ks[0].for_adapter(true).shader.name)
     };
-    let one = [1, 1];
-    let none = [0; 4];
+    let on_cpu = |xs, k, s, d, pads| shaders(xs, k, s, d, pads).1;
+    let (none, pad1) = ([0; 4], [1; 4]);
     assert_eq!(
-        shaders([1, 8, 4, 6], 12, one, one, one, none),
+        shaders([1, 8, 4, 6], one, one, one, none),
         ("conv", "conv_pointwise")
     );
-    // 1x1s of 6 input channels or 5 x 5 pixels: rows (their rows' floats are 4-aligned) or
-    // the plain kernel
-    assert_eq!(
-        shaders([1, 6, 4, 8], 12, one, one, one, none).1,
-        "conv_rows"
-    );
-    assert_eq!(shaders([1, 8, 5, 5], 12, one, one, one, none).1, "conv");
-    let pad1 = [1; 4];
-    assert_eq!(
-        shaders([1, 5, 7, 12], 10, [3, 3], one, one, pad1).1,
-        "conv_rows"
-    );
-    assert_eq!(
-        shaders([1, 5, 7, 12], 10, [3, 3], [2, 2], one, pad1).1,
-        "conv_rows"
-    );
-    assert_eq!(
-        shaders([1, 5, 7, 12], 10, [3, 3], [2, 3], one, pad1).1,
-        "conv"
-    );
-    assert_eq!(
-        shaders([1, 5, 7, 12], 10, [3, 3], one, [1, 2], pad1).1,
-        "conv"
-    );
-    assert_eq!(shaders([1, 5, 7, 10], 10, [3, 3], one, one, pad1).1, "conv");
+    // 1x1s of 6 input channels or 5 x 5 pixels (not 4-aligned) are windowed rows
+    assert_eq!(on_cpu([1, 6, 4, 8], one, one, one, none), "conv_rows");
+    assert_eq!(on_cpu([1, 8, 5, 5], one, one, one, none), "conv_rows");
+    let x = [1, 5, 7, 10];
+    assert_eq!(shaders(x, [3, 3], one, one, pad1), ("conv", "conv_rows"));
+    assert_eq!(on_cpu(x, [3, 3], [2, 2], one, pad1), "conv_rows");
+    assert_eq!(on_cpu(x, [3, 3], [2, 3], one, pad1), "conv");
+    assert_eq!(on_cpu(x, [3, 3], one, [1, 2], pad1), "conv");
+    // a left pad of 5 starts before the window
+    assert_eq!(on_cpu(x, [3, 3], one, one, [1, 5, 1, 1]), "conv");
     // a column (magika's 1-D conv as 2-D) runs as a row
     assert_eq!(
-        shaders([1, 5, 16, 1], 10, [5, 1], one, one, [2, 0, 2, 0]).1,
+        on_cpu([1, 5, 16, 1], [5, 1], one, one, [2, 0, 2, 0]),
         "conv_rows"
     );
-    // a 7-wide kernel reaches past the 16 columns a stride-1 row loads
-    assert_eq!(
-        shaders([1, 5, 7, 12], 10, [1, 7], one, one, [0, 3, 0, 3]).1,
-        "conv"
-    );
+    // a 7-wide kernel reaches past the window
+    assert_eq!(on_cpu(x, [1, 7], one, one, [0, 3, 0, 3]), "conv");
 }

@@ -1,32 +1,30 @@
 // conv_rows: conv.wgsl's result for convs of horizontal stride SW (1 or 2) and dilation 1 on
-// adapters that run shaders on the CPU (lavapipe, SwiftShader), when the input rows are
-// 16-byte aligned (w a multiple of 4). A block's 8 pixels lie in one output row (ROWS = 1: a
-// row's last block may be short). For each input channel and kernel row an invocation loads the
-// input columns SW ox - 4 .. SW ox + 4 NWIN - 5 of its pixels' row (ox a multiple of 8) as NWIN
-// vec4s (NWIN = 2 + 2 SW) and takes every tap's 8 pixels from them, where conv.wgsl loads 8
-// floats (per-lane gathers there) for each tap. KW (the kernel width), PL (the left pad) and SW
-// are overrides, so the window's indices are constants and it stays in registers.
-// Preconditions (the host checks them): dw = 1, KW <= 5, PL <= 4, KW - 1 - PL <= 3 + SW.
+// adapters that run shaders on the CPU (lavapipe, SwiftShader). A block's 8 pixels lie in one
+// output row (ROWS = 1: a row's last block may be short). For each input channel and kernel row
+// an invocation loads the input columns its taps read, SW ox - PL .. SW (ox + 7) + KW - 1 - PL
+// (ox the block's first column), once: 12 floats for a 3-wide kernel of stride 1, where
+// conv.wgsl loads 8 (per-lane gathers there) for each of the 3 taps. KW (the kernel width), PL
+// (the left pad) and SW are overrides, so the window's indices are constants and it stays in
+// registers. Preconditions (the host checks them): dw = 1, KW <= 5, PL <= 4,
+// KW - 1 - PL <= 3 + SW (the window: 24 columns from SW ox - 4).
 // Same Params, block numbering (PX = 8, ROWS = 1), epilogue and dispatch as conv.wgsl.
 // Params, bindings 2-5, block numbering and the epilogue: the prelude conv_common.wgsl.
-// Bindings: 0 x (vec4), 1 w. Overrides: WG, PX (8), ROWS (1), OCB (8, 4 or 1), KW, PL, SW,
-// HAS_BIAS, ACT, POST, RESIDUAL.
+// Bindings: 0 x, 1 w. Overrides: WG, PX (8), ROWS (1), OCB (8, 4 or 1), KW, PL, SW, HAS_BIAS,
+// ACT, POST, RESIDUAL.
 
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 
 override KW: u32;
 override PL: u32;
 override SW: u32;
-const NWIN_MAX: u32 = 6u;
 
 // One tap (weight column `tap` of the block's rows) over the 8 pixels at window positions
 // s, s + SW, ..., s + 7 SW.
-fn taps(acc: ptr<function, array<vec4<f32>, 16>>, win: array<vec4<f32>, NWIN_MAX>, s: u32, row: array<u32, 8>, tap: u32) {
+fn taps(acc: ptr<function, array<vec4<f32>, 16>>, win: array<f32, 24>, s: u32, row: array<u32, 8>, tap: u32) {
     var xs: array<vec4<f32>, 2>;
     for (var j = 0u; j < 8u; j = j + 1u) {
-        let t = s + SW * j;
-        xs[j / 4u][j % 4u] = win[t / 4u][t % 4u];
+        xs[j / 4u][j % 4u] = win[s + SW * j];
     }
     for (var q = 0u; q < OCB; q = q + 1u) {
         let wv = vec4<f32>(w[row[q] + tap]);
@@ -45,17 +43,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (!b.live) {
         return;
     }
-    let nwin = 2u + 2u * SW;
     let oy = b.p0 / params.ow;
     let ox = b.p0 % params.ow;
     let ih0 = i32(oy * params.sh) - params.pt;
-    let wq = params.w / 4u;
-    // the window's vec4 k holds input columns SW ox - 4 + 4 k .. SW ox - 1 + 4 k
-    var col_ok: array<vec4<bool>, NWIN_MAX>;
-    for (var k = 0u; k < nwin; k = k + 1u) {
-        let col = vec4<i32>(i32(SW * ox + 4u * k) - 4) + vec4<i32>(0, 1, 2, 3);
-        col_ok[k] = (col >= vec4<i32>(0)) & (col < vec4<i32>(i32(params.w)));
-    }
+    // window position t holds input column SW ox - 4 + t; positions lo .. hi are read
+    let lo = 4u - PL;
+    let hi = 4u + 7u * SW + KW - 1u - PL;
+    let col0 = i32(SW * ox) - 4;
     let kk = params.kh * KW;
     var row: array<u32, 8>;
     for (var q = 0u; q < OCB; q = q + 1u) {
@@ -64,16 +58,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     // acc[2 q]: channel oc0 + q at pixels p0 .. p0 + 3, acc[2 q + 1] at p0 + 4 .. p0 + 7
     var acc: array<vec4<f32>, 16>;
     for (var c = 0u; c < params.cg; c = c + 1u) {
-        let plane = (b.n * params.c + b.g * params.cg + c) * params.h * wq;
+        let plane = (b.n * params.c + b.g * params.cg + c) * params.h * params.w;
         for (var ki = 0u; ki < params.kh; ki = ki + 1u) {
             let ih = ih0 + i32(ki * params.dh);
             let row_ok = ih >= 0 && ih < i32(params.h);
-            let at = plane + select(0u, u32(ih), row_ok) * wq + SW * ox / 4u;
-            var win: array<vec4<f32>, NWIN_MAX>;
-            for (var k = 0u; k < nwin; k = k + 1u) {
-                let ok = col_ok[k] & vec4<bool>(row_ok);
-                let v = x[select(at, at + k - 1u, any(ok))];
-                win[k] = select(vec4<f32>(0.0), v, ok);
+            let at = plane + select(0u, u32(ih), row_ok) * params.w;
+            var win: array<f32, 24>;
+            for (var t = lo; t <= hi; t = t + 1u) {
+                let col = col0 + i32(t);
+                let ok = row_ok && col >= 0 && col < i32(params.w);
+                win[t] = select(0.0, x[select(at, at + u32(col), ok)], ok);
             }
             let tap0 = (c * params.kh + ki) * KW;
             // pixel j's tap kj reads input column SW (ox + j) + kj - PL: window position
