@@ -1,5 +1,5 @@
-// conv_common: the params, bindings 2-5, block numbering and epilogue that conv.wgsl and
-// conv_pointwise.wgsl share (each declares its own x and w bindings 0 and 1).
+// conv_common: the params, bindings 2-5, block numbering and epilogue that conv.wgsl,
+// conv_pointwise.wgsl and conv_rows.wgsl share (each declares its own x and w bindings 0 and 1).
 // Fused activation after the bias (ACT; the runtime's fusion pass sets it): 0 none,
 // 1 Relu, 2 LeakyRelu (alpha act_a), 3 Clip [act_a, act_b], 4 Sigmoid, 5 SiLU x * sigmoid(x),
 // 6 HardSigmoid clamp(act_a * x + act_b, 0, 1), 7 HardSwish x * clamp(act_a * x + act_b, 0, 1);
