@@ -705,20 +705,26 @@ impl Conv {
             if n_ins > 2 { 2 } else { 1 },
             if n_ins > 3 { 3 } else { 1 },
         ];
-        Ok(
-            GpuKernel::new(shader, inputs, vec![0], &p, grid_1d(threads as u64, 64))
-                .with_override("WG", 64.0)
-                .with_override("PX", px as f64)
-                .with_override("ROWS", rows as u32 as f64)
-                .with_override("OCB", ocb as f64)
-                .with_override("HAS_BIAS", (n_ins > 2) as u32 as f64)
-                // [`Activation::gpu_params`].
-                .with_override("ACT", act as f64)
-                // 1: `v * post_scale + post_shift` after the activation ([`Epilogue::post`]).
-                .with_override("POST", self.post.is_some() as u32 as f64)
-                // [`Residual`] as 0 none, 1 before the activation, 2 after the affine.
-                .with_override("RESIDUAL", self.residual as u32 as f64),
-        )
+        let k = GpuKernel::new(shader, inputs, vec![0], &p, grid_1d(threads as u64, 64))
+            .with_override("WG", 64.0)
+            .with_override("PX", px as f64)
+            .with_override("ROWS", rows as u32 as f64)
+            .with_override("OCB", ocb as f64)
+            .with_override("HAS_BIAS", (n_ins > 2) as u32 as f64)
+            // [`Activation::gpu_params`].
+            .with_override("ACT", act as f64)
+            // 1: `v * post_scale + post_shift` after the activation ([`Epilogue::post`]).
+            .with_override("POST", self.post.is_some() as u32 as f64)
+            // [`Residual`] as 0 none, 1 before the activation, 2 after the affine.
+            .with_override("RESIDUAL", self.residual as u32 as f64);
+        // `conv_rows.wgsl`'s window: the kernel width, left pad and stride across
+        Ok(if rows {
+            k.with_override("KW", g.kw as f64)
+                .with_override("PL", g.pl as f64)
+                .with_override("SW", g.sw as f64)
+        } else {
+            k
+        })
     }
 }
 
@@ -908,9 +914,6 @@ impl Op for Conv {
             on_cpu(CONV_POINTWISE)?
         } else if rows_window_fits(&r) {
             on_cpu(CONV_ROWS)?
-                .with_override("KW", r.kw as f64)
-                .with_override("PL", r.pl as f64)
-                .with_override("SW", r.sw as f64)
         } else {
             on_cpu(CONV)?
         };

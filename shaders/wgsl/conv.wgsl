@@ -26,11 +26,7 @@ fn load_x(base: u32, ih: vec4<i32>, iw: vec4<i32>) -> vec4<f32> {
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
-    if (i >= params.threads) {
-        return;
-    }
-    let b = block_of(i);
+    let b = block_at(gid, nwg);
     if (!b.live) {
         return;
     }
@@ -48,14 +44,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let ow1 = ows[1];
     let kk = params.kh * params.kw;
     let ws = params.cg * kk;
-    let r0 = weight_row(b, 0u, ws);
-    let r1 = weight_row(b, 1u, ws);
-    let r2 = weight_row(b, 2u, ws);
-    let r3 = weight_row(b, 3u, ws);
-    let r4 = weight_row(b, 4u, ws);
-    let r5 = weight_row(b, 5u, ws);
-    let r6 = weight_row(b, 6u, ws);
-    let r7 = weight_row(b, 7u, ws);
+    let r = weight_rows(b, ws);
     // a: pixels 0-3, b: pixels 4-7, one of each per output channel of the block
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
@@ -85,15 +74,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                     xb = load_x(xplane, oh1 + dh, ow1 + dw);
                 }
                 let k = c * kk + ki * params.kw + kj;
-                let v0 = vec4<f32>(w[r0 + k]);
+                let v0 = vec4<f32>(w[r[0] + k]);
                 a0 = fma(v0, xa, a0);
                 if (PX == 8u) {
                     b0 = fma(v0, xb, b0);
                 }
                 if (OCB >= 4u) {
-                    let v1 = vec4<f32>(w[r1 + k]);
-                    let v2 = vec4<f32>(w[r2 + k]);
-                    let v3 = vec4<f32>(w[r3 + k]);
+                    let v1 = vec4<f32>(w[r[1] + k]);
+                    let v2 = vec4<f32>(w[r[2] + k]);
+                    let v3 = vec4<f32>(w[r[3] + k]);
                     a1 = fma(v1, xa, a1);
                     a2 = fma(v2, xa, a2);
                     a3 = fma(v3, xa, a3);
@@ -105,10 +94,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 }
                 // 8 channels only with 8 pixels: a 4-pixel pipeline keeps a4..a7 constant
                 if (PX == 8u && OCB == 8u) {
-                    let v4 = vec4<f32>(w[r4 + k]);
-                    let v5 = vec4<f32>(w[r5 + k]);
-                    let v6 = vec4<f32>(w[r6 + k]);
-                    let v7 = vec4<f32>(w[r7 + k]);
+                    let v4 = vec4<f32>(w[r[4] + k]);
+                    let v5 = vec4<f32>(w[r[5] + k]);
+                    let v6 = vec4<f32>(w[r[6] + k]);
+                    let v7 = vec4<f32>(w[r[7] + k]);
                     a4 = fma(v4, xa, a4);
                     a5 = fma(v5, xa, a5);
                     a6 = fma(v6, xa, a6);

@@ -18,7 +18,7 @@ override WG: u32 = 64u;
 override PX: u32 = 8u;
 // Output channels per invocation: 8, 4 or 1.
 override OCB: u32;
-// 1: pixel blocks within output rows (block_of).
+// 1: pixel blocks within output rows (block_at).
 override ROWS: u32 = 0u;
 override HAS_BIAS: u32;
 override ACT: u32;
@@ -133,14 +133,20 @@ struct Block {
     live: bool,
 }
 
-// Channel blocks are numbered over (n, group, block) from params.blk0, bpp blocks of PX pixels
-// per plane; invocation i takes the (i % bpp)-th pixel block of block blk0 + i / bpp. Pixel
-// blocks run over the flattened plane, or, when ROWS = 1, over each output row (ceil(ow / PX)
-// a row, the last one short), so a block's pixels share a row.
-fn block_of(i: u32) -> Block {
+// The block of the invocation at `gid` (a flat index i over the 2-D grid), not live past
+// params.threads. Channel blocks are numbered over (n, group, block) from params.blk0, bpp
+// blocks of PX pixels per plane; invocation i takes the (i % bpp)-th pixel block of block
+// blk0 + i / bpp. Pixel blocks run over the flattened plane, or, when ROWS = 1, over each output
+// row (ceil(ow / PX) a row, the last one short), so a block's pixels share a row.
+fn block_at(gid: vec3<u32>, nwg: vec3<u32>) -> Block {
+    var b: Block;
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.threads) {
+        b.live = false;
+        return b;
+    }
     let blk = params.blk0 + i / params.bpp;
     let per_img = params.mgb * (params.m / params.mg);
-    var b: Block;
     b.n = blk / per_img;
     b.g = (blk % per_img) / params.mgb;
     b.oc0 = b.g * params.mg + (blk % params.mgb) * OCB;
@@ -166,10 +172,14 @@ fn block_of(i: u32) -> Block {
     return b;
 }
 
-// Output channel q of the block's weight row index (of `per_channel` elements), channel oc0's
-// past the group's end: read in bounds, never written.
-fn weight_row(b: Block, q: u32, per_channel: u32) -> u32 {
-    return select(b.oc0, b.oc0 + q, b.oc0 + q < b.oc_end) * per_channel;
+// The weight row index (rows of `per_channel` elements) of each output channel oc0 + q of the
+// block, q < 8; channel oc0's past the group's end: read in bounds, never written.
+fn weight_rows(b: Block, per_channel: u32) -> array<u32, 8> {
+    var r: array<u32, 8>;
+    for (var q = 0u; q < 8u; q = q + 1u) {
+        r[q] = select(b.oc0, b.oc0 + q, b.oc0 + q < b.oc_end) * per_channel;
+    }
+    return r;
 }
 
 // The epilogue of the block's accumulators: acc[2 q] pixels p0 .. p0 + 3 and acc[2 q + 1]

@@ -13,11 +13,7 @@
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
-    if (i >= params.threads) {
-        return;
-    }
-    let b = block_of(i);
+    let b = block_at(gid, nwg);
     if (!b.live) {
         return;
     }
@@ -28,10 +24,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     // computed, never written) of the group's first input plane
     let xa0 = ((b.n * params.c + b.g * params.cg) * npix + b.p0) / 4u;
     let xb0 = select(xa0, xa0 + 1u, b.p0 + 4u < npix);
-    var row: array<u32, 8>;
-    for (var q = 0u; q < OCB; q = q + 1u) {
-        row[q] = weight_row(b, q, cq);
-    }
+    let row = weight_rows(b, cq);
     // acc[2 q]: channel oc0 + q at pixels p0 .. p0 + 3, acc[2 q + 1] at p0 + 4 .. p0 + 7
     var acc: array<vec4<f32>, 16>;
     for (var c = 0u; c < cq; c = c + 1u) {

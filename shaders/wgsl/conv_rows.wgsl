@@ -35,11 +35,7 @@ fn taps(acc: ptr<function, array<vec4<f32>, 16>>, win: array<f32, 24>, s: u32, r
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
-    if (i >= params.threads) {
-        return;
-    }
-    let b = block_of(i);
+    let b = block_at(gid, nwg);
     if (!b.live) {
         return;
     }
@@ -51,10 +47,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let hi = 4u + 7u * SW + KW - 1u - PL;
     let col0 = i32(SW * ox) - 4;
     let kk = params.kh * KW;
-    var row: array<u32, 8>;
-    for (var q = 0u; q < OCB; q = q + 1u) {
-        row[q] = weight_row(b, q, params.cg * kk);
-    }
+    let row = weight_rows(b, params.cg * kk);
     // acc[2 q]: channel oc0 + q at pixels p0 .. p0 + 3, acc[2 q + 1] at p0 + 4 .. p0 + 7
     var acc: array<vec4<f32>, 16>;
     for (var c = 0u; c < params.cg; c = c + 1u) {
