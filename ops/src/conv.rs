@@ -30,11 +30,14 @@ use crate::matmul::{f32_in, f32_out};
 use crate::shape::grid_1d;
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use std::ops::Range;
-use tandem_shaders::{CONV, CONV_POINTWISE, CONV_ROWS};
+use tandem_shaders::{CONV, CONV_POINTWISE, CONV_ROWS, CONV_ROWS_UNIFORM};
 
 #[path = "conv_cpu.rs"]
 mod cpu;
 pub use cpu::{conv_cpu, KeptWeight};
+#[path = "conv_weight_windows.rs"]
+mod weight_windows;
+use weight_windows::{weight_windows, WeightWindow};
 
 /// ONNX `auto_pad`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -642,7 +645,9 @@ impl Conv {
 
     /// The `conv.wgsl` dispatch (or `shader`'s, which shares its params and layout) for output
     /// elements `e0..e1` (whole output rows) with `px` pixels (4 or 8) and `ocb` output
-    /// channels (1, 4 or 8) a invocation; `n_ins` inputs.
+    /// channels (1, 4 or 8) a invocation; `n_ins` inputs. With `window`, W's elements in it are
+    /// bound as a uniform buffer (`conv_rows.wgsl`), which holds the weights of every channel
+    /// in `e0..e1`.
     fn gpu_kernel(
         &self,
         shader: tandem_shaders::Shader,
@@ -650,11 +655,12 @@ impl Conv {
         n_ins: usize,
         (e0, e1): (usize, usize),
         (px, ocb): (usize, usize),
+        window: Option<Range<usize>>,
     ) -> Result<GpuKernel> {
         let plane = g.oh * g.ow;
         let (pl0, pl1) = (e0 / plane, (e1 - 1) / plane);
         // `conv_rows.wgsl` numbers pixel blocks within output rows (its ROWS override)
-        let rows = shader == CONV_ROWS;
+        let rows = shader == CONV_ROWS || shader == CONV_ROWS_UNIFORM;
         let bpp = if rows {
             g.oh * g.ow.div_ceil(px)
         } else {
@@ -696,7 +702,7 @@ impl Conv {
             act_b,
             post_scale: self.post.map_or(1.0, |p| p.0),
             post_shift: self.post.map_or(0.0, |p| p.1),
-            _pad: 0,
+            w_first: u32_of(window.as_ref().map_or(0, |w| w.start))?,
         };
         // Unused bindings get W again.
         let inputs = vec![
@@ -705,8 +711,15 @@ impl Conv {
             if n_ins > 2 { 2 } else { 1 },
             if n_ins > 3 { 3 } else { 1 },
         ];
-        let k = GpuKernel::new(shader, inputs, vec![0], &p, grid_1d(threads as u64, 64))
-            .with_override("WG", 64.0)
+        // lavapipe runs a workgroup on one core: a window's dispatch of few blocks (a 3x3 of
+        // 128 channels on 20 x 20, 8 channels a window) spreads over more of them in 16s
+        let wg = if window.is_some() && threads < 1024 {
+            16
+        } else {
+            64
+        };
+        let k = GpuKernel::new(shader, inputs, vec![0], &p, grid_1d(threads as u64, wg))
+            .with_override("WG", wg as f64)
             .with_override("PX", px as f64)
             .with_override("ROWS", rows as u32 as f64)
             .with_override("OCB", ocb as f64)
@@ -718,12 +731,20 @@ impl Conv {
             // [`Residual`] as 0 none, 1 before the activation, 2 after the affine.
             .with_override("RESIDUAL", self.residual as u32 as f64);
         // `conv_rows.wgsl`'s window: the kernel width, left pad and stride across
-        Ok(if rows {
+        let k = if rows {
             k.with_override("KW", g.kw as f64)
                 .with_override("PL", g.pl as f64)
                 .with_override("SW", g.sw as f64)
         } else {
             k
+        };
+        Ok(match window {
+            Some(w) => k.with_uniform_window(crate::UniformWindow {
+                binding: 1,
+                first: w.start,
+                len: w.len(),
+            }),
+            None => k,
         })
     }
 }
@@ -762,6 +783,15 @@ fn rows_window_fits(g: &Geom2) -> bool {
     let (kw, pl, sw) = (g.kw as i64, g.pl, g.sw as i64);
     let window = kw <= 5 && (0..=4).contains(&pl) && kw - 1 - pl <= 3 + sw;
     (1..=2).contains(&g.sw) && g.dw == 1 && window
+}
+
+/// Whether `conv_rows.wgsl` computes `g` faster in dispatches `windows`, W in uniform windows,
+/// than in one reading W from storage: one always does; several where they average at least
+/// 2^20 multiply-adds each. A dispatch costs about 50 us on lavapipe, about 100 K of them:
+/// resnet50's 1x1s of 2048 channels on 7 x 7 planes would take 64 windows each.
+fn windows_pay(g: &Geom2, windows: &[WeightWindow]) -> bool {
+    let fmas: usize = windows.iter().map(|w| w.weights.len() * g.oh * g.ow).sum();
+    windows.len() == 1 || fmas / windows.len() >= 1 << 20
 }
 
 /// Output channels per invocation of `conv.wgsl` for groups of `mg` output channels, at most
@@ -807,7 +837,8 @@ struct ConvParams {
     act_b: f32,
     post_scale: f32,
     post_shift: f32,
-    _pad: u32,
+    /// The first W element of the uniform window (`conv_rows.wgsl`); 0 for the others.
+    w_first: u32,
 }
 
 fn u32_of(v: usize) -> Result<u32> {
@@ -905,19 +936,36 @@ impl Op for Conv {
         // CPU, where each load is a gather: 16 loads for 64 FMAs instead of 8 for 16 (magika's
         // conv and a 64 -> 64 3x3 on 56 x 56 in 0.50x the time on lavapipe).
         let tile = |px, most| (px, gpu_channels(g.mg, most));
-        let gpu = self.gpu_kernel(CONV, &g, ins.len(), (e0, e1), tile(4, 4))?;
+        let gpu = self.gpu_kernel(CONV, &g, ins.len(), (e0, e1), tile(4, 4), None)?;
         // There a 1-D conv runs as a row (the same floats in the same order), which
         // `conv_rows.wgsl` can window.
         let r = g.as_row(&(0..total)).map_or(g, |(row, _)| row);
-        let on_cpu = |shader| self.gpu_kernel(shader, &r, ins.len(), (e0, e1), tile(8, 8));
+        let on_cpu = |shader| self.gpu_kernel(shader, &r, ins.len(), (e0, e1), tile(8, 8), None);
         let cpu_adapter = if pointwise_vec4_fits(&r) {
-            on_cpu(CONV_POINTWISE)?
+            vec![on_cpu(CONV_POINTWISE)?]
         } else if rows_window_fits(&r) {
-            on_cpu(CONV_ROWS)?
+            let ocb = gpu_channels(r.mg, 8);
+            match weight_windows(&r, e0..e1, ocb).filter(|w| windows_pay(&r, w)) {
+                // a dispatch per piece whose channels' weights fit a uniform buffer
+                Some(windows) => (windows.into_iter())
+                    .map(|w| {
+                        let e = (w.elems.start, w.elems.end);
+                        self.gpu_kernel(
+                            CONV_ROWS_UNIFORM,
+                            &r,
+                            ins.len(),
+                            e,
+                            (8, ocb),
+                            Some(w.weights),
+                        )
+                    })
+                    .collect::<Result<_>>()?,
+                None => vec![on_cpu(CONV_ROWS)?],
+            }
         } else {
-            on_cpu(CONV)?
+            vec![on_cpu(CONV)?]
         };
-        Ok(vec![gpu.with_cpu_adapter_variant(cpu_adapter)])
+        Ok(vec![gpu.with_cpu_adapter_variants(cpu_adapter)])
     }
 }
 

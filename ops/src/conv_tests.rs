@@ -1344,18 +1344,25 @@ fn taps_speed() {
 
 /// Adapters that run shaders on the CPU get `conv_pointwise.wgsl` for aligned 1x1s and
 /// `conv_rows.wgsl` for rows it can window (horizontal stride 1 or 2, dilation 1, the taps
-/// within its 24 columns), `conv.wgsl` otherwise; GPUs always `conv.wgsl`.
+/// within its 24 columns), `conv.wgsl` otherwise; GPUs always `conv.wgsl`. `conv_rows` reads W
+/// from uniform windows of 64 KiB (a dispatch per window) where a block of 8 output channels'
+/// weights fit one, from the storage buffer otherwise.
 #[test]
 fn cpu_adapters_take_windowed_kernels_where_they_fit() {
     let one = [1, 1];
-    let shaders = |xs: [usize; 4], k: [usize; 2], s: [usize; 2], d: [usize; 2], pads| {
+    let kernels = |xs: [usize; 4], m: usize, k: [usize; 2], s: [usize; 2], d: [usize; 2], pads| {
         let op = conv(&conv_attrs(1, s, d, pads)).unwrap();
         let x = TensorMeta::new(DType::F32, xs.to_vec());
-        let w = TensorMeta::new(DType::F32, vec![12, xs[1], k[0], k[1]]);
+        let w = TensorMeta::new(DType::F32, vec![m, xs[1], k[0], k[1]]);
         let outs = op.infer(&[&x, &w]).unwrap();
         let rows = outs[0].shape[..3].iter().product();
         let ks = op.gpu(&[&x, &w], &outs, 0..rows).unwrap();
-        (ks[0].shader.name, ks[0].for_adapter(true).shader.name)
+        assert_eq!(ks.len(), 1);
+        ks.into_iter().next().unwrap()
+    };
+    let shaders = |xs, k, s, d, pads| {
+        let k = kernels(xs, 12, k, s, d, pads);
+        (k.shader.name, k.for_adapter(true)[0].shader.name)
     };
     let on_cpu = |xs, k, s, d, pads| shaders(xs, k, s, d, pads).1;
     let (none, pad1) = ([0; 4], [1; 4]);
@@ -1364,20 +1371,38 @@ fn cpu_adapters_take_windowed_kernels_where_they_fit() {
         ("conv", "conv_pointwise")
     );
     // 1x1s of 6 input channels or 5 x 5 pixels (not 4-aligned) are windowed rows
-    assert_eq!(on_cpu([1, 6, 4, 8], one, one, one, none), "conv_rows");
-    assert_eq!(on_cpu([1, 8, 5, 5], one, one, one, none), "conv_rows");
+    let rows = "conv_rows_uniform";
+    assert_eq!(on_cpu([1, 6, 4, 8], one, one, one, none), rows);
+    assert_eq!(on_cpu([1, 8, 5, 5], one, one, one, none), rows);
     let x = [1, 5, 7, 10];
-    assert_eq!(shaders(x, [3, 3], one, one, pad1), ("conv", "conv_rows"));
-    assert_eq!(on_cpu(x, [3, 3], [2, 2], one, pad1), "conv_rows");
+    assert_eq!(shaders(x, [3, 3], one, one, pad1), ("conv", rows));
+    assert_eq!(on_cpu(x, [3, 3], [2, 2], one, pad1), rows);
     assert_eq!(on_cpu(x, [3, 3], [2, 3], one, pad1), "conv");
     assert_eq!(on_cpu(x, [3, 3], one, [1, 2], pad1), "conv");
     // a left pad of 5 starts before the window
     assert_eq!(on_cpu(x, [3, 3], one, one, [1, 5, 1, 1]), "conv");
     // a column (magika's 1-D conv as 2-D) runs as a row
-    assert_eq!(
-        on_cpu([1, 5, 16, 1], [5, 1], one, one, [2, 0, 2, 0]),
-        "conv_rows"
-    );
+    assert_eq!(on_cpu([1, 5, 16, 1], [5, 1], one, one, [2, 0, 2, 0]), rows);
     // a 7-wide kernel reaches past the window
     assert_eq!(on_cpu(x, [1, 7], one, one, [0, 3, 0, 3]), "conv");
+    // 3x3s of 200 input channels: 9 channels' weights a window, so 12 output channels take two
+    // dispatches (blocks 0..8 and 8..12), each binding its channels' weights; on 2 x 2 pixels
+    // two dispatches cost more than storage loads; of 300, 8 channels' overflow a window and
+    // W is a storage buffer.
+    let k = kernels([1, 200, 20, 30], 12, [3, 3], one, one, pad1);
+    let windows: Vec<_> = (k.for_adapter(true).iter())
+        .map(|k| (k.shader.name, k.uniform_window.map(|w| (w.first, w.len))))
+        .collect();
+    let per = 200 * 9;
+    assert_eq!(
+        windows,
+        [(rows, Some((0, 8 * per))), (rows, Some((8 * per, 4 * per)))]
+    );
+    for x in [[1, 200, 2, 2], [1, 300, 7, 10]] {
+        let k = kernels(x, 12, [3, 3], one, one, pad1);
+        let storage = k.for_adapter(true);
+        assert_eq!(storage.len(), 1);
+        assert_eq!(storage[0].shader.name, "conv_rows_storage");
+        assert_eq!(storage[0].uniform_window, None);
+    }
 }

@@ -27,8 +27,29 @@ pub struct GpuKernel {
     /// an adapter runs a workgroup's invocations as SIMD lanes on a few cores, so it needs few
     /// invocations, and each load of a storage buffer is a per-lane gather: a bigger register
     /// tile per invocation (fewer loads per FMA) wins there, where a GPU would lose occupancy.
-    /// It binds the same inputs and outputs.
-    pub on_cpu_adapter: Option<Box<GpuKernel>>,
+    /// They bind the same inputs and outputs; empty: this kernel runs there too.
+    pub on_cpu_adapter: Vec<GpuKernel>,
+    /// Input `inputs[binding]`'s elements `first .. first + len`, which the runtime copies into
+    /// a uniform buffer of [`UNIFORM_WINDOW_BYTES`] and binds instead of the tensor (the shader
+    /// declares that binding `var<uniform>`, an array of that size). On an adapter that runs
+    /// shaders on the CPU a uniform load is a vector load, where a storage load is a per-lane
+    /// loop with a bounds check.
+    pub uniform_window: Option<UniformWindow>,
+}
+
+/// Bytes of the uniform buffer a [`UniformWindow`] is copied into: WebGPU's least
+/// `maxUniformBufferBindingSize` (64 KiB), so every adapter with the default limits binds it.
+pub const UNIFORM_WINDOW_BYTES: usize = 65536;
+
+/// Part of an input bound as a uniform buffer ([`GpuKernel::uniform_window`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UniformWindow {
+    /// The position in [`GpuKernel::inputs`] (the binding) it replaces.
+    pub binding: usize,
+    /// Its first element of the input and its element count (`len * 4` at most
+    /// [`UNIFORM_WINDOW_BYTES`]).
+    pub first: usize,
+    pub len: usize,
 }
 
 impl GpuKernel {
@@ -53,7 +74,8 @@ impl GpuKernel {
             outputs,
             params,
             workgroups,
-            on_cpu_adapter: None,
+            on_cpu_adapter: Vec::new(),
+            uniform_window: None,
         }
     }
 
@@ -67,20 +89,35 @@ impl GpuKernel {
         self.overrides.iter().find(|(n, _)| *n == name).map(|o| o.1)
     }
 
-    /// This kernel, with `variant` to run instead on an adapter of device type Cpu
-    /// ([`GpuKernel::on_cpu_adapter`]).
-    pub fn with_cpu_adapter_variant(mut self, variant: GpuKernel) -> GpuKernel {
-        debug_assert!(variant.inputs == self.inputs && variant.outputs == self.outputs);
-        self.on_cpu_adapter = Some(Box::new(variant));
+    /// This kernel, binding `window` as a uniform buffer ([`GpuKernel::uniform_window`]).
+    pub fn with_uniform_window(mut self, window: UniformWindow) -> GpuKernel {
+        debug_assert!(window.binding < self.inputs.len() && window.len * 4 <= UNIFORM_WINDOW_BYTES);
+        self.uniform_window = Some(window);
         self
     }
 
-    /// The kernel to dispatch on an adapter that runs shaders on the CPU (`cpu_adapter`) or
-    /// on a GPU.
-    pub fn for_adapter(&self, cpu_adapter: bool) -> &GpuKernel {
-        match &self.on_cpu_adapter {
-            Some(v) if cpu_adapter => v,
-            _ => self,
+    /// This kernel, with `variants` to dispatch instead, in order, on an adapter of device
+    /// type Cpu ([`GpuKernel::on_cpu_adapter`]).
+    pub fn with_cpu_adapter_variants(mut self, variants: Vec<GpuKernel>) -> GpuKernel {
+        debug_assert!(variants
+            .iter()
+            .all(|v| v.inputs == self.inputs && v.outputs == self.outputs));
+        self.on_cpu_adapter = variants;
+        self
+    }
+
+    /// [`GpuKernel::with_cpu_adapter_variants`] with one variant.
+    pub fn with_cpu_adapter_variant(self, variant: GpuKernel) -> GpuKernel {
+        self.with_cpu_adapter_variants(vec![variant])
+    }
+
+    /// The kernels to dispatch, in order, on an adapter that runs shaders on the CPU
+    /// (`cpu_adapter`) or on a GPU.
+    pub fn for_adapter(&self, cpu_adapter: bool) -> &[GpuKernel] {
+        if cpu_adapter && !self.on_cpu_adapter.is_empty() {
+            &self.on_cpu_adapter
+        } else {
+            std::slice::from_ref(self)
         }
     }
 }

@@ -47,6 +47,6 @@ pub mod view;
 pub mod where_op;
 
 pub use attrs::{AttrValue, Attrs};
-pub use gpu_kernel::GpuKernel;
+pub use gpu_kernel::{GpuKernel, UniformWindow, UNIFORM_WINDOW_BYTES};
 pub use op::{Op, OpError, Result, Work};
 pub use tensor::{DType, Data, Tensor, TensorMeta};

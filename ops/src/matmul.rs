@@ -703,7 +703,7 @@ mod tests {
             let outs = op.infer(&[&a, &b]).unwrap();
             let rows = crate::shape::row_count(&outs[0].shape, op.split_axis(&[&a, &b], &outs));
             let k = op.gpu(&[&a, &b], &outs, 0..rows).unwrap();
-            (k[0].shader.name, k[0].for_adapter(true).shader.name)
+            (k[0].shader.name, k[0].for_adapter(true)[0].shader.name)
         };
         let mm = MatMul::default();
         assert_eq!(shader(&mm, &[70, 20], &[20, 68]), ("matmul", "matmul_vec4"));

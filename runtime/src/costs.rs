@@ -385,8 +385,8 @@ mod tests {
             // columns (matmul.wgsl) or 8 lanes of 8 (matmul_vec4.wgsl, K and N multiples of 4).
             for cpu_adapter in [false, true] {
                 let launched: f64 = (op.gpu(&[&a, &b], &outs, 0..m).unwrap().iter())
+                    .flat_map(|k| k.for_adapter(cpu_adapter))
                     .map(|k| {
-                        let k = k.for_adapter(cpu_adapter);
                         let o = |name| k.override_value(name).unwrap();
                         let cols = match k.shader.name {
                             "matmul_vec4" => 64.0,

@@ -710,11 +710,22 @@ pub fn gpu_kernels(
         }
     }
     let max = gpu.limits().max_compute_workgroups_per_dimension;
-    for k in kernels.iter().map(|k| k.for_adapter(gpu.runs_on_cpu())) {
+    let uniform_most = gpu.limits().max_uniform_buffer_binding_size as usize;
+    for k in kernels
+        .iter()
+        .flat_map(|k| k.for_adapter(gpu.runs_on_cpu()))
+    {
         if k.workgroups.iter().any(|&w| w > max) {
             return Err(format!(
                 "{} needs {:?} workgroups, over this adapter's {max} per dimension",
                 k.shader.name, k.workgroups
+            ));
+        }
+        if k.uniform_window.is_some() && uniform_most < tandem_ops::UNIFORM_WINDOW_BYTES {
+            return Err(format!(
+                "{} binds a {}-byte uniform buffer, over this adapter's {uniform_most}",
+                k.shader.name,
+                tandem_ops::UNIFORM_WINDOW_BYTES
             ));
         }
     }

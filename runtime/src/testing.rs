@@ -107,7 +107,7 @@ fn has_cpu_adapter_variant(op: &dyn Op, ins: &[Tensor]) -> bool {
     let (outs, rows) = infer(op, &metas);
     let refs: Vec<&TensorMeta> = metas.iter().collect();
     op.gpu(&refs, &outs, 0..rows)
-        .is_ok_and(|ks| ks.iter().any(|k| k.on_cpu_adapter.is_some()))
+        .is_ok_and(|ks| ks.iter().any(|k| !k.on_cpu_adapter.is_empty()))
 }
 
 /// Run `rows` of `op` on the GPU and return the whole outputs (rows outside `rows` are zero).
@@ -135,7 +135,7 @@ fn try_run_gpu_kernels(
         .gpu(&refs, &outs, rows.unwrap_or(0..all_rows))
         .map_err(|e| crate::Error::Gpu(format!("{}: {e}", op.name())))?;
     if !variants {
-        kernels.iter_mut().for_each(|k| k.on_cpu_adapter = None);
+        kernels.iter_mut().for_each(|k| k.on_cpu_adapter.clear());
     }
     // Only inputs some kernel binds go to the GPU (as in the executor).
     let inputs: Vec<GpuTensor> = ins

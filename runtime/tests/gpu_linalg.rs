@@ -389,6 +389,40 @@ fn conv_gpu_matches_reference() {
             [1, 1, 1, 1],
             true,
         ),
+        // `conv_rows.wgsl` with W in uniform windows of 64 KiB: 576 weights a channel, so 28
+        // channels a window and 40 output channels two dispatches an image (blocks cut at 24);
+        // two groups of 12 channels of 1152 weights (a dispatch a group); 2700 weights a channel
+        // overflow a window in blocks of 8, and W stays a storage buffer
+        (
+            [2, 64, 24, 30],
+            40,
+            [3, 3],
+            1,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            true,
+        ),
+        (
+            [1, 256, 20, 30],
+            24,
+            [3, 3],
+            2,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            false,
+        ),
+        (
+            [1, 300, 4, 9],
+            10,
+            [3, 3],
+            1,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            true,
+        ),
         (
             [0, 3, 5, 5],
             2,

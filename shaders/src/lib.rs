@@ -5,7 +5,8 @@
 //! convention below and is parsed and validated by naga in this crate's tests.
 //!
 //! Binding convention (group 0): the op's bound inputs first, then its outputs, then one `params`
-//! uniform last. Entry point `main`. Sizes (`WG`, tiles) are `override` constants, and so is
+//! uniform last. An input may be declared `var<uniform>` as `array<vec4<f32>, 4096>`: the
+//! runtime binds a 64 KiB window of it there (`GpuKernel::uniform_window`). Entry point `main`. Sizes (`WG`, tiles) are `override` constants, and so is
 //! what selects the code path of a node inside its per-element work (an op code, an element
 //! mode, a fused activation, a rank): a pipeline per value, since lavapipe runs both sides of a
 //! branch on a uniform value, so a `switch` over `params` costs every case there (unary, binary,
@@ -64,7 +65,20 @@ shader!(
     "float_bits",
     "conv_common"
 );
-shader!(CONV_ROWS, "conv_rows", "float_bits", "conv_common");
+shader!(
+    CONV_ROWS,
+    "conv_rows_storage",
+    "float_bits",
+    "conv_common",
+    "conv_rows"
+);
+shader!(
+    CONV_ROWS_UNIFORM,
+    "conv_rows_uniform",
+    "float_bits",
+    "conv_common",
+    "conv_rows"
+);
 shader!(CONV_TRANSPOSE, "conv_transpose");
 shader!(ATTENTION, "attention", "attention_common");
 shader!(ATTENTION_ROWS, "attention_rows", "attention_common");
@@ -93,6 +107,7 @@ pub const ALL: &[Shader] = &[
     CONV,
     CONV_POINTWISE,
     CONV_ROWS,
+    CONV_ROWS_UNIFORM,
     CONV_TRANSPOSE,
     ATTENTION,
     ATTENTION_ROWS,

@@ -1,5 +1,6 @@
 //! Every shader parses and validates with naga, follows the binding convention
-//! (group 0, consecutive bindings, a single uniform and it is the last binding) and has `main`.
+//! (group 0, consecutive bindings, a single params uniform and it is the last binding; an input
+//! may be a uniform window, `array<vec4<f32>, 4096>`) and has `main`.
 
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
@@ -29,7 +30,10 @@ fn every_shader_parses_validates_and_follows_the_binding_convention() {
             .filter_map(|(_, v)| {
                 let b = v.binding.as_ref()?;
                 assert_eq!(b.group, 0, "{}: only group 0 is used", shader.name);
-                Some((b.binding, matches!(v.space, naga::AddressSpace::Uniform)))
+                let uniform = matches!(v.space, naga::AddressSpace::Uniform);
+                // an input read through a uniform window is not the params uniform
+                let window = uniform && is_uniform_window(&module, v.ty);
+                Some((b.binding, uniform && !window))
             })
             .collect();
         bindings.sort();
@@ -58,4 +62,18 @@ fn every_shader_parses_validates_and_follows_the_binding_convention() {
             shader.name
         );
     }
+}
+
+/// Whether `ty` is the runtime's uniform window of an input: 4096 vec4s of f32, the 64 KiB
+/// (`tandem_ops::UNIFORM_WINDOW_BYTES`) it copies.
+fn is_uniform_window(module: &naga::Module, ty: naga::Handle<naga::Type>) -> bool {
+    let naga::TypeInner::Array { base, size, .. } = module.types[ty].inner else {
+        return false;
+    };
+    let vec4_f32 = naga::TypeInner::Vector {
+        size: naga::VectorSize::Quad,
+        scalar: naga::Scalar::F32,
+    };
+    module.types[base].inner == vec4_f32
+        && matches!(size, naga::ArraySize::Constant(n) if n.get() == 4096)
 }

@@ -53,7 +53,8 @@ struct Params {
     act_b: f32,
     post_scale: f32,
     post_shift: f32,
-    _pad: u32,
+    // conv_rows: the first W element of its uniform window of weights (0 for the others).
+    w_first: u32,
 }
 
 @group(0) @binding(2) var<storage, read> bias: array<f32>;

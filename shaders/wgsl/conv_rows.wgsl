@@ -8,12 +8,14 @@
 // registers. Preconditions (the host checks them): dw = 1, KW <= 5, PL <= 4,
 // KW - 1 - PL <= 3 + SW (the window: 24 columns from SW ox - 4).
 // Same Params, block numbering (PX = 8, ROWS = 1), epilogue and dispatch as conv.wgsl.
-// Params, bindings 2-5, block numbering and the epilogue: the prelude conv_common.wgsl.
+// Params, bindings 2-5, block numbering and the epilogue: the prelude conv_common.wgsl. This
+// file is itself the prelude of the two kernels, which declare W (binding 1) and `weight`:
+// conv_rows_storage.wgsl (W a storage buffer) and conv_rows_uniform.wgsl (W's elements
+// w_first .. w_first + 16384 a uniform buffer, the runtime's 64 KiB window).
 // Bindings: 0 x, 1 w. Overrides: WG, PX (8), ROWS (1), OCB (8, 4 or 1), KW, PL, SW, HAS_BIAS,
 // ACT, POST, RESIDUAL.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
 
 override KW: u32;
 override PL: u32;
@@ -27,7 +29,7 @@ fn taps(acc: ptr<function, array<vec4<f32>, 16>>, win: array<f32, 24>, s: u32, r
         xs[j / 4u][j % 4u] = win[s + SW * j];
     }
     for (var q = 0u; q < OCB; q = q + 1u) {
-        let wv = vec4<f32>(w[row[q] + tap]);
+        let wv = vec4<f32>(weight(row[q] + tap));
         (*acc)[2u * q] = fma(wv, xs[0], (*acc)[2u * q]);
         (*acc)[2u * q + 1u] = fma(wv, xs[1], (*acc)[2u * q + 1u]);
     }
@@ -47,7 +49,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let hi = 4u + 7u * SW + KW - 1u - PL;
     let col0 = i32(SW * ox) - 4;
     let kk = params.kh * KW;
-    let row = weight_rows(b, params.cg * kk);
+    // indices from the binding's first element (w_first: 0 for a whole W)
+    var row = weight_rows(b, params.cg * kk);
+    for (var q = 0u; q < 8u; q = q + 1u) {
+        row[q] = row[q] - params.w_first;
+    }
     // acc[2 q]: channel oc0 + q at pixels p0 .. p0 + 3, acc[2 q + 1] at p0 + 4 .. p0 + 7
     var acc: array<vec4<f32>, 16>;
     for (var c = 0u; c < params.cg; c = c + 1u) {

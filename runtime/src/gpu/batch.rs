@@ -8,7 +8,7 @@ use super::buffers::PooledBuffer;
 use super::{busy, wait, Gpu, GpuTensor, READ_USAGE, UNIFORM_USAGE};
 use crate::{Error, Result};
 use std::time::Duration;
-use tandem_ops::GpuKernel;
+use tandem_ops::{GpuKernel, UniformWindow, UNIFORM_WINDOW_BYTES};
 use web_time::Instant;
 
 /// Timestamps per query set: wgpu's most (4096, an even number: both of a dispatch's stamps
@@ -20,6 +20,8 @@ pub(super) struct Pending {
     pipeline: Option<wgpu::ComputePipeline>,
     buffers: Vec<GpuTensor>,
     params: Vec<u8>,
+    /// A part of an input bound as a uniform copy ([`GpuKernel::uniform_window`]).
+    window: Option<UniformWindow>,
     workgroups: [u32; 3],
     label: usize,
 }
@@ -47,8 +49,9 @@ impl<'g> Batch<'g> {
         self.pending.is_empty()
     }
 
-    /// Record `kernel` reading `inputs` and writing `outputs` (bound in that order, then the
-    /// params). `label` identifies the dispatch in [`BatchTiming`] (e.g. a node index).
+    /// Record `kernel` (its dispatches for this adapter, [`GpuKernel::for_adapter`]) reading
+    /// `inputs` and writing `outputs` (bound in that order, then the params). `label`
+    /// identifies the dispatches in [`BatchTiming`] (e.g. a node index).
     pub fn dispatch(
         &mut self,
         kernel: &GpuKernel,
@@ -56,24 +59,39 @@ impl<'g> Batch<'g> {
         outputs: &[&GpuTensor],
         label: usize,
     ) -> Result<()> {
-        let kernel = kernel.for_adapter(self.gpu.runs_on_cpu());
-        for w in kernel.workgroups {
-            if w > self.gpu.limits.max_compute_workgroups_per_dimension {
-                return Err(Error::Gpu(format!(
-                    "{}: {w} workgroups exceed the adapter limit {}",
-                    kernel.shader.name, self.gpu.limits.max_compute_workgroups_per_dimension
-                )));
+        for kernel in kernel.for_adapter(self.gpu.runs_on_cpu()) {
+            for w in kernel.workgroups {
+                if w > self.gpu.limits.max_compute_workgroups_per_dimension {
+                    return Err(Error::Gpu(format!(
+                        "{}: {w} workgroups exceed the adapter limit {}",
+                        kernel.shader.name, self.gpu.limits.max_compute_workgroups_per_dimension
+                    )));
+                }
             }
+            if let Some(w) = kernel.uniform_window {
+                let elems = inputs.get(w.binding).map_or(0, |t| t.elems);
+                if w.first + w.len > elems || w.len * 4 > UNIFORM_WINDOW_BYTES {
+                    return Err(Error::Gpu(format!(
+                        "{}: uniform window of elements {}..{} of binding {} (of {elems}), at most \
+                         {UNIFORM_WINDOW_BYTES} bytes",
+                        kernel.shader.name,
+                        w.first,
+                        w.first + w.len,
+                        w.binding
+                    )));
+                }
+            }
+            let pipeline = self.gpu.pipeline(kernel)?;
+            let buffers = inputs.iter().chain(outputs).map(|t| (*t).clone()).collect();
+            self.pending.push(Pending {
+                pipeline: Some(pipeline),
+                buffers,
+                params: kernel.params.clone(),
+                window: kernel.uniform_window,
+                workgroups: kernel.workgroups,
+                label,
+            });
         }
-        let pipeline = self.gpu.pipeline(kernel)?;
-        let buffers = inputs.iter().chain(outputs).map(|t| (*t).clone()).collect();
-        self.pending.push(Pending {
-            pipeline: Some(pipeline),
-            buffers,
-            params: kernel.params.clone(),
-            workgroups: kernel.workgroups,
-            label,
-        });
         Ok(())
     }
 
@@ -83,6 +101,7 @@ impl<'g> Batch<'g> {
             pipeline: None,
             buffers: vec![t.clone()],
             params: Vec::new(),
+            window: None,
             workgroups: [0; 3],
             label: usize::MAX,
         });
@@ -97,6 +116,7 @@ impl<'g> Batch<'g> {
                 pipeline: None,
                 buffers: Vec::new(),
                 params: Vec::new(),
+                window: None,
                 workgroups: [0; 3],
                 label: usize::MAX,
             });
@@ -118,6 +138,18 @@ impl<'g> Batch<'g> {
             .pool
             .take(&gpu.device, arena.len() as u64, UNIFORM_USAGE)?;
         gpu.queue.write_buffer(&uniforms.buffer, 0, &arena);
+        // Each uniform window gets UNIFORM_WINDOW_BYTES of one buffer, filled by a copy
+        // recorded before its dispatch.
+        let window_bytes = UNIFORM_WINDOW_BYTES as u64;
+        let n_windows = self.pending.iter().filter(|p| p.window.is_some()).count() as u64;
+        let windows = match n_windows {
+            0 => None,
+            n => Some(
+                gpu.pool
+                    .take(&gpu.device, n * window_bytes, UNIFORM_USAGE)?,
+            ),
+        };
+        let mut next_window = 0;
         // Two timestamps per entry, in query sets of at most QUERY_SET_MAX_QUERIES (a batch of
         // more than 2048 dispatches in one set failed validation and lost the whole run).
         let n = self.pending.len() as u32;
@@ -160,6 +192,18 @@ impl<'g> Batch<'g> {
                     }),
                 })
                 .collect();
+            if let (Some(w), Some(windows)) = (p.window, &windows) {
+                let at = next_window * window_bytes;
+                next_window += 1;
+                let source = &p.buffers[w.binding].buffer.buffer;
+                let (first, len) = (w.first as u64 * 4, w.len as u64 * 4);
+                encoder.copy_buffer_to_buffer(source, first, &windows.buffer, at, len);
+                entries[w.binding].resource = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &windows.buffer,
+                    offset: at,
+                    size: wgpu::BufferSize::new(window_bytes),
+                });
+            }
             entries.push(wgpu::BindGroupEntry {
                 binding: p.buffers.len() as u32,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -233,7 +277,7 @@ impl<'g> Batch<'g> {
             start,
             labels,
             stamps: resolved,
-            _keep: (self.pending, uniforms),
+            _keep: (self.pending, uniforms, windows),
         })
     }
 }
@@ -248,7 +292,7 @@ pub struct Submitted<'g> {
     labels: Vec<usize>,
     stamps: Option<(PooledBuffer, u64)>,
     /// Buffers and uniforms stay out of the pool until the GPU is done with them.
-    _keep: (Vec<Pending>, PooledBuffer),
+    _keep: (Vec<Pending>, PooledBuffer, Option<PooledBuffer>),
 }
 
 impl Submitted<'_> {
