@@ -712,12 +712,9 @@ impl Conv {
             if n_ins > 3 { 3 } else { 1 },
         ];
         // lavapipe runs a workgroup on one core: a window's dispatch of few blocks (a 3x3 of
-        // 128 channels on 20 x 20, 8 channels a window) spreads over more of them in 16s
-        let wg = if window.is_some() && threads < 1024 {
-            16
-        } else {
-            64
-        };
+        // 128 channels on 20 x 20, 8 channels a window) spreads over more of them in 16s (on
+        // big ones 16 and 64 took the same time, and one size compiles half the pipelines)
+        let wg = if window.is_some() { 16 } else { 64 };
         let k = GpuKernel::new(shader, inputs, vec![0], &p, grid_1d(threads as u64, wg))
             .with_override("WG", wg as f64)
             .with_override("PX", px as f64)
