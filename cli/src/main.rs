@@ -83,7 +83,8 @@ struct RunArgs {
     /// in Perfetto or chrome://tracing.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// Run this many times and print the median latency.
+    /// Run this many times and print the median latency; above 1, after one more run as a
+    /// warm-up (it plans and compiles the GPU pipelines), whose time is printed apart.
     #[arg(long, default_value_t = 1)]
     runs: usize,
     /// Keep BatchNormalization and activations after Convs as separate nodes (by default they
@@ -202,6 +203,11 @@ fn run(a: &RunArgs) -> Result<()> {
     let mut times = Vec::new();
     let mut node_times: HashMap<std::sync::Arc<str>, Vec<std::time::Duration>> = HashMap::new();
     let mut last = None;
+    if a.runs > 1 {
+        let (_, report) = session.run_with_report(&named)?;
+        let ms = report.total.as_secs_f64() * 1e3;
+        println!("warm-up run (plans, compiles pipelines): {ms:.3} ms");
+    }
     for _ in 0..a.runs.max(1) {
         let (outs, report) = session.run_with_report(&named)?;
         times.push(report.total);
