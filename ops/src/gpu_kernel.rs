@@ -22,8 +22,9 @@ pub struct GpuKernel {
     pub params: Vec<u8>,
     /// Workgroup counts, each at most 65535 (use [`crate::shape::grid_1d`]).
     pub workgroups: [u32; 3],
-    /// The same dispatch laid out for an adapter that runs shaders on the CPU (lavapipe,
-    /// SwiftShader, WARP: device type Cpu), which the runtime dispatches there instead. Such
+    /// The same work laid out as dispatches for an adapter that runs shaders on the CPU
+    /// (lavapipe, SwiftShader, WARP: device type Cpu), which the runtime dispatches there
+    /// instead, in order (Conv: one per window of its weights, `uniform_window`). Such
     /// an adapter runs a workgroup's invocations as SIMD lanes on a few cores, so it needs few
     /// invocations, and each load of a storage buffer is a per-lane gather: a bigger register
     /// tile per invocation (fewer loads per FMA) wins there, where a GPU would lose occupancy.
