@@ -5,16 +5,17 @@
 //! convention below and is parsed and validated by naga in this crate's tests.
 //!
 //! Binding convention (group 0): the op's bound inputs first, then its outputs, then one `params`
-//! uniform last. An input may be declared `var<uniform>` as `array<vec4<f32>, 4096>`: the
-//! runtime binds a 64 KiB window of it there (`GpuKernel::uniform_window`). Entry point `main`. Sizes (`WG`, tiles) are `override` constants, and so is
-//! what selects the code path of a node inside its per-element work (an op code, an element
-//! mode, a fused activation, a rank): a pipeline per value, since lavapipe runs both sides of a
-//! branch on a uniform value, so a `switch` over `params` costs every case there (unary, binary,
-//! cast, gather, conv, reduce, pool, resize, pad, norm, softmax, attention, where and index_map
-//! do this; the other shaders branch on `params` only outside their loops or in rarely hot ops).
-//! Data dependent values go in `params`, never into shader text. Every element on the GPU is 4 bytes: `f32` for
-//! floats, `i32` for integers (int64 is narrowed with a range check on upload), `u32` for bool.
-//! Flat invocation index over a 2-D grid (to stay under 65535 workgroups per dimension):
+//! uniform last. An input may be declared `var<uniform>` as `array<vec4<f32>, 4096>`: the runtime
+//! binds a 64 KiB window of it there (`GpuKernel::uniform_window`). Entry point `main`. Sizes
+//! (`WG`, tiles) are `override` constants, and so is what selects the code path of a node inside
+//! its per-element work (an op code, an element mode, a fused activation, a rank): a pipeline per
+//! value, since lavapipe runs both sides of a branch on a uniform value, so a `switch` over
+//! `params` costs every case there (unary, binary, cast, gather, conv, reduce, pool, resize, pad,
+//! norm, softmax, attention, where and index_map do this; the other shaders branch on `params` only
+//! outside their loops or in rarely hot ops). Data dependent values go in `params`, never into
+//! shader text. Every element on the GPU is 4 bytes: `f32` for floats, `i32` for integers (int64 is
+//! narrowed with a range check on upload), `u32` for bool. Flat invocation index over a 2-D grid
+//! (to stay under 65535 workgroups per dimension):
 //! `let i = gid.x + gid.y * nwg.x * WG;`
 
 /// One compute shader: a stable name (used in pipeline cache keys and reports) and its source.
