@@ -548,7 +548,11 @@ impl Op for Attention {
         let block = |row: usize| (row / g.sq) * g.sq.div_ceil(r) + (row % g.sq) / r;
         let blocks = block(rows.end - 1) + 1 - block(rows.start);
         let on_cpu = modes(GpuKernel::new(
-            tandem_shaders::ATTENTION_ROWS,
+            if vec4_fits(&g) {
+                tandem_shaders::ATTENTION_ROWS_VEC4
+            } else {
+                tandem_shaders::ATTENTION_ROWS
+            },
             inputs,
             vec![0],
             &p,
@@ -559,6 +563,18 @@ impl Op for Attention {
         .with_override("DV4", (g.dv / 4) as f64);
         Ok(vec![kernel.with_cpu_adapter_variant(on_cpu)])
     }
+}
+
+/// Whether `attention_rows_vec4.wgsl` can read Q, Kt and V of `g` as vec4s: contiguous along
+/// D and Dv, every other stride a multiple of 4.
+fn vec4_fits(g: &Geom) -> bool {
+    let four = |v: &usize| v.is_multiple_of(4);
+    let (q, k, v) = (&g.q, &g.k, &g.v);
+    q.cs == 1
+        && k.rs == 1
+        && v.cs == 1
+        && [q.rs, k.cs, v.rs].iter().all(four)
+        && q.bs.iter().chain(&k.bs).chain(&v.bs).all(four)
 }
 
 #[cfg(test)]

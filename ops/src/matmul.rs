@@ -13,6 +13,9 @@ use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Wo
 use rayon::prelude::*;
 use std::ops::Range;
 
+#[path = "matmul_windows.rs"]
+mod windows;
+
 /// Below this many multiply-adds a MatMul runs on the calling thread.
 const SMALL_MACS: usize = 1 << 15;
 
@@ -310,15 +313,21 @@ pub(crate) fn matmul_kernels(
                 .with_override("T", t as f64)
                 .with_override("WS", (GPU_TILE / t) as f64)
         };
-        let on_cpu = if vec4_fits(g, &p) {
-            kernel(tandem_shaders::MATMUL_VEC4, 8)
-        } else {
-            layout(8)
+        let on_cpu = match windows::window_kernels(g, &p, &inputs, lr.clone()) {
+            // every batch in one dispatch (the windows cover lr)
+            Some(windowed) if nb == b_last + 1 - b_first => windowed,
+            _ if vec4_fits(g, &p) => vec![kernel(tandem_shaders::MATMUL_VEC4, 8)],
+            _ => vec![layout(8)],
         };
-        kernels.push(layout(4).with_cpu_adapter_variant(on_cpu));
+        kernels.push(layout(4).with_cpu_adapter_variants(on_cpu));
         b0 += nb;
     }
     Ok(kernels)
+}
+
+/// The `HAS_C` override of `matmul_window.wgsl`: 1 where beta * C adds to the product.
+pub(crate) fn has_c(p: &MatmulParams) -> f64 {
+    f64::from(u8::from(p.beta != 0.0))
 }
 
 /// Whether `matmul_vec4.wgsl` can read A and B of `g` as vec4s: rows contiguous, and every row
@@ -706,7 +715,11 @@ mod tests {
             (k[0].shader.name, k[0].for_adapter(true)[0].shader.name)
         };
         let mm = MatMul::default();
-        assert_eq!(shader(&mm, &[70, 20], &[20, 68]), ("matmul", "matmul_vec4"));
+        // A's rows fit uniform windows: matmul_window.wgsl (matmul_windows.rs tests when)
+        assert_eq!(
+            shader(&mm, &[70, 20], &[20, 68]),
+            ("matmul", "matmul_window")
+        );
         assert_eq!(
             shader(&mm, &[2, 3, 9, 8], &[3, 8, 12]),
             ("matmul", "matmul_vec4")
@@ -721,6 +734,12 @@ mod tests {
             ..MatMul::default()
         };
         assert_eq!(shader(&bt, &[70, 20], &[68, 20]).1, "matmul");
+        // A read through a transpose: no window either
+        let at = MatMul {
+            perms: [Some(vec![1, 0]), None],
+            ..MatMul::default()
+        };
+        assert_eq!(shader(&at, &[20, 72], &[20, 68]).1, "matmul");
     }
 
     #[test]

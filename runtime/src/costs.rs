@@ -59,7 +59,10 @@ impl NodeCostQuery<'_> {
 /// the output up (workgroup quantisation, as in CoDL): MatMul and Gemm compute whole 64x64
 /// output tiles, so a 16-row product costs what a 64-row one does; a one-row product, whole
 /// 1 x 64 tiles ([`gpu_workgroup_rows`]). 1.0 for other ops (their kernels run one invocation per output element or row,
-/// rounded up by at most one workgroup).
+/// rounded up by at most one workgroup). On an adapter that runs shaders on the CPU a product
+/// whose A rows go through uniform windows (`matmul_window.wgsl`) rounds its rows up to 8 per
+/// window only: it launches less than this says (the model, fitted per adapter on the same
+/// count, then overestimates such products of fewer than 64 rows there).
 pub fn gpu_padding(op_type: &str, outs: &[TensorMeta]) -> f64 {
     if !matches!(op_type, "MatMul" | "Gemm") {
         return 1.0;
@@ -381,26 +384,33 @@ mod tests {
             let a = TensorMeta::new(DType::F32, vec![m, k]);
             let b = TensorMeta::new(DType::F32, vec![k, n]);
             let outs = op.infer(&[&a, &b]).unwrap();
-            // Every layout covers the same outputs: each workgroup TM x WY rows, and T x WS
-            // columns (matmul.wgsl) or 8 lanes of 8 (matmul_vec4.wgsl, K and N multiples of 4).
+            // Each workgroup covers TM x WY rows, and T x WS columns (matmul.wgsl) or 8 lanes
+            // of 8 (matmul_vec4.wgsl, K and N multiples of 4); matmul_window.wgsl's, TM rows of
+            // 64 columns, pad rows only up to TM (Cpu adapters: at most the model's padding).
             for cpu_adapter in [false, true] {
                 let launched: f64 = (op.gpu(&[&a, &b], &outs, 0..m).unwrap().iter())
                     .flat_map(|k| k.for_adapter(cpu_adapter))
                     .map(|k| {
                         let o = |name| k.override_value(name).unwrap();
-                        let cols = match k.shader.name {
-                            "matmul_vec4" => 64.0,
-                            _ => o("T") * o("WS"),
+                        let (rows, cols) = match k.shader.name {
+                            "matmul_window" => (o("TM"), 64.0),
+                            "matmul_vec4" => (o("TM") * o("WY"), 64.0),
+                            _ => (o("TM") * o("WY"), o("T") * o("WS")),
                         };
                         let groups: u32 = k.workgroups.iter().product();
-                        groups as f64 * o("TM") * o("WY") * cols
+                        groups as f64 * rows * cols
                     })
                     .sum();
-                assert_eq!(
-                    gpu_padding("MatMul", &outs),
-                    launched / (m * n) as f64,
-                    "{m} x {k} x {n}, cpu adapter {cpu_adapter}"
-                );
+                let padding = launched / (m * n) as f64;
+                let what = format!("{m} x {k} x {n}, cpu adapter {cpu_adapter}: {padding}");
+                if cpu_adapter {
+                    assert!(
+                        (1.0..=gpu_padding("MatMul", &outs)).contains(&padding),
+                        "{what}"
+                    );
+                } else {
+                    assert_eq!(gpu_padding("MatMul", &outs), padding, "{what}");
+                }
             }
         }
     }

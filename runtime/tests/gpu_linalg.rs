@@ -89,6 +89,10 @@ fn matmul_gpu_matches_reference() {
         (vec![1, 96], vec![96, 136]),
         (vec![70, 20], vec![20, 68]),
         (vec![2, 3, 9, 8], vec![3, 8, 12]),
+        // A's rows through uniform windows (matmul_window.wgsl on Cpu adapters): 16 rows of
+        // K 1024 a window, flat over 2 batches, the last window 10 rows; 6 rows of K 2500
+        (vec![2, 37, 1024], vec![1024, 68]),
+        (vec![13, 2500], vec![2500, 72]),
         (vec![3, 0, 4], vec![4, 5]),
         (vec![5, 0], vec![0, 6]),
     ] {
@@ -151,8 +155,9 @@ fn gemm_with_padded_weight_rows_matches_reference() {
 
 #[test]
 fn gemm_gpu_matches_reference() {
-    // The second size has K and N multiples of 4 (matmul_vec4.wgsl on lavapipe when untransposed).
-    for ((m, n, k), (ta, tb)) in [(67, 70, 19), (67, 72, 20)]
+    // The second and third sizes have K and N multiples of 4 (on lavapipe untransposed:
+    // matmul_window.wgsl, one window of A's rows, then 3 of 16, 16 and 5 rows).
+    for ((m, n, k), (ta, tb)) in [(67, 70, 19), (67, 72, 20), (37, 68, 1024)]
         .into_iter()
         .flat_map(|s| [(false, false), (true, true), (true, false)].map(|t| (s, t)))
     {

@@ -57,8 +57,9 @@ shader!(GATHER, "gather");
 shader!(PAD, "pad");
 shader!(RESIZE, "resize", "float_bits");
 shader!(GENERATE, "generate");
-shader!(MATMUL, "matmul", "matmul_common");
-shader!(MATMUL_VEC4, "matmul_vec4", "matmul_common");
+shader!(MATMUL, "matmul", "matmul_common", "matmul_store");
+shader!(MATMUL_VEC4, "matmul_vec4", "matmul_common", "matmul_store");
+shader!(MATMUL_WINDOW, "matmul_window", "matmul_common");
 shader!(CONV, "conv", "float_bits", "conv_common");
 shader!(
     CONV_POINTWISE,
@@ -82,7 +83,18 @@ shader!(
 );
 shader!(CONV_TRANSPOSE, "conv_transpose");
 shader!(ATTENTION, "attention", "attention_common");
-shader!(ATTENTION_ROWS, "attention_rows", "attention_common");
+shader!(
+    ATTENTION_ROWS,
+    "attention_rows",
+    "attention_common",
+    "attention_rows_body"
+);
+shader!(
+    ATTENTION_ROWS_VEC4,
+    "attention_rows_vec4",
+    "attention_common",
+    "attention_rows_body"
+);
 
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
@@ -105,6 +117,7 @@ pub const ALL: &[Shader] = &[
     GENERATE,
     MATMUL,
     MATMUL_VEC4,
+    MATMUL_WINDOW,
     CONV,
     CONV_POINTWISE,
     CONV_ROWS,
@@ -112,4 +125,5 @@ pub const ALL: &[Shader] = &[
     CONV_TRANSPOSE,
     ATTENTION,
     ATTENTION_ROWS,
+    ATTENTION_ROWS_VEC4,
 ];

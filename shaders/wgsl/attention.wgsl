@@ -6,8 +6,13 @@
 // 2: (mask != 0) == keep ? x : fill (bool as u32). One invocation per row, two passes over the
 // keys: the maximum, then exp(x - max) summed and accumulated against V (at most 128 value
 // elements). A row whose maximum is infinite gives NaN, as the Softmax kernels do.
-// Params and bindings: attention_common.wgsl.
+// Params and bindings 3-5: attention_common.wgsl.
+// Bindings: 0 q, 1 kt, 2 v.
 // Overrides: WG.
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> kt: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
 
 override WG: u32 = 64u;
 

@@ -1,5 +1,6 @@
-// attention_common: the Params and bindings attention.wgsl and attention_rows.wgsl share
-// (mirrored by AttentionParams in ops/src/attention.rs), and their helpers.
+// attention_common: the Params and bindings the attention kernels share (mirrored by
+// AttentionParams in ops/src/attention.rs), and their helpers. Each kernel declares q, kt and v
+// (floats, or vec4s in attention_rows_vec4.wgsl).
 // Bindings: 0 q, 1 kt, 2 v, 3 mask (q again when there is none), 4 out (read_write), 5 params.
 // Overrides: SCALE_MODE (0 none, 1 multiply by params.scale, 2 divide) and MASKED (0 no mask,
 // 1 added, 2 selecting: params.fill where the mask differs from params.keep), so each score
@@ -37,9 +38,6 @@ struct Params {
     m_bs: array<vec4<u32>, 2>,
 }
 
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> kt: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
 @group(0) @binding(3) var<storage, read> mask: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<uniform> params: Params;

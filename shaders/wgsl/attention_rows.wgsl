@@ -1,117 +1,22 @@
-// attention_rows: attention.wgsl's output (the same bindings, params and two passes over the
-// keys) with R query rows of one batch an invocation, for adapters that run shaders on the CPU
-// (ops/src/attention.rs). There each storage load is a per-lane gather: the rows' Q stay in
-// registers (D = 4 * D4 elements) and each key's Kt column and V row, loaded once, serve R
-// rows. Invocation t takes the rows i0 .. i0 + R of batch b for block b * ceil(sq / R) + i0 / R
-// = (block of row_start) + t, writing those inside row_start .. row_start + rows.
-// Only for sk > 0 (the op keeps attention.wgsl when there are no keys: zero rows).
-// Params and bindings: attention_common.wgsl.
-// Overrides: WG, R (1 to 4), D4 = d / 4 and DV4 = dv / 4 (each 1 to 16).
+// attention_rows: attention_rows_body.wgsl (its prelude) reading Q, Kt and V as floats through
+// their strides along D and Dv.
+// Bindings: 0 q, 1 kt, 2 v.
 
-override WG: u32 = 64u;
-override R: u32 = 4u;
-override D4: u32 = 8u;
-override DV4: u32 = 8u;
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> kt: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
 
-// Q . Kt[:, j] of the R rows in qr (row rr at qr[16 rr ..]); Kt's column j starts at k_at
-fn dots(qr: ptr<function, array<vec4<f32>, 64>>, k_at: u32) -> vec4<f32> {
-    var s = vec4<f32>(0.0);
-    for (var c4 = 0u; c4 < D4; c4 = c4 + 1u) {
-        let c = 4u * c4;
-        let kv = vec4<f32>(
-            kt[k_at + c * params.k_rs],
-            kt[k_at + (c + 1u) * params.k_rs],
-            kt[k_at + (c + 2u) * params.k_rs],
-            kt[k_at + (c + 3u) * params.k_rs],
-        );
-        for (var rr = 0u; rr < R; rr = rr + 1u) {
-            s[rr] = s[rr] + dot((*qr)[16u * rr + c4], kv);
-        }
-    }
-    return s;
+fn q4(at: u32) -> vec4<f32> {
+    let s = params.q_cs;
+    return vec4<f32>(q[at], q[at + s], q[at + 2u * s], q[at + 3u * s]);
 }
 
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let t = gid.x + gid.y * nwg.x * WG;
-    let sq = params.sq;
-    let nb = (sq + R - 1u) / R;
-    let first = params.row_start;
-    let last = params.row_start + params.rows - 1u;
-    let blk = (first / sq) * nb + (first % sq) / R + t;
-    if (params.rows == 0u || blk > (last / sq) * nb + (last % sq) / R) {
-        return;
-    }
-    let bi = blk / nb;
-    let i0 = (blk % nb) * R;
-    let off = batch_offsets(bi);
-    let q_off = off.x;
-    let k_off = off.y;
-    let v_off = off.z;
-    let m_off = off.w;
-    // rows past sq read row sq - 1 and are not written
-    var qr: array<vec4<f32>, 64>;
-    var m_at = vec4<u32>(0u);
-    for (var rr = 0u; rr < R; rr = rr + 1u) {
-        let i = min(i0 + rr, sq - 1u);
-        let q_at = q_off + i * params.q_rs;
-        m_at[rr] = m_off + i * params.m_rs;
-        for (var c4 = 0u; c4 < D4; c4 = c4 + 1u) {
-            let c = 4u * c4;
-            qr[16u * rr + c4] = vec4<f32>(
-                q[q_at + c * params.q_cs],
-                q[q_at + (c + 1u) * params.q_cs],
-                q[q_at + (c + 2u) * params.q_cs],
-                q[q_at + (c + 3u) * params.q_cs],
-            );
-        }
-    }
-    var mx = vec4<f32>(0.0);
-    for (var j = 0u; j < params.sk; j = j + 1u) {
-        let s = dots(&qr, k_off + j * params.k_cs);
-        for (var rr = 0u; rr < R; rr = rr + 1u) {
-            let x = scale_mask(s[rr], m_at[rr], j);
-            if (j == 0u || x > mx[rr]) {
-                mx[rr] = x;
-            }
-        }
-    }
-    var acc: array<vec4<f32>, 64>;
-    var total = vec4<f32>(0.0);
-    for (var j = 0u; j < params.sk; j = j + 1u) {
-        let s = dots(&qr, k_off + j * params.k_cs);
-        var e = vec4<f32>(0.0);
-        for (var rr = 0u; rr < R; rr = rr + 1u) {
-            e[rr] = exp(scale_mask(s[rr], m_at[rr], j) - mx[rr]);
-        }
-        total = total + e;
-        let v_at = v_off + j * params.v_rs;
-        for (var c4 = 0u; c4 < DV4; c4 = c4 + 1u) {
-            let c = 4u * c4;
-            let vv = vec4<f32>(
-                v[v_at + c * params.v_cs],
-                v[v_at + (c + 1u) * params.v_cs],
-                v[v_at + (c + 2u) * params.v_cs],
-                v[v_at + (c + 3u) * params.v_cs],
-            );
-            for (var rr = 0u; rr < R; rr = rr + 1u) {
-                acc[16u * rr + c4] = fma(vec4<f32>(e[rr]), vv, acc[16u * rr + c4]);
-            }
-        }
-    }
-    for (var rr = 0u; rr < R; rr = rr + 1u) {
-        let i = i0 + rr;
-        let r = bi * sq + i;
-        if (i >= sq || r < first || r > last) {
-            continue;
-        }
-        let inv = 1.0 / total[rr];
-        let dv = 4u * DV4;
-        for (var c4 = 0u; c4 < DV4; c4 = c4 + 1u) {
-            let o = acc[16u * rr + c4] * inv;
-            for (var k = 0u; k < 4u; k = k + 1u) {
-                out[r * dv + 4u * c4 + k] = o[k];
-            }
-        }
-    }
+fn kt4(at: u32) -> vec4<f32> {
+    let s = params.k_rs;
+    return vec4<f32>(kt[at], kt[at + s], kt[at + 2u * s], kt[at + 3u * s]);
+}
+
+fn v4(at: u32) -> vec4<f32> {
+    let s = params.v_cs;
+    return vec4<f32>(v[at], v[at + s], v[at + 2u * s], v[at + 3u * s]);
 }

@@ -3,7 +3,7 @@
 // Serves MatMul (alpha 1, beta 0, C unused) and Gemm (transposes as strides, C broadcast to
 // (M, N) through zero strides). A, B are read through row/column strides and per-batch strides
 // (0 on broadcast batch dims); out is dense row-major [rows, N].
-// Params, bindings 2-4 and the store: the prelude matmul_common.wgsl.
+// Params, bindings 2 and 4: the prelude matmul_common.wgsl; out and the store: matmul_store.wgsl.
 // Bindings: 0 a, 1 b, 2 c (read; MatMul binds b again there), 3 out (read_write), 4 params.
 // Dispatch: (ceil(N / 64), ceil((M_hi - m_lo) / (WY * TM)), batches from params.b0); each
 // invocation of the WS x WY workgroup keeps a TM x T register tile: rows

@@ -1,7 +1,8 @@
-// matmul_common: the Params, the C and output bindings and the helpers matmul.wgsl and
-// matmul_vec4.wgsl share (Params mirrored by MatmulParams in ops/src/matmul.rs). Each kernel
-// declares its own A (binding 0) and B (binding 1).
-// Bindings: 2 c (read; MatMul binds b again there), 3 out (read_write), 4 params.
+// matmul_common: the Params, the C and params bindings and the batch offsets the MatMul kernels
+// share (Params mirrored by MatmulParams in ops/src/matmul.rs). Each kernel declares its own
+// A (binding 0) and B (binding 1); out (binding 3) and the store come from matmul_store.wgsl
+// (floats; matmul.wgsl and matmul_vec4.wgsl) or the kernel (vec4s; matmul_window.wgsl).
+// Bindings: 2 c (read; MatMul binds b again there), 4 params.
 
 struct Params {
     m: u32,
@@ -27,7 +28,6 @@ struct Params {
 }
 
 @group(0) @binding(2) var<storage, read> c: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
 
 // The element offsets of batch `bi` in A and B.
@@ -42,18 +42,4 @@ fn batch_offsets(bi: u32) -> vec2<u32> {
         off = off + idx * vec2<u32>(params.a_bs[du / 4u][du % 4u], params.b_bs[du / 4u][du % 4u]);
     }
     return off;
-}
-
-// Writes alpha * sum + beta * C[mi, nj] at row mi, column nj of batch bi, when that output is
-// inside the product and among the rows the dispatch writes.
-fn store(bi: u32, mi: u32, nj: u32, sum: f32) {
-    let r = bi * params.m + mi;
-    if (mi >= params.m || nj >= params.n || r < params.row_start || r >= params.row_end) {
-        return;
-    }
-    var v = params.alpha * sum;
-    if (params.beta != 0.0) {
-        v = v + params.beta * c[mi * params.c_rs + nj * params.c_cs];
-    }
-    out[r * params.n + nj] = v;
 }

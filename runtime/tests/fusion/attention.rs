@@ -217,7 +217,8 @@ fn attention_look_alikes_stay() {
 /// unfused nodes: permuted, broadcast and masked operands, and a mask that broadcasts the
 /// query rows. 37 query rows: blocks of 4 (`attention_rows.wgsl`, the variant for adapters that
 /// run shaders on the CPU, where Q and V rows are 4 or 8 wide) end part-way, and splits cut
-/// them.
+/// them. There the first case reads Q, Kt and V as vec4s (`attention_rows_vec4.wgsl`: each
+/// contiguous along D), the last through strides; the others' Dv of 5 keeps `attention.wgsl`.
 #[test]
 fn the_attention_op_matches_on_every_placement() {
     let heads = Some(vec![0, 2, 1, 3]);
@@ -268,7 +269,13 @@ fn the_attention_op_matches_on_every_placement() {
             ],
         ),
     ];
-    for (op, shapes) in cases {
+    let on_cpu_adapter = [
+        "attention_rows_vec4",
+        "attention",
+        "attention",
+        "attention_rows",
+    ];
+    for ((op, shapes), shader) in cases.into_iter().zip(on_cpu_adapter) {
         let ins: Vec<Tensor> = (shapes.iter().enumerate())
             .map(|(i, s)| match (i, op.masking) {
                 // A selecting mask: query row r keeps keys j <= r % 9 (a causal mask's pattern).
@@ -281,6 +288,12 @@ fn the_attention_op_matches_on_every_placement() {
                 _ => Tensor::f32(s, fill(s.iter().product(), i as u32 + 4)),
             })
             .collect();
+        let metas = tandem::testing::const_metas(&ins);
+        let refs: Vec<&tandem::TensorMeta> = metas.iter().collect();
+        let outs = op.infer(&refs).unwrap();
+        let rows = tandem::testing::row_count_of(&op, &ins);
+        let kernels = op.gpu(&refs, &outs, 0..rows).unwrap();
+        assert_eq!(kernels[0].for_adapter(true)[0].shader.name, shader);
         let want = tandem::testing::run_cpu(&op, &ins);
         check_all_placements(&op, &ins, &want, 1e-5);
     }
