@@ -49,7 +49,9 @@ pub fn window_kernels(
     }
     // fewer rows an invocation where a window holds fewer (K > 2048)
     let tm = ROWS_PER_INVOCATION.min(rows_per_window);
-    let gx = u32_of(g.n.div_ceil(COLUMNS_PER_WORKGROUP), "N / 64").ok()?;
+    let gx = u32_of(g.n.div_ceil(COLUMNS_PER_WORKGROUP), "N / 64")
+        .ok()
+        .filter(|&gx| gx <= 65535)?;
     (lr.clone().step_by(rows_per_window))
         .map(|r0| {
             let r1 = (r0 + rows_per_window).min(lr.end);
@@ -67,14 +69,14 @@ pub fn window_kernels(
                 inputs.to_vec(),
                 vec![0],
                 &q,
-                [gx.min(65535), gy, 1],
+                [gx, gy, 1],
             );
-            (gx <= 65535).then(|| {
+            Some(
                 kernel
                     .with_override("TM", tm as f64)
                     .with_override("HAS_C", has_c(&q))
-                    .with_uniform_window(window)
-            })
+                    .with_uniform_window(window),
+            )
         })
         .collect()
 }

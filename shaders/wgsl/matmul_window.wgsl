@@ -10,7 +10,8 @@
 // strides unused). Out is written four columns a store (0.75x the time of float stores here).
 // Bindings: 0 a (uniform window), 1 b (vec4), 2 c (read; MatMul binds b again there), 3 out
 // (read_write), 4 params.
-// Overrides: TM (rows an invocation), HAS_C.
+// Dispatch: (ceil(N / 64), ceil(rows / TM)) workgroups of 8 invocations, each keeping TM window
+// rows x 8 contiguous columns. Overrides: TM (rows an invocation, 8 or the window's fewer), HAS_C.
 
 @group(0) @binding(0) var<uniform> a: array<vec4<f32>, 4096>;
 @group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
