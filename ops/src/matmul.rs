@@ -289,6 +289,10 @@ pub(crate) fn matmul_kernels(
             g.m, g.n
         )));
     }
+    // the windows cover lr, so only where every batch is in one dispatch
+    let mut windowed = (b_last - b_first < 65535)
+        .then(|| windows::window_kernels(g, &p, &inputs, lr.clone()))
+        .flatten();
     let mut kernels = Vec::new();
     let mut b0 = b_first;
     while b0 <= b_last {
@@ -313,21 +317,15 @@ pub(crate) fn matmul_kernels(
                 .with_override("T", t as f64)
                 .with_override("WS", (GPU_TILE / t) as f64)
         };
-        let on_cpu = match windows::window_kernels(g, &p, &inputs, lr.clone()) {
-            // every batch in one dispatch (the windows cover lr)
-            Some(windowed) if nb == b_last + 1 - b_first => windowed,
-            _ if vec4_fits(g, &p) => vec![kernel(tandem_shaders::MATMUL_VEC4, 8)],
-            _ => vec![layout(8)],
+        let on_cpu = match windowed.take() {
+            Some(windowed) => windowed,
+            None if vec4_fits(g, &p) => vec![kernel(tandem_shaders::MATMUL_VEC4, 8)],
+            None => vec![layout(8)],
         };
         kernels.push(layout(4).with_cpu_adapter_variants(on_cpu));
         b0 += nb;
     }
     Ok(kernels)
-}
-
-/// The `HAS_C` override of `matmul_window.wgsl`: 1 where beta * C adds to the product.
-pub(crate) fn has_c(p: &MatmulParams) -> f64 {
-    f64::from(u8::from(p.beta != 0.0))
 }
 
 /// Whether `matmul_vec4.wgsl` can read A and B of `g` as vec4s: rows contiguous, and every row

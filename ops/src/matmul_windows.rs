@@ -6,7 +6,7 @@
 //! Sits between `matmul_kernels` (which builds the storage-buffer kernels and asks for these
 //! on Cpu adapters) and the product's geometry ([`MmGeom`]).
 
-use super::{has_c, u32_of, MatmulParams, MmGeom};
+use super::{u32_of, vec4_fits, MatmulParams, MmGeom};
 use crate::{GpuKernel, UniformWindow, UNIFORM_WINDOW_BYTES};
 use std::ops::Range;
 
@@ -27,9 +27,7 @@ pub fn window_kernels(
     inputs: &[usize],
     lr: Range<usize>,
 ) -> Option<Vec<GpuKernel>> {
-    let four = |v: usize| v.is_multiple_of(4);
-    let vec4_b = p.b_cs == 1 && four(g.n) && four(g.k) && four(p.b_rs as usize);
-    if !vec4_b || !rows_are_contiguous(g, p) || g.b_bs.iter().any(|&s| s != 0) {
+    if !vec4_fits(g, p) || !rows_are_contiguous(g, p) || g.b_bs.iter().any(|&s| s != 0) {
         return None;
     }
     // fewer rows than an invocation keeps (decode's one): matmul_vec4.wgsl, 1.1x faster there
@@ -79,6 +77,11 @@ pub fn window_kernels(
             )
         })
         .collect()
+}
+
+/// The `HAS_C` override of `matmul_window.wgsl`: 1 where beta * C adds to the product.
+fn has_c(p: &MatmulParams) -> f64 {
+    f64::from(u8::from(p.beta != 0.0))
 }
 
 /// Whether logical row `r` (`b * M + m`) of A starts at element `r * K`: rows contiguous and
