@@ -144,11 +144,14 @@ fn info() -> Result<()> {
     for (desc, limits, features) in adapters {
         println!("GPU: {desc}");
         println!(
-            "  vendor 0x{:04x} device 0x{:04x}; max storage binding {} B, max buffer {} B, \
-             workgroups/dim {}, invocations/workgroup {}, workgroup storage {} B",
+            "  vendor 0x{:04x} device 0x{:04x}; max storage binding {} B, max uniform binding \
+             {} B x {} a stage, max buffer {} B, workgroups/dim {}, invocations/workgroup {}, \
+             workgroup storage {} B",
             desc.vendor,
             desc.device,
             limits.max_storage_buffer_binding_size,
+            limits.max_uniform_buffer_binding_size,
+            limits.max_uniform_buffers_per_shader_stage,
             limits.max_buffer_size,
             limits.max_compute_workgroups_per_dimension,
             limits.max_compute_invocations_per_workgroup,

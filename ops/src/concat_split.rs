@@ -32,6 +32,11 @@ pub fn concat(attrs: &Attrs) -> Result<Box<dyn Op>> {
 }
 
 impl Concat {
+    /// The axis as given (negative counts from the end).
+    pub fn given_axis(&self) -> i64 {
+        self.axis
+    }
+
     fn axis(&self, ins: &[&TensorMeta]) -> Result<usize> {
         let r = ins
             .first()
@@ -87,6 +92,10 @@ impl SameTypeKernel for ConcatRows {
 impl Op for Concat {
     fn name(&self) -> &'static str {
         "Concat"
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn overwrites_outputs(&self) -> bool {

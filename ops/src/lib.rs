@@ -36,6 +36,7 @@ pub mod pool;
 pub mod reduce;
 pub mod registry;
 pub mod resize;
+pub mod rotary;
 pub mod shape;
 pub mod simd;
 pub mod slice;

@@ -16,9 +16,10 @@
 //! Attention node (`fuse/attention.rs`), after those folds.
 //! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
 //! (`fuse/rms_norm.rs`), and the five-node exact Gelu of BERT-style exports and the nine-node
-//! tanh Gelu of jax2tf exports one Gelu (`fuse/gelu.rs`). Before all that, a node that repeats
-//! an earlier node's op, attributes and inputs is dropped and its readers read the earlier
-//! one's outputs (`fuse/repeated.rs`).
+//! tanh Gelu of jax2tf exports one Gelu (`fuse/gelu.rs`), and the seven-node rotate-half
+//! rotary embedding of Llama-style exports one Rotary (`fuse/rotary.rs`). Before all that, a
+//! node that repeats an earlier node's op, attributes and inputs is dropped and its readers
+//! read the earlier one's outputs (`fuse/repeated.rs`).
 //!
 //! Sits between the importer (`import.rs`, which builds the [`Graph`]) and the planner: a
 //! [`crate::Session`] runs it once at load time unless `SessionOptions::fuse(false)`.
@@ -43,8 +44,8 @@
 //! leaves residual Adds; `TANDEM_FUSE_BN_RELU=0` leaves Relus after a lone BatchNormalization;
 //! `TANDEM_FUSE_TRANSPOSE=0` leaves Transposes before MatMuls unfused;
 //! `TANDEM_FUSE_ATTENTION=0` leaves attention chains; `TANDEM_FUSE_GELU=0` leaves Gelu chains;
-//! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains; `TANDEM_FUSE_REPEATED=0` leaves repeated
-//! nodes.
+//! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains; `TANDEM_FUSE_ROTARY=0` leaves rotary
+//! chains; `TANDEM_FUSE_REPEATED=0` leaves repeated nodes.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
@@ -60,6 +61,7 @@ mod gelu;
 mod matmul_operands;
 pub mod repeated;
 mod rms_norm;
+mod rotary;
 use epilogue::{Part, Patterns};
 
 /// What the pass did: one entry per Conv or BatchNormalization that absorbed something.
@@ -149,6 +151,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let (transposes, rms_norms) = (on("TANDEM_FUSE_TRANSPOSE"), on("TANDEM_FUSE_RMS_NORM"));
     let (attention, gelus) = (on("TANDEM_FUSE_ATTENTION"), on("TANDEM_FUSE_GELU"));
     let residuals = on("TANDEM_FUSE_RESIDUAL");
+    let rotaries = on("TANDEM_FUSE_ROTARY");
     let bn_relu = on("TANDEM_FUSE_BN_RELU");
     let mut summary = FuseSummary::default();
     if on("TANDEM_FUSE_REPEATED") {
@@ -316,6 +319,24 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         node.op = tandem_ops::unary::gelu(&attrs).expect("Gelu's attributes are valid");
         take_over(graph, &uses, i, &chain.rest, (&mut removed, &mut dropped));
         let node = &graph.nodes[i];
+        summary.fused.push((node.name.clone(), label(node)));
+    }
+    for i in (0..graph.nodes.len()).filter(|_| rotaries) {
+        let Some(chain) = (!removed[i])
+            .then(|| rotary::chain_from(graph, &uses, i))
+            .flatten()
+        else {
+            continue;
+        };
+        if chain.absorbed.iter().any(|&n| removed[n]) {
+            continue;
+        }
+        chain.absorbed.iter().for_each(|&n| removed[n] = true);
+        dropped.extend(chain.dropped);
+        let node = &mut graph.nodes[i];
+        node.inputs = chain.inputs.map(Some).to_vec();
+        node.op_type = "Rotary".into();
+        node.op = Box::new(chain.op);
         summary.fused.push((node.name.clone(), label(node)));
     }
     drop_unread(graph, &uses, &mut removed, dropped);

@@ -24,6 +24,8 @@ mod gelu;
 mod repeated;
 #[path = "fusion/rms_norm.rs"]
 mod rms_norm;
+#[path = "fusion/rotary.rs"]
+mod rotary;
 #[path = "fusion/transposes.rs"]
 mod transposes;
 

@@ -44,6 +44,7 @@ shader!(COPY, "copy");
 shader!(UNARY, "unary", "float_bits");
 shader!(BINARY, "binary", "float_bits", "pow_c99");
 shader!(WHERE, "where");
+shader!(ROTARY, "rotary");
 shader!(CAST, "cast");
 shader!(SOFTMAX, "softmax");
 shader!(REDUCE, "reduce", "float_bits");
@@ -102,6 +103,7 @@ pub const ALL: &[Shader] = &[
     UNARY,
     BINARY,
     WHERE,
+    ROTARY,
     CAST,
     SOFTMAX,
     REDUCE,

@@ -1,0 +1,320 @@
+//! Rotary: tandem's one-node form of the rotate-half rotary position embedding that Llama-style
+//! exports spell as seven nodes, `Add(Mul(x, cos), Mul(Concat(Neg(x[.., h:e]), x[.., 0:h]),
+//! sin))` with both Slices on the last axis (the runtime's fusion pass, `fuse/rotary.rs`, builds
+//! it; it is not an ONNX op type). One pass over the output instead of seven kernels and six
+//! intermediates.
+//!
+//! Semantics are the chain's exactly, Slice's clamping included: with `D` the last dim of `x`,
+//! `h' = min(h, D)` and `e >= D` (checked), the rotated row is `rot[j] = -x[j + h']` for
+//! `j < D - h'` and `x[j - (D - h')]` after, and `out = x * cos + rot * sin` with numpy
+//! broadcasting of `x`, `cos` and `sin` (the Muls' and the Add's), in the chain's operation
+//! order, so the result is the chain's to the bit.
+//!
+//! Sits between the fusion pass and the broadcasting helpers of `elementwise_common.rs`: rows
+//! of the output's last axis are broadcast over the leading dims, the last axis is walked here.
+//! On the GPU: `rotary.wgsl` (f32).
+
+use crate::elementwise_common::{
+    check_rows, element_range, gpu_broadcast, gpu_range, last_axis, typed, typed_mut, GpuDims,
+};
+use crate::{shape, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
+use half::f16;
+use rayon::prelude::*;
+use std::ops::{Add, Mul, Neg, Range};
+
+/// `out = x * cos + rotate(x, h) * sin` (see the module doc).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rotary {
+    /// Where the chain's second Slice starts (and its first ends), before clamping to `D`.
+    pub half: usize,
+    /// Where the second Slice ends (clamped to `D`; must reach it).
+    pub end: usize,
+}
+
+/// GPU parameters of `rotary.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RotaryParams {
+    start: u32,
+    count: u32,
+    /// The output's last dim, `x`'s (D) and the clamped split `h'`.
+    row: u32,
+    d: u32,
+    half: u32,
+    /// 1 where `cos`'s and `sin`'s last dims advance along the output's last axis, else 0.
+    cos_step: u32,
+    sin_step: u32,
+    _pad: u32,
+    /// The merged dims of the output's leading axes and each input's row offset per step of
+    /// them (in elements); their count is the override `RANK`.
+    dims: GpuDims,
+    x_strides: GpuDims,
+    cos_strides: GpuDims,
+    sin_strides: GpuDims,
+}
+
+/// Shapes of one application: the output's, and per input the shape of its leading axes and
+/// its last dim (a rank-0 input: none, and 1).
+struct Rows<'a> {
+    out: Vec<usize>,
+    lead: [&'a [usize]; 3],
+    last: [usize; 3],
+}
+
+impl Rotary {
+    fn rows<'a>(&self, ins: [&'a [usize]; 3]) -> Result<Rows<'a>> {
+        let split = |s: &'a [usize]| match s.split_last() {
+            Some((&l, lead)) => (lead, l),
+            None => (s, 1),
+        };
+        let [(xl, d), (cl, cd), (sl, sd)] = ins.map(split);
+        if ins[0].is_empty() {
+            return Err(OpError::Invalid(
+                "Rotary: x must have rank >= 1 (its Slices are on the last axis)".into(),
+            ));
+        }
+        if self.end < d {
+            return Err(OpError::Unsupported(format!(
+                "Rotary: the rotated part ends at {} before the last dim {d} of x",
+                self.end
+            )));
+        }
+        // (x's last dim is then the output's, or 1 and broadcast along it)
+        let out = shape::broadcast_shapes(&[ins[0], ins[1], ins[2]])?;
+        Ok(Rows {
+            out,
+            lead: [xl, cl, sl],
+            last: [d, cd, sd],
+        })
+    }
+}
+
+/// `rot(x_row)[j]` for the clamped split `h` of a row of `d` elements.
+#[inline(always)]
+fn rotated<T: Copy + Neg<Output = T>>(x: &[T], j: usize, h: usize) -> T {
+    let d = x.len();
+    if j < d - h {
+        -x[j + h]
+    } else {
+        x[j - (d - h)]
+    }
+}
+
+/// Output elements `r` of `out` (whose slice starts at element `r.start`).
+fn apply<T>(rows: &Rows, half: usize, [x, cos, sin]: [&[T]; 3], out: &mut [T], r: Range<usize>)
+where
+    T: Copy + Send + Sync + Neg<Output = T> + Mul<Output = T> + Add<Output = T>,
+{
+    let row = rows.out[rows.out.len() - 1];
+    let lead = &rows.out[..rows.out.len() - 1];
+    let strides = rows.lead.map(|s| shape::broadcast_strides(s, lead));
+    let [d, cd, sd] = rows.last;
+    let h = half.min(d);
+    let step = |len: usize| usize::from(len != 1);
+    let (xs, cs, ss) = (step(d), step(cd), step(sd));
+    // elements r of output row q, from r0 on within the row
+    let one_row = |q: usize, dst: &mut [T], r0: usize| {
+        let mut rem = q;
+        let mut offs = [0usize; 3];
+        for a in (0..lead.len()).rev() {
+            let i = rem % lead[a];
+            rem /= lead[a];
+            for k in 0..3 {
+                offs[k] += i * strides[k][a];
+            }
+        }
+        let xr = &x[offs[0] * d..offs[0] * d + d];
+        let (co, so) = (offs[1] * cd, offs[2] * sd);
+        if dst.len() == d && (xs, cs, ss) == (1, 1, 1) {
+            // a whole row, every operand advancing: two branch-free loops that vectorize
+            let (c, s) = (&cos[co..co + d], &sin[so..so + d]);
+            let t = d - h;
+            let (lo, hi) = dst.split_at_mut(t);
+            let parts = [(lo, 0..t, h..d, true), (hi, t..d, 0..h, false)];
+            for (o, own, other, negate) in parts {
+                let (x0, c, s, x1) = (&xr[own.clone()], &c[own.clone()], &s[own], &xr[other]);
+                for ((((o, &a), &c), &b), &s) in o.iter_mut().zip(x0).zip(c).zip(x1).zip(s) {
+                    *o = a * c + if negate { -b } else { b } * s;
+                }
+            }
+            return;
+        }
+        for (o, j) in dst.iter_mut().zip(r0..) {
+            let xj = j * xs;
+            *o = xr[xj] * cos[co + j * cs] + rotated(xr, xj, h) * sin[so + j * ss];
+        }
+    };
+    let (q0, q1) = (r.start / row, r.end.div_ceil(row));
+    let block = |q: usize, dst: &mut [T]| {
+        let lo = (q * row).max(r.start);
+        let hi = ((q + 1) * row).min(r.end);
+        one_row(q, &mut dst[lo - r.start..hi - r.start], lo - q * row);
+    };
+    if out.len() < 1 << 15 {
+        for q in q0..q1 {
+            block(q, out);
+        }
+        return;
+    }
+    // whole rows in parallel; the range's partial first and last rows on this thread
+    let first_full = r.start.div_ceil(row);
+    let last_full = r.end / row;
+    let (head, rest) = out.split_at_mut(first_full * row - r.start);
+    let (body, _) = rest.split_at_mut((last_full.max(first_full) - first_full) * row);
+    if !head.is_empty() {
+        one_row(q0, head, r.start - q0 * row);
+    }
+    body.par_chunks_mut(row)
+        .enumerate()
+        .for_each(|(i, dst)| one_row(first_full + i, dst, 0));
+    if last_full >= first_full && last_full * row < r.end {
+        let tail_start = last_full * row - r.start;
+        one_row(last_full, &mut out[tail_start..], 0);
+    }
+}
+
+fn apply_typed<T>(
+    rows: &Rows,
+    half: usize,
+    ins: &[&Tensor],
+    out: &mut Tensor,
+    r: Range<usize>,
+) -> Result<()>
+where
+    T: crate::elementwise_common::Elem
+        + Send
+        + Sync
+        + Neg<Output = T>
+        + Mul<Output = T>
+        + Add<Output = T>,
+{
+    let x = typed::<T>(&ins[0].data)?;
+    let cos = typed::<T>(&ins[1].data)?;
+    let sin = typed::<T>(&ins[2].data)?;
+    let o = &mut typed_mut::<T>(&mut out.data)?[r.clone()];
+    apply(rows, half, [x, cos, sin], o, r);
+    Ok(())
+}
+
+fn shapes<'a>(ins: &[&'a TensorMeta]) -> Result<[&'a [usize]; 3]> {
+    match ins {
+        [x, c, s] => Ok([&x.shape, &c.shape, &s.shape]),
+        _ => Err(OpError::Invalid(format!(
+            "Rotary takes 3 inputs (x, cos, sin), got {}",
+            ins.len()
+        ))),
+    }
+}
+
+impl Op for Rotary {
+    fn name(&self) -> &'static str {
+        "Rotary"
+    }
+
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let rows = self.rows(shapes(ins)?)?;
+        let dt = ins[0].dtype;
+        if ins.iter().any(|m| m.dtype != dt) {
+            return Err(OpError::Invalid(format!(
+                "Rotary: x, cos and sin differ in dtype ({}, {}, {})",
+                ins[0].dtype, ins[1].dtype, ins[2].dtype
+            )));
+        }
+        if !matches!(dt, DType::F32 | DType::F16 | DType::F64) {
+            return Err(OpError::Unsupported(format!(
+                "Rotary: dtype {dt} (floats only)"
+            )));
+        }
+        Ok(vec![TensorMeta::new(dt, rows.out)])
+    }
+
+    fn split_axis(&self, _ins: &[&TensorMeta], outs: &[TensorMeta]) -> Option<usize> {
+        last_axis(outs)
+    }
+
+    fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
+        let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
+        let refs: Vec<&TensorMeta> = metas.iter().collect();
+        let shape_rows = self.rows(shapes(&refs)?)?;
+        let out = &mut outs[0];
+        let numel = out.numel();
+        check_rows(&rows, numel, "Rotary")?;
+        let r = element_range(&rows, numel);
+        if r.is_empty() {
+            return Ok(());
+        }
+        match out.dtype() {
+            DType::F32 => apply_typed::<f32>(&shape_rows, self.half, ins, out, r),
+            DType::F64 => apply_typed::<f64>(&shape_rows, self.half, ins, out, r),
+            DType::F16 => apply_typed::<f16>(&shape_rows, self.half, ins, out, r),
+            dt => Err(OpError::Unsupported(format!(
+                "Rotary: dtype {dt} (floats only)"
+            ))),
+        }
+    }
+
+    fn gpu(
+        &self,
+        ins: &[&TensorMeta],
+        outs: &[TensorMeta],
+        rows: Range<usize>,
+    ) -> Result<Vec<GpuKernel>> {
+        if ins.iter().any(|m| m.dtype != DType::F32) {
+            return Err(OpError::Unsupported(format!(
+                "Rotary on GPU: dtype {} (f32 only)",
+                ins[0].dtype
+            )));
+        }
+        let sr = self.rows(shapes(ins)?)?;
+        let out = &outs[0];
+        let (start, count) = gpu_range(&rows, out.numel(), "Rotary")?;
+        let lead = &sr.out[..sr.out.len() - 1];
+        let (rank, dims, mut strides) = gpu_broadcast(sr.lead, lead, "Rotary")?;
+        // row offsets in elements: each input's leading-axes stride times its last dim
+        for (st, &len) in strides.iter_mut().zip(&sr.last) {
+            for s in st.iter_mut() {
+                *s = s.checked_mul(len as u32).ok_or_else(|| {
+                    OpError::Unsupported("Rotary on GPU: more than 2^32 elements".into())
+                })?;
+            }
+        }
+        let [d, cd, sd] = sr.last;
+        let [x_strides, cos_strides, sin_strides] = strides;
+        let p = RotaryParams {
+            start,
+            count,
+            row: sr.out[sr.out.len() - 1] as u32,
+            d: d as u32,
+            half: self.half.min(d) as u32,
+            cos_step: u32::from(cd != 1),
+            sin_step: u32::from(sd != 1),
+            _pad: 0,
+            dims,
+            x_strides,
+            cos_strides,
+            sin_strides,
+        };
+        let k = GpuKernel::new(
+            tandem_shaders::ROTARY,
+            vec![0, 1, 2],
+            vec![0],
+            &p,
+            shape::grid_1d(count as u64, 64),
+        )
+        .with_override("WG", 64.0)
+        .with_override("RANK", rank as f64);
+        Ok(vec![k])
+    }
+}
+
+#[cfg(test)]
+#[path = "rotary_tests.rs"]
+mod tests;
