@@ -31,6 +31,11 @@ pub struct MatMul {
     /// time): where the CPU has AVX2 or AVX-512, B is packed once for `cpu_gemm_packed` and
     /// kept.
     pub constant_b: Option<KeptPacking>,
+    /// A third input, a bias added to every output row after the product (its shape: ones,
+    /// then N; of no higher rank than the output): the runtime's fusion pass folds an Add of a
+    /// constant bias after a MatMul in this way (`MatMul+Add` in reports), which both kernels
+    /// apply as they write a row instead of in a pass of their own.
+    pub bias: bool,
 }
 
 /// Registry constructor (MatMul has no attributes).
@@ -384,9 +389,10 @@ impl Op for MatMul {
     }
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        if ins.len() != 2 {
+        let want = 2 + usize::from(self.bias);
+        if ins.len() != want {
             return Err(OpError::Invalid(format!(
-                "MatMul takes 2 inputs, got {}",
+                "MatMul takes {want} inputs, got {}",
                 ins.len()
             )));
         }
@@ -398,12 +404,22 @@ impl Op for MatMul {
         }
         check_f32("MatMul", ins)?;
         let g = self.geom(&ins[0].shape, &ins[1].shape)?;
+        if let Some(bias) = ins.get(2) {
+            let s = &bias.shape;
+            let ones = s.iter().rev().skip(1).all(|&d| d == 1);
+            if !ones || s.last() != Some(&g.n) || s.len() > g.out_shape.len() {
+                return Err(OpError::Invalid(format!(
+                    "MatMul: bias of shape {s:?} is not one row of {} for an output of shape {:?}",
+                    g.n, g.out_shape
+                )));
+            }
+        }
         Ok(vec![TensorMeta::new(ins[0].dtype, g.out_shape)])
     }
 
     fn work(&self, ins: &[&TensorMeta], outs: &[TensorMeta]) -> Work {
         let flops = (self.geom(&ins[0].shape, &ins[1].shape))
-            .map(|g| 2 * (g.batches() * g.m * g.n * g.k) as u64)
+            .map(|g| (g.batches() * g.m * g.n * (2 * g.k + usize::from(self.bias))) as u64)
             .unwrap_or(0);
         Work {
             flops,
@@ -434,6 +450,10 @@ impl Op for MatMul {
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
         let g = self.geom(&ins[0].shape, &ins[1].shape)?;
         let (a, b) = (f32_in("MatMul", ins[0])?, f32_in("MatMul", ins[1])?);
+        let bias = match ins.get(2) {
+            Some(t) => Some(f32_in("MatMul", t)?),
+            None => None,
+        };
         let out = f32_out("MatMul", &mut outs[0])?;
         let lr = g.logical_rows(rows);
         if lr.is_empty() {
@@ -468,23 +488,29 @@ impl Op for MatMul {
                 rs: g.a_mat.0,
                 cs: g.a_mat.1,
             };
-            if let Some(pb) = kept {
-                return packed::sgemm_packed(ms.len(), a_rows, pb, dst, g.n, threads);
+            match kept {
+                Some(pb) => packed::sgemm_packed(ms.len(), a_rows, pb, dst, g.n, threads),
+                None => sgemm(
+                    ms.len(),
+                    g.n,
+                    g.k,
+                    1.0,
+                    a_rows,
+                    MatRef {
+                        offset: bo,
+                        ..b_whole
+                    },
+                    0.0,
+                    MatMut::row_major(dst, 0, g.n),
+                    threads,
+                ),
             }
-            sgemm(
-                ms.len(),
-                g.n,
-                g.k,
-                1.0,
-                a_rows,
-                MatRef {
-                    offset: bo,
-                    ..b_whole
-                },
-                0.0,
-                MatMut::row_major(dst, 0, g.n),
-                threads,
-            );
+            // the fused Add's: after the product, as the Add added it
+            if let Some(bias) = bias {
+                for row in dst.chunks_mut(g.n) {
+                    row.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
+                }
+            }
         };
         let threads = rayon::current_num_threads();
         if macs < SMALL_MACS {
@@ -507,7 +533,7 @@ impl Op for MatMul {
         check_f32("MatMul on GPU", ins)?;
         let g = self.geom(&ins[0].shape, &ins[1].shape)?;
         let stride = |v: usize| u32_of(v, "operand stride");
-        let base = MatmulParams {
+        let mut base = MatmulParams {
             a_rs: stride(g.a_mat.0)?,
             a_cs: stride(g.a_mat.1)?,
             b_rs: stride(g.b_mat.0)?,
@@ -515,8 +541,13 @@ impl Op for MatMul {
             alpha: 1.0,
             ..bytemuck::Zeroable::zeroed()
         };
+        // C is B again (never read: beta 0), or the bias as C with beta 1 on every row
+        let mut bound = vec![0, 1, 1];
+        if self.bias {
+            (base.beta, base.c_rs, base.c_cs, bound[2]) = (1.0, 0, 1, 2);
+        }
         let lr = g.logical_rows(rows);
-        matmul_kernels(&g, base, vec![0, 1, 1], lr)
+        matmul_kernels(&g, base, bound, lr)
     }
 }
 

@@ -73,6 +73,7 @@ pub fn window_kernels(
                 kernel
                     .with_override("TM", tm as f64)
                     .with_override("HAS_C", has_c(&q))
+                    .with_override("C_ROW", f64::from(u8::from(q.c_rs == 0)))
                     .with_uniform_window(window),
             )
         })

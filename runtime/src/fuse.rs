@@ -17,7 +17,9 @@
 //! The six-node RMSNorm of exported Llama-style models becomes one RMSNormalization
 //! (`fuse/rms_norm.rs`), and the five-node exact Gelu of BERT-style exports and the nine-node
 //! tanh Gelu of jax2tf exports one Gelu (`fuse/gelu.rs`), and the seven-node rotate-half
-//! rotary embedding of Llama-style exports one Rotary (`fuse/rotary.rs`). Before all that, a
+//! rotary embedding of Llama-style exports one Rotary (`fuse/rotary.rs`). Last, an Add of a
+//! constant one-row bias after a MatMul becomes the MatMul's third input
+//! (`fuse/matmul_bias.rs`). Before all that, a
 //! node that repeats an earlier node's op, attributes and inputs is dropped and its readers
 //! read the earlier one's outputs (`fuse/repeated.rs`).
 //!
@@ -45,7 +47,8 @@
 //! `TANDEM_FUSE_TRANSPOSE=0` leaves Transposes before MatMuls unfused;
 //! `TANDEM_FUSE_ATTENTION=0` leaves attention chains; `TANDEM_FUSE_GELU=0` leaves Gelu chains;
 //! `TANDEM_FUSE_RMS_NORM=0` leaves RMSNorm chains; `TANDEM_FUSE_ROTARY=0` leaves rotary
-//! chains; `TANDEM_FUSE_REPEATED=0` leaves repeated nodes.
+//! chains; `TANDEM_FUSE_MATMUL_BIAS=0` leaves bias Adds after MatMuls;
+//! `TANDEM_FUSE_REPEATED=0` leaves repeated nodes.
 
 use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
@@ -58,6 +61,7 @@ use tandem_ops::{DType, Op, Tensor, TensorMeta};
 mod attention;
 mod epilogue;
 mod gelu;
+mod matmul_bias;
 mod matmul_operands;
 pub mod repeated;
 mod rms_norm;
@@ -76,11 +80,12 @@ pub struct FuseSummary {
 /// The label of a node for reports: `Conv+BatchNormalization+Relu` for a fused Conv,
 /// `BatchNormalization+Mul+Add` for a BatchNormalization that took in what followed it,
 /// `Transpose+MatMul` for a MatMul that reads an operand through a permutation (one
-/// `Transpose+` per such operand), else its op type.
+/// `Transpose+` per such operand; `+Add` after it when it adds a bias), else its op type.
 pub fn label(node: &Node) -> String {
     if let Some(mm) = node.op.as_any().and_then(|a| a.downcast_ref::<MatMul>()) {
         let folded = mm.perms.iter().flatten().count();
-        return "Transpose+".repeat(folded) + &node.op_type;
+        let bias = if mm.bias { "+Add" } else { "" };
+        return "Transpose+".repeat(folded) + &node.op_type + bias;
     }
     let absorbed: Vec<&str> = match (as_conv(node.op.as_ref()), as_batch_norm(node.op.as_ref())) {
         (Some(c), _) => c.absorbed.iter().map(|a| a.op_type.as_str()).collect(),
@@ -152,6 +157,7 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
     let (attention, gelus) = (on("TANDEM_FUSE_ATTENTION"), on("TANDEM_FUSE_GELU"));
     let residuals = on("TANDEM_FUSE_RESIDUAL");
     let rotaries = on("TANDEM_FUSE_ROTARY");
+    let biases = on("TANDEM_FUSE_MATMUL_BIAS");
     let bn_relu = on("TANDEM_FUSE_BN_RELU");
     let mut summary = FuseSummary::default();
     if on("TANDEM_FUSE_REPEATED") {
@@ -337,6 +343,23 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
         node.inputs = chain.inputs.map(Some).to_vec();
         node.op_type = "Rotary".into();
         node.op = Box::new(chain.op);
+        summary.fused.push((node.name.clone(), label(node)));
+    }
+    for i in (0..graph.nodes.len()).filter(|_| biases) {
+        let Some((matmul, add, bias)) = (!removed[i])
+            .then(|| matmul_bias::bias_after(graph, &uses, i))
+            .flatten()
+        else {
+            continue;
+        };
+        if removed[add] {
+            continue;
+        }
+        take_over(graph, &uses, i, &[add], (&mut removed, &mut dropped));
+        let node = &mut graph.nodes[i];
+        node.inputs.push(Some(bias));
+        node.op = Box::new(matmul);
+        summary.fused.retain(|(n, _)| *n != node.name);
         summary.fused.push((node.name.clone(), label(node)));
     }
     drop_unread(graph, &uses, &mut removed, dropped);

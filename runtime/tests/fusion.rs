@@ -20,6 +20,8 @@ use tandem_ops::{AttrValue, Attrs, Op};
 mod attention;
 #[path = "fusion/gelu.rs"]
 mod gelu;
+#[path = "fusion/matmul_bias.rs"]
+mod matmul_bias;
 #[path = "fusion/repeated.rs"]
 mod repeated;
 #[path = "fusion/rms_norm.rs"]

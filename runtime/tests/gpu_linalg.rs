@@ -103,6 +103,46 @@ fn matmul_gpu_matches_reference() {
     }
 }
 
+/// A fused bias (`MatMul::bias`, the fusion pass's `MatMul+Add`) over each kernel: windows of
+/// A's rows (C read once an invocation), matmul_vec4.wgsl (one row), matmul.wgsl (N odd),
+/// batched, and a bias of rank 3 over a rank-3 output.
+#[test]
+fn matmul_with_a_bias_matches_reference() {
+    let mm = tandem_ops::matmul::MatMul {
+        bias: true,
+        ..Default::default()
+    };
+    for (sa, sb, sc) in [
+        (vec![2, 37, 1024], vec![1024, 68], vec![68]),
+        (vec![128, 384], vec![384, 384], vec![1, 384]),
+        (vec![1, 96], vec![96, 136], vec![136]),
+        (vec![70, 20], vec![20, 67], vec![67]),
+        (vec![2, 3, 9, 8], vec![3, 8, 12], vec![1, 1, 12]),
+    ] {
+        let (a, b, c) = (fill(&sa, 1), fill(&sb, 2), fill(&sc, 3));
+        let mut want = naive_matmul(&a, &b);
+        let n = *sb.last().unwrap();
+        let bias = c.as_f32().unwrap().to_vec();
+        for row in want.as_f32_mut().unwrap().chunks_mut(n) {
+            row.iter_mut().zip(&bias).for_each(|(o, b)| *o += b);
+        }
+        check_all_placements(&mm, &[a, b, c], std::slice::from_ref(&want), 1e-4);
+    }
+    // a bias that is not one row of N, or of higher rank than the output: named errors
+    let metas = |shapes: [&[usize]; 3]| {
+        shapes.map(|s| tandem_ops::TensorMeta::new(tandem_ops::DType::F32, s.to_vec()))
+    };
+    for bad in [
+        [&[4, 6][..], &[6, 5], &[2, 5]],
+        [&[4, 6], &[6, 5], &[4]],
+        [&[4, 6], &[6, 5], &[1, 1, 5]],
+    ] {
+        let m = metas(bad);
+        let err = mm.infer(&[&m[0], &m[1], &m[2]]).unwrap_err().to_string();
+        assert!(err.contains("bias of shape"), "{err}");
+    }
+}
+
 #[test]
 fn matmul_gpu_one_dimensional_operands() {
     let mm = op("MatMul", &[]);

@@ -11,7 +11,8 @@
 // Bindings: 0 a (uniform window), 1 b (vec4), 2 c (read; MatMul binds b again there), 3 out
 // (read_write), 4 params.
 // Dispatch: (ceil(N / 64), ceil(rows / TM)) workgroups of 8 invocations, each keeping TM window
-// rows x 8 contiguous columns. Overrides: TM (rows an invocation, 8 or the window's fewer), HAS_C.
+// rows x 8 contiguous columns. Overrides: TM (rows an invocation, 8 or the window's fewer), HAS_C,
+// C_ROW.
 
 @group(0) @binding(0) var<uniform> a: array<vec4<f32>, 4096>;
 @group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
@@ -19,17 +20,30 @@
 
 // HAS_C: 0 where beta is 0 (lavapipe would read C for every output behind a branch on params).
 override HAS_C: u32 = 1u;
+// C_ROW: 1 where C is one row for every output row (c_rs 0: a bias), read once an invocation;
+// its reads per output row cost about as much as the product's B loads at K 384.
+override C_ROW: u32 = 0u;
 override TM: u32 = 8u;
 
+// C[0, nj .. nj + 3] (column 0 for columns past N: never written).
+fn c_row4(nj: u32) -> vec4<f32> {
+    let at = select(0u, nj, nj < params.n) * params.c_cs;
+    let cs = params.c_cs;
+    return vec4<f32>(c[at], c[at + cs], c[at + 2u * cs], c[at + 3u * cs]);
+}
+
 // Writes alpha * sum + beta * C[mi, nj .. nj + 3] at row mi, columns nj .. nj + 3 of batch bi,
-// when they are inside the product and among the rows the dispatch writes.
-fn store4(bi: u32, mi: u32, nj: u32, sum: vec4<f32>) {
+// when they are inside the product and among the rows the dispatch writes (`crow`: that C
+// where C_ROW).
+fn store4(bi: u32, mi: u32, nj: u32, sum: vec4<f32>, crow: vec4<f32>) {
     let r = bi * params.m + mi;
     if (mi >= params.m || nj >= params.n || r < params.row_start || r >= params.row_end) {
         return;
     }
     var v = params.alpha * sum;
-    if (HAS_C != 0u) {
+    if (HAS_C != 0u && C_ROW != 0u) {
+        v = v + params.beta * crow;
+    } else if (HAS_C != 0u) {
         let at = mi * params.c_rs + nj * params.c_cs;
         let cs = params.c_cs;
         v = v + params.beta * vec4<f32>(c[at], c[at + cs], c[at + 2u * cs], c[at + 3u * cs]);
@@ -76,9 +90,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             acc[2u * i + 1u] = s1;
         }
     }
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    if (HAS_C != 0u && C_ROW != 0u) {
+        c0 = c_row4(n0);
+        c1 = c_row4(n0 + 4u);
+    }
     for (var i = 0u; i < TM; i = i + 1u) {
         let r = params.row_start + r0 + i;
-        store4(r / params.m, r % params.m, n0, acc[2u * i]);
-        store4(r / params.m, r % params.m, n0 + 4u, acc[2u * i + 1u]);
+        store4(r / params.m, r % params.m, n0, acc[2u * i], c0);
+        store4(r / params.m, r % params.m, n0 + 4u, acc[2u * i + 1u], c1);
     }
 }
