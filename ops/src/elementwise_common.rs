@@ -224,10 +224,12 @@ pub(crate) struct Broadcast<const N: usize> {
 impl<const N: usize> Broadcast<N> {
     /// Broadcast plan for inputs of shapes `ins` to `out` (which must be their broadcast).
     pub(crate) fn new(ins: [&[usize]; N], out: &[usize]) -> Broadcast<N> {
-        let per_input: Vec<Vec<usize>> = ins
-            .iter()
-            .map(|s| shape::broadcast_strides(s, out))
-            .collect();
+        Broadcast::from_strides(ins.map(|s| shape::broadcast_strides(s, out)), out)
+    }
+
+    /// Broadcast plan for inputs that step by `per_input[k][d]` elements per index of output
+    /// dim `d` (0 where broadcast; any strides, e.g. an input read through a permutation).
+    pub(crate) fn from_strides(per_input: [Vec<usize>; N], out: &[usize]) -> Broadcast<N> {
         let mut dims: Vec<usize> = Vec::new();
         let mut strides: Vec<[usize; N]> = Vec::new();
         for (d, &len) in out.iter().enumerate() {
@@ -353,7 +355,14 @@ pub(crate) fn gpu_broadcast<const N: usize>(
             "{op} on GPU: more than 2^32 elements"
         )));
     }
-    let bc = Broadcast::new(ins, out);
+    gpu_dims(&Broadcast::new(ins, out), op)
+}
+
+/// [`gpu_broadcast`]'s packing of a plan made otherwise ([`Broadcast::from_strides`]).
+pub(crate) fn gpu_dims<const N: usize>(
+    bc: &Broadcast<N>,
+    op: &str,
+) -> Result<(u32, GpuDims, [GpuDims; N])> {
     let rank = bc.dims.len();
     if rank > GPU_MAX_RANK {
         return Err(OpError::Unsupported(format!(

@@ -15,7 +15,7 @@
 //! On the GPU: `rotary.wgsl` (f32).
 
 use crate::elementwise_common::{
-    check_rows, element_range, gpu_broadcast, gpu_range, last_axis, typed, typed_mut, GpuDims,
+    check_rows, element_range, gpu_dims, gpu_range, last_axis, typed, typed_mut, Broadcast, GpuDims,
 };
 use crate::{shape, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
 use half::f16;
@@ -29,6 +29,10 @@ pub struct Rotary {
     pub half: usize,
     /// Where the second Slice ends (clamped to `D`; must reach it).
     pub end: usize,
+    /// `Some(perm)` when x is given in storage order and the chain reads `Transpose(x, perm)`
+    /// (the fusion pass folds a head split's Transpose this way); the perm keeps the last axis
+    /// last, so a row of x stays contiguous.
+    pub perm: Option<Vec<usize>>,
 }
 
 /// GPU parameters of `rotary.wgsl`.
@@ -53,26 +57,47 @@ struct RotaryParams {
     sin_strides: GpuDims,
 }
 
-/// Shapes of one application: the output's, and per input the shape of its leading axes and
-/// its last dim (a rank-0 input: none, and 1).
-struct Rows<'a> {
+/// Shapes of one application: the output's, per input the element stride of each of the
+/// output's leading axes (0 where broadcast) and its last dim (a rank-0 table: 1).
+struct Rows {
     out: Vec<usize>,
-    lead: [&'a [usize]; 3],
+    strides: [Vec<usize>; 3],
     last: [usize; 3],
 }
 
 impl Rotary {
-    fn rows<'a>(&self, ins: [&'a [usize]; 3]) -> Result<Rows<'a>> {
-        let split = |s: &'a [usize]| match s.split_last() {
-            Some((&l, lead)) => (lead, l),
-            None => (s, 1),
+    /// x's shape as the chain reads it and the element stride of each of its dims.
+    fn x_read(&self, stored: &[usize]) -> Result<(Vec<usize>, Vec<usize>)> {
+        let st = shape::strides(stored);
+        let Some(perm) = &self.perm else {
+            return Ok((stored.to_vec(), st));
         };
-        let [(xl, d), (cl, cd), (sl, sd)] = ins.map(split);
+        if perm.len() != stored.len() || !shape::distinct_axes(perm, stored.len()) {
+            return Err(OpError::Invalid(format!(
+                "Rotary: x of shape {stored:?} read through {perm:?}: not a permutation of its \
+                 axes"
+            )));
+        }
+        if perm.last() != Some(&(stored.len() - 1)) {
+            return Err(OpError::Unsupported(format!(
+                "Rotary: x read through {perm:?}, which moves its last axis"
+            )));
+        }
+        Ok((
+            perm.iter().map(|&a| stored[a]).collect(),
+            perm.iter().map(|&a| st[a]).collect(),
+        ))
+    }
+
+    fn rows(&self, ins: [&[usize]; 3]) -> Result<Rows> {
         if ins[0].is_empty() {
             return Err(OpError::Invalid(
                 "Rotary: x must have rank >= 1 (its Slices are on the last axis)".into(),
             ));
         }
+        let (xs, x_st) = self.x_read(ins[0])?;
+        let last = |s: &[usize]| s.last().copied().unwrap_or(1);
+        let [d, cd, sd] = [&xs[..], ins[1], ins[2]].map(last);
         if self.end < d {
             return Err(OpError::Unsupported(format!(
                 "Rotary: the rotated part ends at {} before the last dim {d} of x",
@@ -80,10 +105,23 @@ impl Rotary {
             )));
         }
         // (x's last dim is then the output's, or 1 and broadcast along it)
-        let out = shape::broadcast_shapes(&[ins[0], ins[1], ins[2]])?;
+        let out = shape::broadcast_shapes(&[&xs, ins[1], ins[2]])?;
+        let lead = &out[..out.len() - 1];
+        let x_lead = xs.len() - 1;
+        let x_strides = (0..lead.len())
+            .map(|a| match (a + x_lead).checked_sub(lead.len()) {
+                Some(ax) if xs[ax] != 1 => x_st[ax],
+                _ => 0,
+            })
+            .collect();
+        let table = |s: &[usize], len: usize| {
+            let s = &s[..s.len().saturating_sub(1)];
+            let st = shape::broadcast_strides(s, lead);
+            st.into_iter().map(|v| v * len).collect()
+        };
         Ok(Rows {
+            strides: [x_strides, table(ins[1], cd), table(ins[2], sd)],
             out,
-            lead: [xl, cl, sl],
             last: [d, cd, sd],
         })
     }
@@ -107,7 +145,7 @@ where
 {
     let row = rows.out[rows.out.len() - 1];
     let lead = &rows.out[..rows.out.len() - 1];
-    let strides = rows.lead.map(|s| shape::broadcast_strides(s, lead));
+    let strides = &rows.strides;
     let [d, cd, sd] = rows.last;
     let h = half.min(d);
     let step = |len: usize| usize::from(len != 1);
@@ -123,8 +161,8 @@ where
                 offs[k] += i * strides[k][a];
             }
         }
-        let xr = &x[offs[0] * d..offs[0] * d + d];
-        let (co, so) = (offs[1] * cd, offs[2] * sd);
+        let xr = &x[offs[0]..offs[0] + d];
+        let (co, so) = (offs[1], offs[2]);
         if dst.len() == d && (xs, cs, ss) == (1, 1, 1) {
             // a whole row, every operand advancing: two branch-free loops that vectorize
             let (c, s) = (&cos[co..co + d], &sin[so..so + d]);
@@ -276,16 +314,14 @@ impl Op for Rotary {
         let sr = self.rows(shapes(ins)?)?;
         let out = &outs[0];
         let (start, count) = gpu_range(&rows, out.numel(), "Rotary")?;
-        let lead = &sr.out[..sr.out.len() - 1];
-        let (rank, dims, mut strides) = gpu_broadcast(sr.lead, lead, "Rotary")?;
-        // row offsets in elements: each input's leading-axes stride times its last dim
-        for (st, &len) in strides.iter_mut().zip(&sr.last) {
-            for s in st.iter_mut() {
-                *s = s.checked_mul(len as u32).ok_or_else(|| {
-                    OpError::Unsupported("Rotary on GPU: more than 2^32 elements".into())
-                })?;
-            }
+        if ins.iter().any(|m| m.numel() > u32::MAX as usize) {
+            return Err(OpError::Unsupported(
+                "Rotary on GPU: more than 2^32 elements".into(),
+            ));
         }
+        let lead = &sr.out[..sr.out.len() - 1];
+        let bc = Broadcast::from_strides(sr.strides.clone(), lead);
+        let (rank, dims, strides) = gpu_dims(&bc, "Rotary")?;
         let [d, cd, sd] = sr.last;
         let [x_strides, cos_strides, sin_strides] = strides;
         let p = RotaryParams {

@@ -93,6 +93,7 @@ fn rotary_is_the_chain_to_the_bit() {
         let op = Rotary {
             half: h as usize,
             end: e.min(1 << 40) as usize,
+            perm: None,
         };
         let ins = [x, cos, sin];
         let got = run(&op, &ins, None).unwrap();
@@ -117,7 +118,11 @@ fn large_outputs_run_in_parallel_rows_with_the_same_result() {
         f32s(&[300, 32], 6),
     );
     let want = chain(&x, &cos, &sin, 16, 32);
-    let op = Rotary { half: 16, end: 32 };
+    let op = Rotary {
+        half: 16,
+        end: 32,
+        perm: None,
+    };
     let ins = [x, cos, sin];
     assert_eq!(bits(&run(&op, &ins, None).unwrap()), bits(&want));
     // a range that starts and ends mid-row
@@ -129,7 +134,11 @@ fn large_outputs_run_in_parallel_rows_with_the_same_result() {
 
 #[test]
 fn shapes_the_chain_rejects_are_errors_naming_the_op() {
-    let op = Rotary { half: 2, end: 4 };
+    let op = Rotary {
+        half: 2,
+        end: 4,
+        perm: None,
+    };
     let err = |x: &[usize], c: &[usize]| {
         run(&op, &[f32s(x, 1), f32s(c, 2), f32s(c, 3)], None)
             .unwrap_err()
@@ -143,4 +152,42 @@ fn shapes_the_chain_rejects_are_errors_naming_the_op() {
     let i = Tensor::new(vec![4], Data::I32(vec![1, 2, 3, 4]));
     let e = run(&op, &[i.clone(), i.clone(), i], None).unwrap_err();
     assert!(e.to_string().contains("floats only"));
+}
+
+#[test]
+fn x_read_through_a_permutation_is_the_chain_on_the_transposed_x() {
+    // a head split: stored [batch, seq, heads, d], read as [batch, heads, seq, d]
+    let stored = f32s(&[2, 5, 3, 8], 7);
+    let transpose = crate::registry::build(
+        "Transpose",
+        &Attrs::new(17).with("perm", AttrValue::Ints(vec![0, 2, 1, 3])),
+    )
+    .unwrap();
+    let x = run(transpose.as_ref(), std::slice::from_ref(&stored), None).unwrap();
+    for (cs, ss) in [(&[5, 8][..], &[5, 8][..]), (&[3, 1, 8], &[1])] {
+        let (cos, sin) = (f32s(cs, 2), f32s(ss, 3));
+        let want = chain(&x, &cos, &sin, 4, 8);
+        let op = Rotary {
+            half: 4,
+            end: 8,
+            perm: Some(vec![0, 2, 1, 3]),
+        };
+        let got = run(&op, &[stored.clone(), cos, sin], None).unwrap();
+        assert_eq!(got.shape, want.shape);
+        assert_eq!(bits(&got), bits(&want));
+    }
+    // a perm that moves the last axis, or is none
+    let metas = [&[2, 5, 3, 8][..], &[8], &[8]].map(|s| TensorMeta::new(DType::F32, s.to_vec()));
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    for (perm, msg) in [
+        (vec![0, 1, 3, 2], "moves its last axis"),
+        (vec![0, 0, 1, 3], "not a permutation"),
+    ] {
+        let op = Rotary {
+            half: 4,
+            end: 8,
+            perm: Some(perm),
+        };
+        assert!(op.infer(&refs).unwrap_err().to_string().contains(msg));
+    }
 }

@@ -56,6 +56,7 @@ use std::sync::Arc;
 use tandem_ops::conv::{Absorbed, Activation, Conv, Epilogue, Residual};
 use tandem_ops::matmul::MatMul;
 use tandem_ops::norm_channel::BatchNorm;
+use tandem_ops::rotary::Rotary;
 use tandem_ops::{DType, Op, Tensor, TensorMeta};
 
 mod attention;
@@ -80,12 +81,16 @@ pub struct FuseSummary {
 /// The label of a node for reports: `Conv+BatchNormalization+Relu` for a fused Conv,
 /// `BatchNormalization+Mul+Add` for a BatchNormalization that took in what followed it,
 /// `Transpose+MatMul` for a MatMul that reads an operand through a permutation (one
-/// `Transpose+` per such operand; `+Add` after it when it adds a bias), else its op type.
+/// `Transpose+` per such operand; `+Add` after it when it adds a bias), `Transpose+Rotary`
+/// likewise, else its op type.
 pub fn label(node: &Node) -> String {
     if let Some(mm) = node.op.as_any().and_then(|a| a.downcast_ref::<MatMul>()) {
         let folded = mm.perms.iter().flatten().count();
         let bias = if mm.bias { "+Add" } else { "" };
         return "Transpose+".repeat(folded) + &node.op_type + bias;
+    }
+    if let Some(r) = node.op.as_any().and_then(|a| a.downcast_ref::<Rotary>()) {
+        return "Transpose+".repeat(usize::from(r.perm.is_some())) + &node.op_type;
     }
     let absorbed: Vec<&str> = match (as_conv(node.op.as_ref()), as_batch_norm(node.op.as_ref())) {
         (Some(c), _) => c.absorbed.iter().map(|a| a.op_type.as_str()).collect(),

@@ -7,12 +7,15 @@
 //! Slices and the Concat must be on the last axis (`-1`, or `rank - 1` where `x`'s rank is
 //! known), the Slices' bounds constant and non-negative with the second starting where the
 //! first ends, their steps absent or 1, and every value between the chain's nodes read by the
-//! next node only. `cos` and `sin` are any values (decode gathers them by position).
+//! next node only. `cos` and `sin` are any values (decode gathers them by position). A
+//! Transpose that makes `x` for the chain alone, keeping the last axis last (the head split
+//! `[0, 2, 1, 3]` before it in tiny Llama), folds in too ([`Rotary::perm`]).
 
 use super::{const_of, default_domain, rank_of, Uses};
 use crate::graph::{Graph, Node, ValueId};
 use tandem_ops::concat_split::Concat;
 use tandem_ops::rotary::Rotary;
+use tandem_ops::transpose::Transpose;
 use tandem_ops::Data;
 
 /// A rotary chain found from its Add.
@@ -81,15 +84,45 @@ pub(super) fn chain_from(graph: &Graph, uses: &Uses, i: usize) -> Option<RotaryC
     };
     let mut dropped = lo_bounds;
     dropped.extend(hi_bounds);
+    let mut absorbed = vec![m_plain, mr, c, ng, s_hi, s_lo];
+    // a head split's Transpose read by the chain alone, which keeps the last axis last
+    let (x, perm) = match transposed(graph, uses, x, &absorbed[..]) {
+        Some((t, perm, stored)) => {
+            absorbed.push(t);
+            (stored, Some(perm))
+        }
+        None => (x, None),
+    };
     Some(RotaryChain {
         op: Rotary {
             half: lo.1,
             end: hi.1,
+            perm,
         },
         inputs: [x, cos, sin],
-        absorbed: vec![m_plain, mr, c, ng, s_hi, s_lo],
+        absorbed,
         dropped,
     })
+}
+
+/// The Transpose node that makes `x`, its perm and its input, when `readers` are all that
+/// read `x` and the perm keeps the last axis last.
+fn transposed(
+    graph: &Graph,
+    uses: &Uses,
+    x: ValueId,
+    readers: &[usize],
+) -> Option<(usize, Vec<usize>, ValueId)> {
+    let t = uses.producer[x]?;
+    let tnode = node(graph, t, "Transpose")?;
+    let perm = (tnode.op.as_any()?.downcast_ref::<Transpose>())?.explicit_perm()?;
+    let only_chain = !uses.output[x] && uses.readers[x].iter().all(|r| readers.contains(r));
+    match tnode.inputs[..] {
+        [Some(stored)] if only_chain && perm.last() == Some(&(perm.len() - 1)) => {
+            Some((t, perm, stored))
+        }
+        _ => None,
+    }
 }
 
 /// Node `n` when it is `op` in the default domain with one output.

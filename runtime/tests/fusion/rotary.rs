@@ -33,6 +33,10 @@ struct Spelling {
     tables_constant: bool,
     /// The Neg's output is also a graph output.
     neg_out: bool,
+    /// x is `Transpose(xs, [0, 2, 1, 3])` of a graph input `xs` [1, SEQ, HEADS, D] (a head
+    /// split), itself a graph output too when `x_out`.
+    transposed: bool,
+    x_out: bool,
 }
 
 const LLAMA: Spelling = Spelling {
@@ -43,6 +47,8 @@ const LLAMA: Spelling = Spelling {
     neg_first: true,
     tables_constant: true,
     neg_out: false,
+    transposed: false,
+    x_out: false,
 };
 
 fn rotary_model(s: Spelling) -> Vec<u8> {
@@ -66,7 +72,7 @@ fn rotary_model(s: Spelling) -> Vec<u8> {
         i64s("end", &[s.end]),
         i64s("axis", &[s.axis]),
     ];
-    let mut inputs = vec!["x"];
+    let mut inputs = vec![if s.transposed { "xs" } else { "x" }];
     if s.tables_constant {
         weights.push(weight("cos", &[SEQ, D], &fill(SEQ * D, 21)));
         weights.push(weight("sin", &[SEQ, D], &fill(SEQ * D, 22)));
@@ -77,24 +83,32 @@ fn rotary_model(s: Spelling) -> Vec<u8> {
     if s.neg_out {
         outputs.push("neg");
     }
-    model(
-        vec![
-            node("Mul", "plain", &["cos", "x"], &["xc"]),
-            slice("lo_half", "zero", "half", "lo"),
-            slice("hi_half", "half", "end", "hi"),
-            node("Neg", "neg", &["hi"], &["neg"]),
-            with_attr(node("Concat", "rot", &concat_ins, &["rot"]), concat),
-            node("Mul", "rotated", &["rot", "sin"], &["rs"]),
-            node("Add", "sum", &["rs", "xc"], &["y"]),
-        ],
-        weights,
-        &inputs,
-        &outputs,
-    )
+    if s.x_out {
+        outputs.push("x");
+    }
+    let mut nodes = Vec::new();
+    if s.transposed {
+        nodes.push(transpose("split", "xs", "x", &[0, 2, 1, 3]));
+    }
+    nodes.extend([
+        node("Mul", "plain", &["cos", "x"], &["xc"]),
+        slice("lo_half", "zero", "half", "lo"),
+        slice("hi_half", "half", "end", "hi"),
+        node("Neg", "neg", &["hi"], &["neg"]),
+        with_attr(node("Concat", "rot", &concat_ins, &["rot"]), concat),
+        node("Mul", "rotated", &["rot", "sin"], &["rs"]),
+        node("Add", "sum", &["rs", "xc"], &["y"]),
+    ]);
+    model(nodes, weights, &inputs, &outputs)
 }
 
 fn x() -> Tensor {
     Tensor::f32(&[1, HEADS, SEQ, D], fill(HEADS * SEQ * D, 20))
+}
+
+/// x before its head split, [1, SEQ, HEADS, D].
+fn xs() -> Tensor {
+    Tensor::f32(&[1, SEQ, HEADS, D], fill(HEADS * SEQ * D, 23))
 }
 
 fn tables() -> [Tensor; 2] {
@@ -143,6 +157,38 @@ fn the_rotary_chain_becomes_one_node() {
 }
 
 #[test]
+fn a_head_split_transpose_before_the_chain_folds_in() {
+    for x_out in [false, true] {
+        let bytes = rotary_model(Spelling {
+            transposed: true,
+            x_out,
+            ..LLAMA
+        });
+        let feeds = [("xs", xs())];
+        let want = session(&bytes, Placement::Cpu, false).run(&feeds).unwrap();
+        for placement in [Placement::Cpu, Placement::Gpu] {
+            let s = session(&bytes, placement, true);
+            let (outs, report) = s.run_with_report(&feeds).unwrap();
+            // the Transpose stays where x is also a graph output
+            let (nodes, label) = match x_out {
+                false => (1, "Transpose+Rotary"),
+                true => (2, "Rotary"),
+            };
+            assert_eq!(s.graph().nodes.len(), nodes, "{placement:?} x_out {x_out}");
+            assert_eq!(report.fused.get("sum").map(String::as_str), Some(label));
+            let tol = if placement == Placement::Cpu {
+                0.0
+            } else {
+                1e-6
+            };
+            for (got, want) in outs.iter().zip(&want) {
+                assert_close(&got.1, &want.1, tol, tol);
+            }
+        }
+    }
+}
+
+#[test]
 fn rotary_look_alikes_stay() {
     let odd = [
         // the Slices on another axis; the Concat on another axis; the halves swapped
@@ -173,24 +219,49 @@ fn rotary_look_alikes_stay() {
     }
 }
 
-/// Shapes of x, cos and sin, and the Slices' split and end.
-type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], i64, i64);
+/// Shapes of x (as stored), cos and sin, the Slices' split and end, and the perm x is read
+/// through.
+type Case<'a> = (
+    &'a [usize],
+    &'a [usize],
+    &'a [usize],
+    i64,
+    i64,
+    Option<Vec<usize>>,
+);
 
 /// The op alone on every placement, against the chain run by the CPU kernels of its ops:
-/// broadcast tables of another rank, a split past the middle, a Slice end past the row.
+/// broadcast tables of another rank, a split past the middle, a Slice end past the row, x read
+/// through a head split's permutation.
 #[test]
 fn rotary_op_matches_its_chain_on_cpu_gpu_and_split() {
     let t = |shape: &[usize], seed: u32| Tensor::f32(shape, fill(shape.iter().product(), seed));
     let i = |v: i64| Tensor::new(vec![1], tandem_ops::Data::I64(vec![v]));
     let op = |name: &str, attrs: Attrs| tandem_ops::registry::build(name, &attrs).unwrap();
     let a = Attrs::new(17);
-    let cases: [Case; 3] = [
-        (&[1, HEADS, SEQ, 32], &[SEQ, 32], &[SEQ, 32], 16, 32),
-        (&[2, 3, 5, 8], &[1, 1, 5, 8], &[5, 1], 3, i64::MAX),
-        (&[3, 70], &[70], &[3, 1], 30, 70),
+    let cases: [Case; 4] = [
+        (&[1, HEADS, SEQ, 32], &[SEQ, 32], &[SEQ, 32], 16, 32, None),
+        (&[2, 3, 5, 8], &[1, 1, 5, 8], &[5, 1], 3, i64::MAX, None),
+        (&[3, 70], &[70], &[3, 1], 30, 70, None),
+        (
+            &[2, SEQ, HEADS, 32],
+            &[SEQ, 32],
+            &[SEQ, 32],
+            16,
+            32,
+            Some(vec![0, 2, 1, 3]),
+        ),
     ];
-    for (xs, cs, ss, h, e) in cases {
-        let (x, cos, sin) = (t(xs, 1), t(cs, 2), t(ss, 3));
+    for (xs, cs, ss, h, e, perm) in cases {
+        let (stored, cos, sin) = (t(xs, 1), t(cs, 2), t(ss, 3));
+        let x = match &perm {
+            Some(p) => {
+                let perm = AttrValue::Ints(p.iter().map(|&a| a as i64).collect());
+                let transpose = op("Transpose", a.clone().with("perm", perm));
+                run_cpu(transpose.as_ref(), std::slice::from_ref(&stored)).remove(0)
+            }
+            None => stored.clone(),
+        };
         let slice = op("Slice", a.clone());
         let lo = run_cpu(slice.as_ref(), &[x.clone(), i(0), i(h), i(-1)]).remove(0);
         let hi = run_cpu(slice.as_ref(), &[x.clone(), i(h), i(e), i(-1)]).remove(0);
@@ -204,7 +275,8 @@ fn rotary_op_matches_its_chain_on_cpu_gpu_and_split() {
         let rotary = Rotary {
             half: h as usize,
             end: e as usize,
+            perm,
         };
-        check_all_placements(&rotary, &[x, cos, sin], &want, 1e-6);
+        check_all_placements(&rotary, &[stored, cos, sin], &want, 1e-6);
     }
 }
