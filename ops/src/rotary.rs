@@ -188,24 +188,25 @@ where
         let hi = ((q + 1) * row).min(r.end);
         one_row(q, &mut dst[lo - r.start..hi - r.start], lo - q * row);
     };
-    if out.len() < 1 << 15 {
+    // rows wholly inside the range: first_full .. last_full
+    let first_full = r.start.div_ceil(row);
+    let last_full = r.end / row;
+    if out.len() < 1 << 15 || last_full <= first_full {
         for q in q0..q1 {
             block(q, out);
         }
         return;
     }
     // whole rows in parallel; the range's partial first and last rows on this thread
-    let first_full = r.start.div_ceil(row);
-    let last_full = r.end / row;
     let (head, rest) = out.split_at_mut(first_full * row - r.start);
-    let (body, _) = rest.split_at_mut((last_full.max(first_full) - first_full) * row);
+    let (body, _) = rest.split_at_mut((last_full - first_full) * row);
     if !head.is_empty() {
         one_row(q0, head, r.start - q0 * row);
     }
     body.par_chunks_mut(row)
         .enumerate()
         .for_each(|(i, dst)| one_row(first_full + i, dst, 0));
-    if last_full >= first_full && last_full * row < r.end {
+    if last_full * row < r.end {
         let tail_start = last_full * row - r.start;
         one_row(last_full, &mut out[tail_start..], 0);
     }

@@ -191,3 +191,21 @@ fn x_read_through_a_permutation_is_the_chain_on_the_transposed_x() {
         assert!(op.infer(&refs).unwrap_err().to_string().contains(msg));
     }
 }
+
+#[test]
+fn a_large_range_inside_one_long_row() {
+    // 40,000 elements a row: a range of 33,000 of them holds no whole row
+    let (x, cos, sin) = (
+        f32s(&[2, 40_000], 8),
+        f32s(&[40_000], 9),
+        f32s(&[40_000], 10),
+    );
+    let want = chain(&x, &cos, &sin, 20_000, 40_000);
+    let op = Rotary {
+        half: 20_000,
+        end: 40_000,
+        perm: None,
+    };
+    let got = run(&op, &[x, cos, sin], Some(1000..34_000)).unwrap();
+    assert_eq!(bits(&got)[1000..34_000], bits(&want)[1000..34_000]);
+}
