@@ -1,5 +1,6 @@
-// attention_rows_body: attention.wgsl's output (the same bindings, params and two passes over the
-// keys) with R query rows of one batch an invocation, for adapters that run shaders on the CPU
+// attention_rows_body: attention.wgsl's output (the same bindings and params; one pass over the
+// keys with a running max where attention.wgsl makes two) with R query rows of one batch an
+// invocation, for adapters that run shaders on the CPU
 // (ops/src/attention.rs). There each storage load is a per-lane gather: the rows' Q stay in
 // registers (D = 4 * D4 elements) and each key's Kt column and V row, loaded once, serve R
 // rows. Invocation t takes the rows i0 .. i0 + R of batch b for block b * ceil(sq / R) + i0 / R
@@ -59,31 +60,34 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             qr[16u * rr + c4] = q4(q_at + c * params.q_cs);
         }
     }
+    // One pass over the keys with a running max (online softmax): each row's sum and output
+    // are rescaled by exp(old max - new max) when the max grows, so every key's Kt column and
+    // mask value are loaded once, not once for the max and again for the sum. A max still at
+    // -inf (keys masked so far) scales nothing and adds nothing.
     var mx = vec4<f32>(0.0);
-    for (var j = 0u; j < params.sk; j = j + 1u) {
-        let s = dots(&qr, k_off + j * params.k_cs);
-        for (var rr = 0u; rr < R; rr = rr + 1u) {
-            let x = scale_mask(s[rr], m_at[rr], j);
-            if (j == 0u || x > mx[rr]) {
-                mx[rr] = x;
-            }
-        }
-    }
     var acc: array<vec4<f32>, 64>;
     var total = vec4<f32>(0.0);
     for (var j = 0u; j < params.sk; j = j + 1u) {
         let s = dots(&qr, k_off + j * params.k_cs);
         var e = vec4<f32>(0.0);
+        var corr = vec4<f32>(1.0);
         for (var rr = 0u; rr < R; rr = rr + 1u) {
-            e[rr] = exp(scale_mask(s[rr], m_at[rr], j) - mx[rr]);
+            let x = scale_mask(s[rr], m_at[rr], j);
+            let old = select(mx[rr], x, j == 0u);
+            let m = max(old, x);
+            let none = m < -3.40282347e38;
+            corr[rr] = select(exp(old - m), 1.0, old == m);
+            e[rr] = select(exp(x - m), 0.0, none);
+            mx[rr] = m;
         }
-        total = total + e;
+        total = total * corr + e;
         let v_at = v_off + j * params.v_rs;
         for (var c4 = 0u; c4 < DV4; c4 = c4 + 1u) {
             let c = 4u * c4;
             let vv = v4(v_at + c * params.v_cs);
             for (var rr = 0u; rr < R; rr = rr + 1u) {
-                acc[16u * rr + c4] = fma(vec4<f32>(e[rr]), vv, acc[16u * rr + c4]);
+                let a = acc[16u * rr + c4] * corr[rr];
+                acc[16u * rr + c4] = fma(vec4<f32>(e[rr]), vv, a);
             }
         }
     }

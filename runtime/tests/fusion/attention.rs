@@ -268,20 +268,38 @@ fn the_attention_op_matches_on_every_placement() {
                 vec![1, 1, 37, 9],
             ],
         ),
+        // -inf where the mask says so, the first keys masked in most rows: the one-pass
+        // softmax of attention_rows_vec4.wgsl starts those rows at a max of -inf
+        (
+            Attention {
+                perms: [None, None, None],
+                scale: Scale::None,
+                masking: Masking::Select {
+                    fill: f32::NEG_INFINITY,
+                    keep: false,
+                },
+            },
+            vec![vec![1, 37, 8], vec![1, 8, 9], vec![1, 9, 8], vec![1, 37, 9]],
+        ),
     ];
     let on_cpu_adapter = [
         "attention_rows_vec4",
         "attention",
         "attention",
         "attention_rows",
+        "attention_rows",
     ];
     for ((op, shapes), shader) in cases.into_iter().zip(on_cpu_adapter) {
         let ins: Vec<Tensor> = (shapes.iter().enumerate())
             .map(|(i, s)| match (i, op.masking) {
-                // A selecting mask: query row r keeps keys j <= r % 9 (a causal mask's pattern).
-                (3, Masking::Select { .. }) => {
+                // A selecting mask: query row r keeps keys j <= r % 9 (a causal mask's pattern);
+                // with -inf, fills keys j < r % 9 instead (every row keeps some)
+                (3, Masking::Select { fill, .. }) => {
                     let keep = (0..s.iter().product())
-                        .map(|e: usize| e % 9 <= (e / 9) % 9)
+                        .map(|e: usize| match fill.is_infinite() {
+                            false => e % 9 <= (e / 9) % 9,
+                            true => e % 9 < (e / 9) % 9,
+                        })
                         .collect();
                     Tensor::new(s.clone(), tandem::Data::Bool(keep))
                 }
