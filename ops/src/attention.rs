@@ -25,8 +25,8 @@
 //! (`b * Sq + i`).
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
-use crate::matmul::{check_f32, f32_in, f32_out, permuted, u32_of};
-use crate::shape::{broadcast_shapes, grid_1d, strides};
+use crate::matmul::{check_f32, f32_in, f32_out, u32_of};
+use crate::shape::{broadcast_shapes, grid_1d, permuted, strides};
 use crate::{DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -140,7 +140,7 @@ fn aligned(shape: &[usize], st: &[usize], target: &[usize]) -> Strided {
 impl Attention {
     fn geom(&self, ins: &[&TensorMeta]) -> Result<Geom> {
         let read = |i: usize| {
-            let (shape, st) = permuted(&ins[i].shape, self.perms[i].as_deref())?;
+            let (shape, st) = permuted(&ins[i].shape, self.perms[i].as_deref(), "Attention")?;
             match shape.len() {
                 0 | 1 => Err(OpError::Unsupported(format!(
                     "Attention: operand {i} has shape {shape:?}; the fused node needs rank >= 2"

@@ -8,7 +8,7 @@
 
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
 use crate::cpu_gemm_packed::{self as packed, KeptPacking};
-use crate::shape::{broadcast_shapes, distinct_axes, row_len, rows_by_block, strides};
+use crate::shape::{broadcast_shapes, permuted, row_len, rows_by_block};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -56,8 +56,8 @@ impl MatMul {
     /// The product's geometry for operand shapes `a` and `b` as stored.
     pub(crate) fn geom(&self, a: &[usize], b: &[usize]) -> Result<MmGeom> {
         MmGeom::strided(
-            permuted(a, self.perms[0].as_deref())?,
-            permuted(b, self.perms[1].as_deref())?,
+            permuted(a, self.perms[0].as_deref(), "MatMul")?,
+            permuted(b, self.perms[1].as_deref(), "MatMul")?,
         )
     }
 }
@@ -67,28 +67,6 @@ impl MatMul {
 fn kept_packing_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TANDEM_MATMUL_PACKED").as_deref() != Ok("0"))
-}
-
-/// The shape an operand stored as `stored` has when read through `perm`, and the element
-/// stride in storage of each of its dimensions.
-pub(crate) fn permuted(
-    stored: &[usize],
-    perm: Option<&[usize]>,
-) -> Result<(Vec<usize>, Vec<usize>)> {
-    let st = strides(stored);
-    let Some(perm) = perm else {
-        return Ok((stored.to_vec(), st));
-    };
-    if perm.len() != stored.len() || !distinct_axes(perm, stored.len()) {
-        return Err(OpError::Invalid(format!(
-            "MatMul operand of shape {stored:?} read through permutation {perm:?}: not a \
-             permutation of its axes"
-        )));
-    }
-    Ok((
-        perm.iter().map(|&d| stored[d]).collect(),
-        perm.iter().map(|&d| st[d]).collect(),
-    ))
 }
 
 /// Shapes of one (batched) product, with the 1-D cases already promoted to matrices.

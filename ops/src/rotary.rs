@@ -68,25 +68,13 @@ struct Rows {
 impl Rotary {
     /// x's shape as the chain reads it and the element stride of each of its dims.
     fn x_read(&self, stored: &[usize]) -> Result<(Vec<usize>, Vec<usize>)> {
-        let st = shape::strides(stored);
-        let Some(perm) = &self.perm else {
-            return Ok((stored.to_vec(), st));
-        };
-        if perm.len() != stored.len() || !shape::distinct_axes(perm, stored.len()) {
-            return Err(OpError::Invalid(format!(
-                "Rotary: x of shape {stored:?} read through {perm:?}: not a permutation of its \
-                 axes"
-            )));
+        let read = shape::permuted(stored, self.perm.as_deref(), "Rotary")?;
+        match &self.perm {
+            Some(perm) if perm.last() != Some(&(stored.len() - 1)) => Err(OpError::Unsupported(
+                format!("Rotary: x read through {perm:?}, which moves its last axis"),
+            )),
+            _ => Ok(read),
         }
-        if perm.last() != Some(&(stored.len() - 1)) {
-            return Err(OpError::Unsupported(format!(
-                "Rotary: x read through {perm:?}, which moves its last axis"
-            )));
-        }
-        Ok((
-            perm.iter().map(|&a| stored[a]).collect(),
-            perm.iter().map(|&a| st[a]).collect(),
-        ))
     }
 
     fn rows(&self, ins: [&[usize]; 3]) -> Result<Rows> {
@@ -235,9 +223,10 @@ where
     Ok(())
 }
 
-fn shapes<'a>(ins: &[&'a TensorMeta]) -> Result<[&'a [usize]; 3]> {
+/// x, cos and sin (metas or tensors).
+fn three<'a, T>(ins: &[&'a T]) -> Result<[&'a T; 3]> {
     match ins {
-        [x, c, s] => Ok([&x.shape, &c.shape, &s.shape]),
+        [x, c, s] => Ok([*x, *c, *s]),
         _ => Err(OpError::Invalid(format!(
             "Rotary takes 3 inputs (x, cos, sin), got {}",
             ins.len()
@@ -259,7 +248,7 @@ impl Op for Rotary {
     }
 
     fn infer(&self, ins: &[&TensorMeta]) -> Result<Vec<TensorMeta>> {
-        let rows = self.rows(shapes(ins)?)?;
+        let rows = self.rows(three(ins)?.map(|m| &m.shape[..]))?;
         let dt = ins[0].dtype;
         if ins.iter().any(|m| m.dtype != dt) {
             return Err(OpError::Invalid(format!(
@@ -280,9 +269,7 @@ impl Op for Rotary {
     }
 
     fn cpu(&self, ins: &[&Tensor], outs: &mut [Tensor], rows: Range<usize>) -> Result<()> {
-        let metas: Vec<TensorMeta> = ins.iter().map(|t| t.meta()).collect();
-        let refs: Vec<&TensorMeta> = metas.iter().collect();
-        let shape_rows = self.rows(shapes(&refs)?)?;
+        let shape_rows = self.rows(three(ins)?.map(|t| &t.shape[..]))?;
         let out = &mut outs[0];
         let numel = out.numel();
         check_rows(&rows, numel, "Rotary")?;
@@ -312,7 +299,7 @@ impl Op for Rotary {
                 ins[0].dtype
             )));
         }
-        let sr = self.rows(shapes(ins)?)?;
+        let sr = self.rows(three(ins)?.map(|m| &m.shape[..]))?;
         let out = &outs[0];
         let (start, count) = gpu_range(&rows, out.numel(), "Rotary")?;
         if ins.iter().any(|m| m.numel() > u32::MAX as usize) {

@@ -126,6 +126,29 @@ pub fn grid_1d(threads: u64, wg: u32) -> [u32; 3] {
     }
 }
 
+/// The shape an operand of `op` stored as `stored` has when read through `perm` (a folded
+/// Transpose), and the element stride in storage of each of its dimensions.
+pub fn permuted(
+    stored: &[usize],
+    perm: Option<&[usize]>,
+    op: &str,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let st = strides(stored);
+    let Some(perm) = perm else {
+        return Ok((stored.to_vec(), st));
+    };
+    if perm.len() != stored.len() || !distinct_axes(perm, stored.len()) {
+        return Err(OpError::Invalid(format!(
+            "{op} operand of shape {stored:?} read through permutation {perm:?}: not a \
+             permutation of its axes"
+        )));
+    }
+    Ok((
+        perm.iter().map(|&d| stored[d]).collect(),
+        perm.iter().map(|&d| st[d]).collect(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,11 +25,15 @@ override HAS_C: u32 = 1u;
 override C_ROW: u32 = 0u;
 override TM: u32 = 8u;
 
-// C[0, nj .. nj + 3] (column 0 for columns past N: never written).
-fn c_row4(nj: u32) -> vec4<f32> {
-    let at = select(0u, nj, nj < params.n) * params.c_cs;
+// C's four columns from element `at` on.
+fn c4(at: u32) -> vec4<f32> {
     let cs = params.c_cs;
     return vec4<f32>(c[at], c[at + cs], c[at + 2u * cs], c[at + 3u * cs]);
+}
+
+// C[0, nj .. nj + 3] (column 0 for columns past N: never written).
+fn c_row4(nj: u32) -> vec4<f32> {
+    return c4(select(0u, nj, nj < params.n) * params.c_cs);
 }
 
 // Writes alpha * sum + beta * C[mi, nj .. nj + 3] at row mi, columns nj .. nj + 3 of batch bi,
@@ -44,9 +48,7 @@ fn store4(bi: u32, mi: u32, nj: u32, sum: vec4<f32>, crow: vec4<f32>) {
     if (HAS_C != 0u && C_ROW != 0u) {
         v = v + params.beta * crow;
     } else if (HAS_C != 0u) {
-        let at = mi * params.c_rs + nj * params.c_cs;
-        let cs = params.c_cs;
-        v = v + params.beta * vec4<f32>(c[at], c[at + cs], c[at + 2u * cs], c[at + 3u * cs]);
+        v = v + params.beta * c4(mi * params.c_rs + nj * params.c_cs);
     }
     out[(r * params.n + nj) / 4u] = v;
 }

@@ -10,7 +10,7 @@
 //! than B or A (where `fuse::rank_of` knows A's), so the Add does not broadcast the product to
 //! a larger shape.
 
-use super::{const_of, default_domain, rank_of, Uses};
+use super::{const_of, is, rank_of, Uses};
 use crate::graph::{Graph, ValueId};
 use tandem_ops::matmul::MatMul;
 use tandem_ops::DType;
@@ -19,7 +19,6 @@ use tandem_ops::DType;
 pub(super) fn bias_after(graph: &Graph, uses: &Uses, i: usize) -> Option<(MatMul, usize, ValueId)> {
     let node = &graph.nodes[i];
     let mm = node.op.as_any()?.downcast_ref::<MatMul>()?;
-    let ok = node.op_type == "MatMul" && default_domain(node) && node.outputs.len() == 1;
     let (Some(b), 2, false) = (
         node.inputs.get(1).copied().flatten(),
         node.inputs.len(),
@@ -27,10 +26,13 @@ pub(super) fn bias_after(graph: &Graph, uses: &Uses, i: usize) -> Option<(MatMul
     ) else {
         return None;
     };
+    if !is(graph, i, "MatMul") {
+        return None;
+    }
     let out = node.outputs[0];
     let add = uses.sole_reader(out)?;
     let add_node = &graph.nodes[add];
-    if !ok || add_node.op_type != "Add" || !default_domain(add_node) {
+    if !is(graph, add, "Add") {
         return None;
     }
     let bias = match add_node.inputs[..] {

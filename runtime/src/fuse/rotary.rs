@@ -11,7 +11,7 @@
 //! Transpose that makes `x` for the chain alone, keeping the last axis last (the head split
 //! `[0, 2, 1, 3]` before it in tiny Llama), folds in too ([`Rotary::perm`]).
 
-use super::{const_of, default_domain, rank_of, Uses};
+use super::{const_of, is, rank_of, Uses};
 use crate::graph::{Graph, Node, ValueId};
 use tandem_ops::concat_split::Concat;
 use tandem_ops::rotary::Rotary;
@@ -125,10 +125,9 @@ fn transposed(
     }
 }
 
-/// Node `n` when it is `op` in the default domain with one output.
+/// Node `n` when it is `op` ([`is`]).
 fn node<'g>(graph: &'g Graph, n: usize, op: &str) -> Option<&'g Node> {
-    let nd = &graph.nodes[n];
-    (nd.op_type == op && default_domain(nd) && nd.outputs.len() == 1).then_some(nd)
+    is(graph, n, op).then_some(&graph.nodes[n])
 }
 
 /// `(start, end)` of a Slice of `x` on its last axis with constant one-element bounds (end
