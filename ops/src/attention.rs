@@ -27,7 +27,10 @@
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
 use crate::matmul::{check_f32, f32_in, f32_out, u32_of};
 use crate::shape::{broadcast_shapes, grid_1d, permuted, strides};
-use crate::{DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
+use crate::{
+    DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work, TEXTURE_MAX_ROWS,
+    TEXTURE_WIDTH,
+};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -549,12 +552,19 @@ impl Op for Attention {
         let r = ROWS_PER_INVOCATION.min(g.sq);
         let block = |row: usize| (row / g.sq) * g.sq.div_ceil(r) + (row % g.sq) / r;
         let blocks = block(rows.end - 1) + 1 - block(rows.start);
+        // Kt and V from textures where they fit one (0.4-0.5x the vec4 loads' time on lavapipe,
+        // docs/bench.md), else as vec4s where aligned.
+        let fits_texture = |t: &TensorMeta| t.numel() <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS;
+        let textures = vec4_fits(&g)
+            && crate::gpu_kernel::textures_enabled()
+            && ins[1..3].iter().all(|t| fits_texture(t));
+        let shader = match (textures, vec4_fits(&g)) {
+            (true, _) => tandem_shaders::ATTENTION_ROWS_TEXTURE,
+            (false, true) => tandem_shaders::ATTENTION_ROWS_VEC4,
+            (false, false) => tandem_shaders::ATTENTION_ROWS,
+        };
         let on_cpu = modes(GpuKernel::new(
-            if vec4_fits(&g) {
-                tandem_shaders::ATTENTION_ROWS_VEC4
-            } else {
-                tandem_shaders::ATTENTION_ROWS
-            },
+            shader,
             inputs,
             vec![0],
             &p,
@@ -563,6 +573,10 @@ impl Op for Attention {
         .with_override("R", r as f64)
         .with_override("D4", (g.d / 4) as f64)
         .with_override("DV4", (g.dv / 4) as f64);
+        let on_cpu = match textures {
+            true => on_cpu.with_texture_inputs(&[1, 2]),
+            false => on_cpu,
+        };
         Ok(vec![kernel.with_cpu_adapter_variant(on_cpu)])
     }
 }

@@ -36,7 +36,21 @@ pub struct GpuKernel {
     /// shaders on the CPU a uniform load is a vector load, where a storage load is a per-lane
     /// loop with a bounds check.
     pub uniform_window: Option<UniformWindow>,
+    /// Positions in `inputs` (bindings) of inputs the runtime copies whole into an rgba32uint
+    /// texture [`TEXTURE_WIDTH`] texels wide each, vec4 `i` at texel
+    /// `(i % TEXTURE_WIDTH, i / TEXTURE_WIDTH)`, and binds instead (the shader declares those
+    /// bindings `texture_2d<u32>`). On an adapter that runs shaders on the CPU a texel fetch at
+    /// indices that differ between lanes is a gather, where a storage load is a per-lane loop.
+    pub texture_inputs: Vec<usize>,
 }
+
+/// Texels a row of the texture of a [`GpuKernel::texture_inputs`] entry (16 KiB of rgba32uint: a
+/// multiple of the 256 bytes a buffer-to-texture copy's rows must be).
+pub const TEXTURE_WIDTH: usize = 1024;
+
+/// Rows of such a texture at most: WebGPU's least `maxTextureDimension2D`, so every adapter with
+/// the default limits creates it (8M vec4s, 128 MiB).
+pub const TEXTURE_MAX_ROWS: usize = 8192;
 
 /// Bytes of the uniform buffer a [`UniformWindow`] is copied into: WebGPU's least
 /// `maxUniformBufferBindingSize` (64 KiB), so every adapter with the default limits binds it.
@@ -51,6 +65,14 @@ pub struct UniformWindow {
     /// [`UNIFORM_WINDOW_BYTES`]).
     pub first: usize,
     pub len: usize,
+}
+
+/// Whether kernels for adapters that run shaders on the CPU read their big operands from
+/// textures ([`GpuKernel::texture_inputs`]: MatMul's B, attention's Kt and V);
+/// `TANDEM_GPU_TEXTURES=0` keeps them storage buffers.
+pub fn textures_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TANDEM_GPU_TEXTURES").as_deref() != Ok("0"))
 }
 
 impl GpuKernel {
@@ -77,6 +99,7 @@ impl GpuKernel {
             workgroups,
             on_cpu_adapter: Vec::new(),
             uniform_window: None,
+            texture_inputs: Vec::new(),
         }
     }
 
@@ -94,6 +117,13 @@ impl GpuKernel {
     pub fn with_uniform_window(mut self, window: UniformWindow) -> GpuKernel {
         debug_assert!(window.binding < self.inputs.len() && window.len * 4 <= UNIFORM_WINDOW_BYTES);
         self.uniform_window = Some(window);
+        self
+    }
+
+    /// This kernel, binding inputs `bindings` as textures ([`GpuKernel::texture_inputs`]).
+    pub fn with_texture_inputs(mut self, bindings: &[usize]) -> GpuKernel {
+        debug_assert!(bindings.iter().all(|&b| b < self.inputs.len()));
+        self.texture_inputs = bindings.to_vec();
         self
     }
 

@@ -48,6 +48,8 @@ pub mod view;
 pub mod where_op;
 
 pub use attrs::{AttrValue, Attrs};
-pub use gpu_kernel::{GpuKernel, UniformWindow, UNIFORM_WINDOW_BYTES};
+pub use gpu_kernel::{
+    GpuKernel, UniformWindow, TEXTURE_MAX_ROWS, TEXTURE_WIDTH, UNIFORM_WINDOW_BYTES,
+};
 pub use op::{Op, OpError, Result, Work};
 pub use tensor::{DType, Data, Tensor, TensorMeta};

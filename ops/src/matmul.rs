@@ -725,7 +725,7 @@ mod tests {
         // A's rows fit uniform windows: matmul_window.wgsl (matmul_windows.rs tests when)
         assert_eq!(
             shader(&mm, &[70, 20], &[20, 68]),
-            ("matmul", "matmul_window")
+            ("matmul", super::windows::tests::window_shader())
         );
         assert_eq!(
             shader(&mm, &[2, 3, 9, 8], &[3, 8, 12]),

@@ -7,7 +7,7 @@
 //! on Cpu adapters) and the product's geometry ([`MmGeom`]).
 
 use super::{u32_of, vec4_fits, MatmulParams, MmGeom};
-use crate::{GpuKernel, UniformWindow, UNIFORM_WINDOW_BYTES};
+use crate::{GpuKernel, UniformWindow, TEXTURE_MAX_ROWS, TEXTURE_WIDTH, UNIFORM_WINDOW_BYTES};
 use std::ops::Range;
 
 /// Rows an invocation of `matmul_window.wgsl` keeps (its override TM) where a window has as
@@ -47,6 +47,8 @@ pub fn window_kernels(
     }
     // fewer rows an invocation where a window holds fewer (K > 2048)
     let tm = ROWS_PER_INVOCATION.min(rows_per_window);
+    let b_texture = crate::gpu_kernel::textures_enabled()
+        && g.k * p.b_rs as usize <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS;
     let gx = u32_of(g.n.div_ceil(COLUMNS_PER_WORKGROUP), "N / 64")
         .ok()
         .filter(|&gx| gx <= 65535)?;
@@ -62,20 +64,19 @@ pub fn window_kernels(
                 first: r0 * g.k,
                 len: (r1 - r0) * g.k,
             };
-            let kernel = GpuKernel::new(
-                tandem_shaders::MATMUL_WINDOW,
-                inputs.to_vec(),
-                vec![0],
-                &q,
-                [gx, gy, 1],
-            );
-            Some(
-                kernel
-                    .with_override("TM", tm as f64)
-                    .with_override("HAS_C", has_c(&q))
-                    .with_override("C_ROW", f64::from(u8::from(q.c_rs == 0)))
-                    .with_uniform_window(window),
-            )
+            let shader = match b_texture {
+                true => tandem_shaders::MATMUL_WINDOW_TEXTURE,
+                false => tandem_shaders::MATMUL_WINDOW,
+            };
+            let kernel = GpuKernel::new(shader, inputs.to_vec(), vec![0], &q, [gx, gy, 1])
+                .with_override("TM", tm as f64)
+                .with_override("HAS_C", has_c(&q))
+                .with_override("C_ROW", f64::from(u8::from(q.c_rs == 0)))
+                .with_uniform_window(window);
+            Some(match b_texture {
+                true => kernel.with_texture_inputs(&[1]),
+                false => kernel,
+            })
         })
         .collect()
 }
@@ -99,10 +100,18 @@ fn rows_are_contiguous(g: &MmGeom, p: &MatmulParams) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::MatMul;
     use super::*;
     use crate::{DType, Op, TensorMeta};
+
+    /// The window kernel's name: B from a texture unless `TANDEM_GPU_TEXTURES=0`.
+    pub(crate) fn window_shader() -> &'static str {
+        match crate::gpu_kernel::textures_enabled() {
+            true => "matmul_window_texture",
+            false => "matmul_window",
+        }
+    }
 
     /// A dispatch as (shader, window, rows written, TM).
     type Dispatch = (&'static str, Option<UniformWindow>, Range<u32>, Option<f64>);
@@ -135,7 +144,7 @@ mod tests {
         assert_eq!(k.len(), 5);
         for (i, (shader, window, rows, tm)) in k.iter().enumerate() {
             let r0 = 16 * i as u32;
-            assert_eq!(*shader, "matmul_window");
+            assert_eq!(*shader, window_shader());
             assert_eq!(*rows, r0..(r0 + 16).min(74));
             let w = window.unwrap();
             assert_eq!(
@@ -156,7 +165,7 @@ mod tests {
             .all(|k| k.3 == Some(6.0) && k.1.unwrap().len <= 6 * 2500));
         // 8 rows: one window
         let k = cpu_adapter_kernels(&[8, 96], &[96, 136], 0..8);
-        assert_eq!((k.len(), k[0].0, k[0].3), (1, "matmul_window", Some(8.0)));
+        assert_eq!((k.len(), k[0].0, k[0].3), (1, window_shader(), Some(8.0)));
     }
 
     #[test]

@@ -393,7 +393,7 @@ mod tests {
                     .map(|k| {
                         let o = |name| k.override_value(name).unwrap();
                         let (rows, cols) = match k.shader.name {
-                            "matmul_window" => (o("TM"), 64.0),
+                            "matmul_window" | "matmul_window_texture" => (o("TM"), 64.0),
                             "matmul_vec4" => (o("TM") * o("WY"), 64.0),
                             _ => (o("TM") * o("WY"), o("T") * o("WS")),
                         };

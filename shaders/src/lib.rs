@@ -6,7 +6,8 @@
 //!
 //! Binding convention (group 0): the op's bound inputs first, then its outputs, then one `params`
 //! uniform last. An input may be declared `var<uniform>` as `array<vec4<f32>, 4096>`: the runtime
-//! binds a 64 KiB window of it there (`GpuKernel::uniform_window`). Entry point `main`. Sizes
+//! binds a 64 KiB window of it there (`GpuKernel::uniform_window`), or `texture_2d<u32>`: the
+//! runtime copies it into an rgba32uint texture there (`GpuKernel::texture_inputs`). Entry point `main`. Sizes
 //! (`WG`, tiles) are `override` constants, and so is what selects the code path of a node inside
 //! its per-element work (an op code, an element mode, a fused activation, a rank): a pipeline per
 //! value, since lavapipe runs both sides of a branch on a uniform value, so a `switch` over
@@ -60,7 +61,18 @@ shader!(RESIZE, "resize", "float_bits");
 shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul", "matmul_common", "matmul_store");
 shader!(MATMUL_VEC4, "matmul_vec4", "matmul_common", "matmul_store");
-shader!(MATMUL_WINDOW, "matmul_window", "matmul_common");
+shader!(
+    MATMUL_WINDOW,
+    "matmul_window",
+    "matmul_common",
+    "matmul_window_body"
+);
+shader!(
+    MATMUL_WINDOW_TEXTURE,
+    "matmul_window_texture",
+    "matmul_common",
+    "matmul_window_body"
+);
 shader!(CONV, "conv", "float_bits", "conv_common");
 shader!(
     CONV_POINTWISE,
@@ -96,6 +108,12 @@ shader!(
     "attention_common",
     "attention_rows_body"
 );
+shader!(
+    ATTENTION_ROWS_TEXTURE,
+    "attention_rows_texture",
+    "attention_common",
+    "attention_rows_body"
+);
 
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
@@ -120,6 +138,7 @@ pub const ALL: &[Shader] = &[
     MATMUL,
     MATMUL_VEC4,
     MATMUL_WINDOW,
+    MATMUL_WINDOW_TEXTURE,
     CONV,
     CONV_POINTWISE,
     CONV_ROWS,
@@ -128,4 +147,5 @@ pub const ALL: &[Shader] = &[
     ATTENTION,
     ATTENTION_ROWS,
     ATTENTION_ROWS_VEC4,
+    ATTENTION_ROWS_TEXTURE,
 ];

@@ -8,7 +8,7 @@ use super::buffers::PooledBuffer;
 use super::{busy, wait, Gpu, GpuTensor, READ_USAGE, UNIFORM_USAGE};
 use crate::{Error, Result};
 use std::time::Duration;
-use tandem_ops::{GpuKernel, UniformWindow, UNIFORM_WINDOW_BYTES};
+use tandem_ops::{GpuKernel, UniformWindow, TEXTURE_WIDTH, UNIFORM_WINDOW_BYTES};
 use web_time::Instant;
 
 /// Timestamps per query set: wgpu's most (4096, an even number: both of a dispatch's stamps
@@ -22,6 +22,8 @@ pub(super) struct Pending {
     params: Vec<u8>,
     /// A part of an input bound as a uniform copy ([`GpuKernel::uniform_window`]).
     window: Option<UniformWindow>,
+    /// Inputs bound as texture copies ([`GpuKernel::texture_inputs`]).
+    textures: Vec<usize>,
     workgroups: [u32; 3],
     label: usize,
 }
@@ -81,6 +83,17 @@ impl<'g> Batch<'g> {
                     )));
                 }
             }
+            for &b in &kernel.texture_inputs {
+                let rows = inputs.get(b).map_or(0, |t| texture_rows(t));
+                let most = self.gpu.limits.max_texture_dimension_2d as usize;
+                if rows > most {
+                    return Err(Error::Gpu(format!(
+                        "{}: input {b} as a texture needs {rows} rows of {TEXTURE_WIDTH} \
+                         texels, more than the adapter's {most}",
+                        kernel.shader.name
+                    )));
+                }
+            }
             let pipeline = self.gpu.pipeline(kernel)?;
             let buffers = inputs.iter().chain(outputs).map(|t| (*t).clone()).collect();
             self.pending.push(Pending {
@@ -88,6 +101,7 @@ impl<'g> Batch<'g> {
                 buffers,
                 params: kernel.params.clone(),
                 window: kernel.uniform_window,
+                textures: kernel.texture_inputs.clone(),
                 workgroups: kernel.workgroups,
                 label,
             });
@@ -102,6 +116,7 @@ impl<'g> Batch<'g> {
             buffers: vec![t.clone()],
             params: Vec::new(),
             window: None,
+            textures: Vec::new(),
             workgroups: [0; 3],
             label: usize::MAX,
         });
@@ -117,6 +132,7 @@ impl<'g> Batch<'g> {
                 buffers: Vec::new(),
                 params: Vec::new(),
                 window: None,
+                textures: Vec::new(),
                 workgroups: [0; 3],
                 label: usize::MAX,
             });
@@ -150,6 +166,10 @@ impl<'g> Batch<'g> {
             ),
         };
         let mut next_window = 0;
+        // The last dispatch's texture inputs' buffers and textures, which the next dispatch
+        // reading the same buffer binds again (a product's row windows): each is copied right
+        // before its first reader.
+        let mut textures: Vec<(wgpu::Buffer, wgpu::TextureView)> = Vec::new();
         // Two timestamps per entry, in query sets of at most QUERY_SET_MAX_QUERIES (a batch of
         // more than 2048 dispatches in one set failed validation and lost the whole run).
         let n = self.pending.len() as u32;
@@ -173,6 +193,7 @@ impl<'g> Batch<'g> {
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         for (i, (p, off)) in self.pending.iter().zip(&offsets).enumerate() {
             let Some(pipeline) = &p.pipeline else {
+                textures.clear();
                 if let Some(t) = p.buffers.first() {
                     encoder.clear_buffer(&t.buffer.buffer, 0, Some(t.binding_size()));
                 }
@@ -203,6 +224,22 @@ impl<'g> Batch<'g> {
                     offset: at,
                     size: wgpu::BufferSize::new(window_bytes),
                 });
+            }
+            let bound: Vec<(wgpu::Buffer, wgpu::TextureView)> = (p.textures.iter())
+                .map(|&b| {
+                    let buffer = &p.buffers[b].buffer.buffer;
+                    match textures.iter().find(|(kept, _)| kept == buffer) {
+                        Some(kept) => kept.clone(),
+                        None => (
+                            buffer.clone(),
+                            copy_to_texture(gpu, &mut encoder, &p.buffers[b]),
+                        ),
+                    }
+                })
+                .collect();
+            textures = bound;
+            for (&b, (_, view)) in p.textures.iter().zip(&textures) {
+                entries[b].resource = wgpu::BindingResource::TextureView(view);
             }
             entries.push(wgpu::BindGroupEntry {
                 binding: p.buffers.len() as u32,
@@ -353,4 +390,69 @@ impl Submitted<'_> {
         });
         Ok(timing)
     }
+}
+
+/// A texture [`TEXTURE_WIDTH`] rgba32uint texels wide holding `t`'s vec4s in order, filled by
+/// copies recorded in `encoder` ([`GpuKernel::texture_inputs`]; [`Batch::dispatch`] checked its
+/// height against the adapter's limit).
+fn copy_to_texture(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    t: &GpuTensor,
+) -> wgpu::TextureView {
+    let texels = t.elems / 4;
+    let width = TEXTURE_WIDTH as u32;
+    let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
+        label: None,
+        size: wgpu::Extent3d {
+            width,
+            height: texture_rows(t) as u32,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::Rgba32Uint,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    // whole rows in one copy, the last part row in another
+    let (full, rest) = (texels / TEXTURE_WIDTH, texels % TEXTURE_WIDTH);
+    let row_bytes = width * 16;
+    for (first_row, height, width) in [(0, full, TEXTURE_WIDTH), (full, 1, rest)] {
+        if height == 0 || width == 0 {
+            continue;
+        }
+        encoder.copy_buffer_to_texture(
+            wgpu::TexelCopyBufferInfo {
+                buffer: &t.buffer.buffer,
+                layout: wgpu::TexelCopyBufferLayout {
+                    offset: first_row as u64 * row_bytes as u64,
+                    bytes_per_row: Some(row_bytes),
+                    rows_per_image: None,
+                },
+            },
+            wgpu::TexelCopyTextureInfo {
+                texture: &texture,
+                mip_level: 0,
+                origin: wgpu::Origin3d {
+                    x: 0,
+                    y: first_row as u32,
+                    z: 0,
+                },
+                aspect: wgpu::TextureAspect::All,
+            },
+            wgpu::Extent3d {
+                width: width as u32,
+                height: height as u32,
+                depth_or_array_layers: 1,
+            },
+        );
+    }
+    texture.create_view(&Default::default())
+}
+
+/// Rows of the texture that holds `t` ([`copy_to_texture`]).
+fn texture_rows(t: &GpuTensor) -> usize {
+    (t.elems / 4).div_ceil(TEXTURE_WIDTH).max(1)
 }

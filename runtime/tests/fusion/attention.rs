@@ -282,8 +282,12 @@ fn the_attention_op_matches_on_every_placement() {
             vec![vec![1, 37, 8], vec![1, 8, 9], vec![1, 9, 8], vec![1, 37, 9]],
         ),
     ];
+    // Kt and V from textures unless TANDEM_GPU_TEXTURES=0 (scripts/test.sh runs both)
     let on_cpu_adapter = [
-        "attention_rows_vec4",
+        match std::env::var("TANDEM_GPU_TEXTURES").as_deref() {
+            Ok("0") => "attention_rows_vec4",
+            _ => "attention_rows_texture",
+        },
         "attention",
         "attention",
         "attention_rows",
