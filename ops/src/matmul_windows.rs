@@ -30,8 +30,12 @@ pub fn window_kernels(
     if !vec4_fits(g, p) || !rows_are_contiguous(g, p) || g.b_bs.iter().any(|&s| s != 0) {
         return None;
     }
-    // fewer rows than an invocation keeps (decode's one): matmul_vec4.wgsl, 1.1x faster there
-    if g.k == 0 || lr.len() < ROWS_PER_INVOCATION {
+    let b_texture = crate::gpu_kernel::textures_enabled()
+        && g.k * p.b_rs as usize <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS;
+    // fewer rows than an invocation keeps (decode's one): with B from storage
+    // matmul_vec4.wgsl, 1.1x faster there; from a texture this kernel, decode's MatMuls in
+    // 0.4x the GPU time (docs/bench.md, "Textures for the operands lanes gather")
+    if g.k == 0 || (lr.len() < ROWS_PER_INVOCATION && !b_texture) {
         return None;
     }
     let most = UNIFORM_WINDOW_BYTES / 4 / g.k;
@@ -45,10 +49,8 @@ pub fn window_kernels(
     if windows > 1 && rows_per_window * g.n * g.k < 1 << 20 {
         return None;
     }
-    // fewer rows an invocation where a window holds fewer (K > 2048)
-    let tm = ROWS_PER_INVOCATION.min(rows_per_window);
-    let b_texture = crate::gpu_kernel::textures_enabled()
-        && g.k * p.b_rs as usize <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS;
+    // fewer rows an invocation where a window or the product holds fewer (K > 2048, decode)
+    let tm = ROWS_PER_INVOCATION.min(rows_per_window).min(lr.len());
     let gx = u32_of(g.n.div_ceil(COLUMNS_PER_WORKGROUP), "N / 64")
         .ok()
         .filter(|&gx| gx <= 65535)?;
@@ -179,8 +181,17 @@ pub(super) mod tests {
         assert_eq!(shader(&[100, 1024], &[1024, 8], 0..100), "matmul_vec4");
         // N not a multiple of 4
         assert_eq!(shader(&[70, 20], &[20, 66], 0..70), "matmul");
-        // fewer rows than an invocation keeps: one row (decode), or a split's 7
-        assert_eq!(shader(&[1, 96], &[96, 136], 0..1), "matmul_vec4");
-        assert_eq!(shader(&[70, 20], &[20, 68], 3..10), "matmul_vec4");
+        // fewer rows than an invocation keeps: one row (decode), or a split's 7; with B from a
+        // texture the window kernel, that many rows an invocation
+        let few = match crate::gpu_kernel::textures_enabled() {
+            true => window_shader(),
+            false => "matmul_vec4",
+        };
+        assert_eq!(shader(&[1, 96], &[96, 136], 0..1), few);
+        assert_eq!(shader(&[70, 20], &[20, 68], 3..10), few);
+        if crate::gpu_kernel::textures_enabled() {
+            let k = cpu_adapter_kernels(&[1, 96], &[96, 136], 0..1);
+            assert_eq!((k.len(), k[0].2.clone(), k[0].3), (1, 0..1, Some(1.0)));
+        }
     }
 }
