@@ -188,6 +188,23 @@ pub struct Cold {
     pub load_ms: f64,
     /// First run: planning, pipeline compilation, weight uploads, the run itself, ms.
     pub first_run_ms: f64,
+    /// tandem `auto` only: the untimed runs after the first until the plan's placement held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<Settle>,
+}
+
+/// An `auto` session's runs between its first run and its timed runs: it learns from each run
+/// and re-plans after misses, and a re-plan that moves nodes to the GPU compiles their pipelines
+/// in the run after it (`tandem_row::settle`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Settle {
+    /// Runs until the placement held (those runs included), and their time, ms.
+    pub runs: usize,
+    pub ms: f64,
+    /// Re-plans that moved a node meanwhile.
+    pub placement_changes: usize,
+    /// False when the cap came before the placement held.
+    pub held: bool,
 }
 
 /// Where a run's nodes ran and their share of the summed node time.

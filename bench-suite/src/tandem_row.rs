@@ -7,7 +7,7 @@
 
 use crate::machine::{peak_rss_mib, reset_peak_rss};
 use crate::models::{max_abs_diff, Named};
-use crate::schema::{Cold, NodeSummary, OpTime, Row, Span};
+use crate::schema::{Cold, NodeSummary, OpTime, Row, Settle, Span};
 use crate::stats::{measure, Latency, RunRule};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -171,6 +171,10 @@ fn bench_inner(
         }
     }
     drop(outs);
+    let settle = match variant {
+        Variant::Auto | Variant::AutoNoSplit => Some(settle(&session, &args, rule.max_secs)?),
+        Variant::Cpu | Variant::Gpu => None,
+    };
     // The last KEPT runs' reports, oldest dropped as each new one comes. Keeping every run's
     // report grew the process by each (the tiny Llama decode step's row: peak RSS 227-235 ->
     // 83 MiB) and gave every run fresh memory to fault in (p50 0.20 -> 0.15-0.17 ms).
@@ -235,11 +239,50 @@ fn bench_inner(
     row.cold = Some(Cold {
         load_ms,
         first_run_ms,
+        settle,
     });
     row.throughput_per_s = Some(latency.throughput());
     row.latency = Some(latency);
     row.peak_rss_mib = peak_rss_mib();
     Ok(row)
+}
+
+/// Runs in a row on one placement after which an `auto` row's timed runs begin.
+pub const SETTLED_RUNS: usize = 8;
+
+/// Run an `auto` session, untimed, until [`SETTLED_RUNS`] runs in a row kept one placement, or
+/// `cap_secs` passed. The session refines its cost model from each run and re-plans after
+/// `tandem::session::REPLAN_AFTER` runs that missed the prediction; a re-plan that moves nodes to
+/// the GPU compiles their pipelines in the run after it. Timed, those runs were the steady
+/// state's p90 (lent H200, 2026-12-04: vgg19's runs 34, 33, 322, 19 ms in each round).
+fn settle(
+    session: &Session,
+    args: &[(&str, tandem::Tensor)],
+    cap_secs: f64,
+) -> Result<Settle, String> {
+    let t = Instant::now();
+    let plan_now = || session.plan(args).map_err(|e| format!("settling: {e}"));
+    let mut plan = plan_now()?;
+    let (mut runs, mut held, mut placement_changes) = (0, 0, 0);
+    while held < SETTLED_RUNS && t.elapsed().as_secs_f64() < cap_secs {
+        session.run(args).map_err(|e| format!("settling: {e}"))?;
+        runs += 1;
+        // A stale plan is re-built here rather than in the next run.
+        let next = plan_now()?;
+        if next.same_placement(&plan) {
+            held += 1;
+        } else {
+            placement_changes += 1;
+            held = 0;
+        }
+        plan = next;
+    }
+    Ok(Settle {
+        runs,
+        ms: t.elapsed().as_secs_f64() * 1e3,
+        placement_changes,
+        held: held >= SETTLED_RUNS,
+    })
 }
 
 /// Node counts by where they ran and each device's share of the summed node time.
@@ -339,4 +382,142 @@ pub fn timeline(r: &RunReport) -> Vec<Span> {
         });
     }
     spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use tandem::cost::{AdapterKey, CostModel, CpuKey, EntryKey, Sample};
+    use tandem::import::proto::*;
+    use tandem::{DType, Tensor};
+
+    /// y = x [64, 256] @ W [256, 256].
+    fn matmul_model() -> Vec<u8> {
+        let vi = |name: &str, dims: [i64; 2]| ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeProtoTensor {
+                    elem_type: data_type::FLOAT,
+                    shape: Some(TensorShapeProto {
+                        dim: (dims.iter())
+                            .map(|&v| Dimension {
+                                dim_value: Some(v),
+                                dim_param: None,
+                            })
+                            .collect(),
+                    }),
+                }),
+                ..Default::default()
+            }),
+        };
+        let w: Vec<f32> = (0..256 * 256).map(|i| (i % 7) as f32 * 0.01).collect();
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            graph: Some(GraphProto {
+                node: vec![NodeProto {
+                    input: vec!["x".into(), "W".into()],
+                    output: vec!["y".into()],
+                    name: "mm".into(),
+                    op_type: "MatMul".into(),
+                    ..Default::default()
+                }],
+                name: "mm".into(),
+                initializer: vec![TensorProto {
+                    dims: vec![256, 256],
+                    data_type: data_type::FLOAT,
+                    name: "W".into(),
+                    raw_data: Some(w.iter().flat_map(|v| v.to_le_bytes()).collect()),
+                    ..Default::default()
+                }],
+                input: vec![vi("x", [64, 256])],
+                output: vec![vi("y", [64, 256])],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    /// A cost model that believes MatMul runs at `cpu_flops` on the CPU and 1 TFLOP/s on the
+    /// GPU: a plan made from it puts the product on lavapipe (about 1 GFLOP/s), and the runs
+    /// that miss teach it otherwise.
+    fn gpu_believed_fast(gpu: &Gpu, cpu_flops: f64) -> CostModel {
+        let mut model = CostModel::unmeasured(
+            Some(AdapterKey::from_desc(gpu.adapter())),
+            CpuKey::detect(2),
+        );
+        // GPU node times are learnt from timestamp queries, which lavapipe has.
+        assert!(gpu.has_timestamps(), "{:?}", gpu.adapter());
+        model.gpu_timestamps = true;
+        for (device, per_flop) in [(Device::Cpu, 1.0 / cpu_flops), (Device::Gpu, 1e-12)] {
+            let samples: Vec<Sample> = [1e6, 4e6, 1.6e7, 6.4e7]
+                .iter()
+                .map(|&flops| Sample {
+                    flops,
+                    bytes: flops / 64.0,
+                    seconds: flops * per_flop + 1e-6,
+                    rows: 0.0,
+                })
+                .collect();
+            let key = EntryKey {
+                op: "MatMul".into(),
+                dtype: DType::F32,
+                device,
+            };
+            model.add_calibration(key, &samples);
+        }
+        model
+    }
+
+    #[test]
+    fn settling_runs_until_the_placement_held_and_counts_the_moves() {
+        let gpu = Arc::new(Gpu::new().unwrap_or_else(|e| {
+            panic!("no GPU adapter ({e}); install lavapipe: apt-get install mesa-vulkan-drivers")
+        }));
+        let bytes = matmul_model();
+        let options = Variant::Auto
+            .options(2, Some(gpu.clone()))
+            .cost_model(Arc::new(gpu_believed_fast(&gpu, 1e11)));
+        let session = Session::new(bytes.as_slice(), options).unwrap();
+        let x = Tensor::f32(&[64, 256], (0..64 * 256).map(|i| (i % 5) as f32).collect());
+        let args = [("x", x)];
+        let on_gpu =
+            |p: &tandem::plan::Plan| p.steps.iter().any(|s| s.device() == Some(Device::Gpu));
+        assert!(
+            on_gpu(&session.plan(&args).unwrap()),
+            "the first plan believes the GPU"
+        );
+        session.run(&args).unwrap();
+        let s = settle(&session, &args, 60.0).unwrap();
+        assert!(s.held, "{s:?}");
+        assert!(s.runs >= SETTLED_RUNS, "{s:?}");
+        // The product moved to the CPU once lavapipe's times were learnt.
+        assert!(s.placement_changes >= 1, "{s:?}");
+        let settled = session.plan(&args).unwrap();
+        assert!(!on_gpu(&settled), "{s:?}");
+        // The timed runs keep that placement.
+        for _ in 0..SETTLED_RUNS {
+            session.run(&args).unwrap();
+            assert!(session.plan(&args).unwrap().same_placement(&settled));
+        }
+    }
+
+    #[test]
+    fn settling_stops_at_its_cap() {
+        let gpu = Arc::new(Gpu::new().unwrap());
+        let bytes = matmul_model();
+        let options = Variant::Auto
+            .options(2, Some(gpu.clone()))
+            .cost_model(Arc::new(gpu_believed_fast(&gpu, 1e11)));
+        let session = Session::new(bytes.as_slice(), options).unwrap();
+        let args = [("x", Tensor::f32(&[64, 256], vec![1.0; 64 * 256]))];
+        session.run(&args).unwrap();
+        let s = settle(&session, &args, 0.0).unwrap();
+        assert_eq!((s.runs, s.held), (0, false), "{s:?}");
+    }
 }

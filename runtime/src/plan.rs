@@ -108,6 +108,21 @@ pub struct Plan {
     pub labels: Vec<(Arc<str>, Arc<str>)>,
 }
 
+impl Plan {
+    /// True when `other` puts every step on the same device as this plan (and cuts splits at
+    /// the same row): a re-plan that moved nothing.
+    pub fn same_placement(&self, other: &Plan) -> bool {
+        let kind = |k: &StepKind| match k {
+            StepKind::View => (0, None, 0),
+            StepKind::Whole { device, .. } => (1, Some(*device), 0),
+            StepKind::Split { cut, .. } => (2, None, *cut),
+        };
+        self.steps.len() == other.steps.len()
+            && (self.steps.iter().zip(&other.steps))
+                .all(|(x, y)| x.node == y.node && kind(&x.kind) == kind(&y.kind))
+    }
+}
+
 /// Where nodes run when no override names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {

@@ -20,7 +20,7 @@ use tandem_ops::{Tensor, TensorMeta};
 mod cache;
 mod handoff;
 mod spin;
-use cache::{learns_from_run, same_placement, uses_gpu, CachedPlan};
+use cache::{learns_from_run, uses_gpu, CachedPlan};
 pub use cache::{LEARN_EVERY, LEARN_FIRST};
 
 /// How a session is set up.
@@ -615,7 +615,7 @@ impl Session {
         // A re-plan (the old plan is stale) that changed no placement doubles the misses the
         // next one needs.
         let same_replans = match plans.get(&key) {
-            Some(old) if old.stale && same_placement(&old.plan, &plan) => old.same_replans + 1,
+            Some(old) if old.stale && old.plan.same_placement(&plan) => old.same_replans + 1,
             _ => 0,
         };
         plans.insert(

@@ -77,6 +77,7 @@ pub(crate) fn fill_timing(
     row.cold = Some(Cold {
         load_ms,
         first_run_ms,
+        settle: None,
     });
     row.throughput_per_s = Some(latency.throughput());
     row.latency = Some(latency);

@@ -172,6 +172,7 @@ fn bench_inner(
     row.cold = Some(Cold {
         load_ms,
         first_run_ms,
+        settle: None,
     });
     row.throughput_per_s = Some(latency.throughput());
     row.latency = Some(latency);

@@ -7,6 +7,7 @@
 
 use crate::schema::{GemmResult, ModelResult, Report, Row};
 use crate::stats::Latency;
+use crate::tandem_row::SETTLED_RUNS;
 
 /// A table: header and rows of cells.
 pub struct Table {
@@ -154,19 +155,33 @@ pub fn cold_starts(r: &Report) -> Table {
                     .find(|x| x.label() == *l && x.error.is_none())
                     .and_then(|x| x.cold.as_ref());
                 cells.push(c.map_or("-".into(), |c| {
-                    format!(
+                    let mut cell = format!(
                         "{} ({} + {})",
                         ms(Some(c.load_ms + c.first_run_ms)),
                         ms(Some(c.load_ms)),
                         ms(Some(c.first_run_ms))
-                    )
+                    );
+                    if let Some(s) = &c.settle {
+                        cell += &format!(
+                            "; settled {} in {} runs, {} moves{}",
+                            ms(Some(s.ms)),
+                            s.runs,
+                            s.placement_changes,
+                            if s.held { "" } else { " (capped)" }
+                        );
+                    }
+                    cell
                 }));
             }
             cells
         })
         .collect();
     Table {
-        title: "Cold start, ms: total (load + first run)".into(),
+        title: format!(
+            "Cold start, ms: total (load + first run); `auto` then runs untimed until its \
+             placement held for {SETTLED_RUNS} runs: that time, its runs and the re-plans that \
+             moved nodes"
+        ),
         head,
         rows,
     }

@@ -32,18 +32,6 @@ pub(super) fn learns_from_run(run: u64) -> bool {
     run < LEARN_FIRST || run.is_multiple_of(LEARN_EVERY)
 }
 
-/// True when two plans put every step on the same device (and cut splits at the same row).
-pub(super) fn same_placement(a: &Plan, b: &Plan) -> bool {
-    let kind = |k: &StepKind| match k {
-        StepKind::View => (0, None, 0),
-        StepKind::Whole { device, .. } => (1, Some(*device), 0),
-        StepKind::Split { cut, .. } => (2, None, *cut),
-    };
-    a.steps.len() == b.steps.len()
-        && (a.steps.iter().zip(&b.steps))
-            .all(|(x, y)| x.node == y.node && kind(&x.kind) == kind(&y.kind))
-}
-
 /// True when some step of `plan` runs (in part) on the GPU.
 pub(super) fn uses_gpu(plan: &Plan) -> bool {
     (plan.steps.iter()).any(|s| {
