@@ -12,7 +12,9 @@
 #       a time limit) and/or `tandem-bench run` of the 14 models ($MODELS to choose) on cpu,
 #       gpu and auto against onnxruntime (`python3` must import it) with THREADS (default:
 #       all cores). Logs and reports go to $OUT (default /tmp/gpucheck); the last line says
-#       how many failed, and the exit status is non-zero if any did.
+#       how many failed, and the exit status is non-zero if any did. A test binary still
+#       running at its limit leaves its threads' names, wait channels, states and kernel
+#       stacks in $OUT/hang_<test>.txt before it is killed.
 # The test binaries read models/ and conformance-data/ under the path they were built in: run
 # makes that path a link to the copy when they differ. CI=true is set, so a missing adapter
 # fails instead of skipping. Vulkan: if ldconfig finds no libvulkan.so.1, the .deb files in
@@ -96,8 +98,25 @@ run() {
         hybrid_plans) export TANDEM_HYBRID_MODELS=magika:20,tiny_llama_prefill:40,tiny_llama_decode:40,ppocr_det:5,yolov8n:5 ;;
       esac
       echo "===== $t" >>"$out/tests.log"
-      timeout "$limit" "$b/$t" "${args[@]}" >>"$out/tests.log" 2>&1
-      local rc=$?
+      "$b/$t" "${args[@]}" >>"$out/tests.log" 2>&1 &
+      local pid=$! rc
+      for _ in $(seq $((limit * 2))); do
+        sleep 0.5
+        kill -0 $pid 2>/dev/null || break
+      done
+      if kill -0 $pid 2>/dev/null; then
+        # A hang: each thread's name, wait channel, state and kernel stack, then kill it.
+        for task in /proc/$pid/task/*; do
+          echo "$(cat "$task/comm") $(cat "$task/wchan") $(cut -d' ' -f3 "$task/stat")"
+          head -8 "$task/stack" 2>/dev/null
+        done >"$out/hang_$t.txt"
+        kill -9 $pid
+        wait $pid 2>/dev/null
+        rc=124
+      else
+        wait $pid
+        rc=$?
+      fi
       [ "$rc" -eq 0 ] || failed=$((failed + 1))
       log "$t rc=$rc: $(grep -a 'test result' "$out/tests.log" | tail -1 | cut -c1-70)"
     done
