@@ -389,29 +389,16 @@ mod tests {
     use super::*;
     use prost::Message;
     use tandem::cost::{AdapterKey, CostModel, CpuKey, EntryKey, Sample};
+    use tandem::fuzzgen::{tensor_proto, value_info};
     use tandem::import::proto::*;
     use tandem::{DType, Tensor};
 
     /// y = x [64, 256] @ W [256, 256].
     fn matmul_model() -> Vec<u8> {
-        let vi = |name: &str, dims: [i64; 2]| ValueInfoProto {
-            name: name.into(),
-            r#type: Some(TypeProto {
-                tensor_type: Some(TypeProtoTensor {
-                    elem_type: data_type::FLOAT,
-                    shape: Some(TensorShapeProto {
-                        dim: (dims.iter())
-                            .map(|&v| Dimension {
-                                dim_value: Some(v),
-                                dim_param: None,
-                            })
-                            .collect(),
-                    }),
-                }),
-                ..Default::default()
-            }),
-        };
-        let w: Vec<f32> = (0..256 * 256).map(|i| (i % 7) as f32 * 0.01).collect();
+        let w = Tensor::f32(
+            &[256, 256],
+            (0..256 * 256).map(|i| (i % 7) as f32 * 0.01).collect(),
+        );
         ModelProto {
             ir_version: 8,
             opset_import: vec![OperatorSetIdProto {
@@ -427,15 +414,9 @@ mod tests {
                     ..Default::default()
                 }],
                 name: "mm".into(),
-                initializer: vec![TensorProto {
-                    dims: vec![256, 256],
-                    data_type: data_type::FLOAT,
-                    name: "W".into(),
-                    raw_data: Some(w.iter().flat_map(|v| v.to_le_bytes()).collect()),
-                    ..Default::default()
-                }],
-                input: vec![vi("x", [64, 256])],
-                output: vec![vi("y", [64, 256])],
+                initializer: vec![tensor_proto("W", &w)],
+                input: vec![value_info("x", DType::F32, &[64, 256])],
+                output: vec![value_info("y", DType::F32, &[64, 256])],
                 ..Default::default()
             }),
             ..Default::default()
