@@ -14,9 +14,9 @@ echo "test: cargo clippy"
 cargo clippy --release --workspace --all-targets -q -- -D warnings
 echo "test: cargo test"
 cargo test --release --workspace
-echo "test: MatMul and attention on Cpu adapters through storage buffers (TANDEM_GPU_TEXTURES=0)"
+echo "test: MatMul, attention and Conv on Cpu adapters through storage buffers (TANDEM_GPU_TEXTURES=0)"
 TANDEM_GPU_TEXTURES=0 cargo test --release -p tandem --test gpu_linalg --test fusion -- \
-  matmul gemm attention::the_attention_op
+  matmul gemm attention::the_attention_op conv_gpu_
 echo "test: tandem-bench run --quick (magika on every placement and peer; docs/bench.md)"
 # Built for the whole workspace, so its dependencies have the features `cargo test` unified:
 # `cargo run -p tandem-bench` resolves them for that one package and rebuilt tract, wgpu and

@@ -28,9 +28,15 @@
 
 use crate::matmul::{f32_in, f32_out};
 use crate::shape::grid_1d;
-use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
+use crate::{
+    Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work, TEXTURE_MAX_ROWS,
+    TEXTURE_WIDTH,
+};
 use std::ops::Range;
-use tandem_shaders::{CONV, CONV_POINTWISE, CONV_ROWS, CONV_ROWS_UNIFORM};
+use tandem_shaders::{
+    CONV, CONV_POINTWISE, CONV_ROWS, CONV_ROWS_TEXTURE, CONV_ROWS_UNIFORM,
+    CONV_ROWS_UNIFORM_TEXTURE,
+};
 
 #[path = "conv_cpu.rs"]
 mod cpu;
@@ -660,7 +666,13 @@ impl Conv {
         let plane = g.oh * g.ow;
         let (pl0, pl1) = (e0 / plane, (e1 - 1) / plane);
         // `conv_rows.wgsl` numbers pixel blocks within output rows (its ROWS override)
-        let rows = shader == CONV_ROWS || shader == CONV_ROWS_UNIFORM;
+        let rows = [
+            CONV_ROWS,
+            CONV_ROWS_UNIFORM,
+            CONV_ROWS_TEXTURE,
+            CONV_ROWS_UNIFORM_TEXTURE,
+        ]
+        .contains(&shader);
         let bpp = if rows {
             g.oh * g.ow.div_ceil(px)
         } else {
@@ -780,6 +792,17 @@ fn rows_window_fits(g: &Geom2) -> bool {
     let (kw, pl, sw) = (g.kw as i64, g.pl, g.sw as i64);
     let window = kw <= 5 && (0..=4).contains(&pl) && kw - 1 - pl <= 3 + sw;
     (1..=2).contains(&g.sw) && g.dw == 1 && window
+}
+
+/// Whether `conv_rows.wgsl` reads X from a texture (`conv_rows_x_texture.wgsl`) for `g`: where
+/// textures are on, X's rows are whole vec4s (its width a multiple of 4) and X fits one.
+/// On lavapipe magika's conv (256 -> 512 channels, 5 taps, 512 wide) spent about half its time
+/// in X's storage loads.
+fn rows_x_texture_fits(g: &Geom2) -> bool {
+    let x_elems = g.n * g.c * g.h * g.w;
+    crate::gpu_kernel::textures_enabled()
+        && g.w.is_multiple_of(4)
+        && x_elems <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS
 }
 
 /// Whether `conv_rows.wgsl` computes `g` faster in dispatches `windows`, W in uniform windows,
@@ -942,22 +965,26 @@ impl Op for Conv {
             vec![on_cpu(CONV_POINTWISE)?]
         } else if rows_window_fits(&r) {
             let ocb = gpu_channels(r.mg, 8);
-            match weight_windows(&r, e0..e1, ocb).filter(|w| windows_pay(&r, w)) {
+            let x_texture = rows_x_texture_fits(&r);
+            let (storage_w, uniform_w) = match x_texture {
+                true => (CONV_ROWS_TEXTURE, CONV_ROWS_UNIFORM_TEXTURE),
+                false => (CONV_ROWS, CONV_ROWS_UNIFORM),
+            };
+            let kernels = match weight_windows(&r, e0..e1, ocb).filter(|w| windows_pay(&r, w)) {
                 // a dispatch per piece whose channels' weights fit a uniform buffer
                 Some(windows) => (windows.into_iter())
                     .map(|w| {
                         let e = (w.elems.start, w.elems.end);
-                        self.gpu_kernel(
-                            CONV_ROWS_UNIFORM,
-                            &r,
-                            ins.len(),
-                            e,
-                            (8, ocb),
-                            Some(w.weights),
-                        )
+                        self.gpu_kernel(uniform_w, &r, ins.len(), e, (8, ocb), Some(w.weights))
                     })
-                    .collect::<Result<_>>()?,
-                None => vec![on_cpu(CONV_ROWS)?],
+                    .collect::<Result<Vec<_>>>()?,
+                None => vec![on_cpu(storage_w)?],
+            };
+            match x_texture {
+                true => (kernels.into_iter())
+                    .map(|k| k.with_texture_inputs(&[0]))
+                    .collect(),
+                false => kernels,
             }
         } else {
             vec![on_cpu(CONV)?]

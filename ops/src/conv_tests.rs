@@ -1346,7 +1346,8 @@ fn taps_speed() {
 /// `conv_rows.wgsl` for rows it can window (horizontal stride 1 or 2, dilation 1, the taps
 /// within its 24 columns), `conv.wgsl` otherwise; GPUs always `conv.wgsl`. `conv_rows` reads W
 /// from uniform windows of 64 KiB (a dispatch per window) where a block of 8 output channels'
-/// weights fit one, from the storage buffer otherwise.
+/// weights fit one, from the storage buffer otherwise; X from a texture where its rows are whole
+/// vec4s (width a multiple of 4), from the storage buffer otherwise.
 #[test]
 fn cpu_adapters_take_windowed_kernels_where_they_fit() {
     let one = [1, 1];
@@ -1370,10 +1371,17 @@ fn cpu_adapters_take_windowed_kernels_where_they_fit() {
         shaders([1, 8, 4, 6], one, one, one, none),
         ("conv", "conv_pointwise")
     );
-    // 1x1s of 6 input channels or 5 x 5 pixels (not 4-aligned) are windowed rows
+    // 1x1s of 6 input channels or 5 x 5 pixels (not 4-aligned) are windowed rows, X from a
+    // texture where rows are 8 wide
     let rows = "conv_rows_uniform";
-    assert_eq!(on_cpu([1, 6, 4, 8], one, one, one, none), rows);
+    let rows_x_texture = "conv_rows_uniform_texture";
+    assert_eq!(on_cpu([1, 6, 4, 8], one, one, one, none), rows_x_texture);
     assert_eq!(on_cpu([1, 8, 5, 5], one, one, one, none), rows);
+    let k = kernels([1, 6, 4, 8], 12, one, one, one, none);
+    assert_eq!(k.for_adapter(true)[0].texture_inputs, [0]);
+    assert!(k.texture_inputs.is_empty(), "GPUs read X from storage");
+    let k = kernels([1, 8, 5, 5], 12, one, one, one, none);
+    assert!(k.for_adapter(true)[0].texture_inputs.is_empty());
     let x = [1, 5, 7, 10];
     assert_eq!(shaders(x, [3, 3], one, one, pad1), ("conv", rows));
     assert_eq!(on_cpu(x, [3, 3], [2, 2], one, pad1), rows);
@@ -1381,8 +1389,12 @@ fn cpu_adapters_take_windowed_kernels_where_they_fit() {
     assert_eq!(on_cpu(x, [3, 3], one, [1, 2], pad1), "conv");
     // a left pad of 5 starts before the window
     assert_eq!(on_cpu(x, [3, 3], one, one, [1, 5, 1, 1]), "conv");
-    // a column (magika's 1-D conv as 2-D) runs as a row
-    assert_eq!(on_cpu([1, 5, 16, 1], [5, 1], one, one, [2, 0, 2, 0]), rows);
+    // a column (magika's 1-D conv as 2-D) runs as a row, 16 wide
+    assert_eq!(
+        on_cpu([1, 5, 16, 1], [5, 1], one, one, [2, 0, 2, 0]),
+        rows_x_texture
+    );
+    assert_eq!(on_cpu([1, 5, 15, 1], [5, 1], one, one, [2, 0, 2, 0]), rows);
     // a 7-wide kernel reaches past the window
     assert_eq!(on_cpu(x, [1, 7], one, one, [0, 3, 0, 3]), "conv");
     // 3x3s of 200 input channels: 9 channels' weights a window, so 12 output channels take two
@@ -1398,11 +1410,15 @@ fn cpu_adapters_take_windowed_kernels_where_they_fit() {
         windows,
         [(rows, Some((0, 8 * per))), (rows, Some((8 * per, 4 * per)))]
     );
-    for x in [[1, 200, 2, 2], [1, 300, 7, 10]] {
+    for (x, shader) in [
+        ([1, 200, 2, 2], "conv_rows_storage"),
+        ([1, 300, 7, 10], "conv_rows_storage"),
+        ([1, 300, 7, 12], "conv_rows_texture"),
+    ] {
         let k = kernels(x, 12, [3, 3], one, one, pad1);
         let storage = k.for_adapter(true);
         assert_eq!(storage.len(), 1);
-        assert_eq!(storage[0].shader.name, "conv_rows_storage");
+        assert_eq!(storage[0].shader.name, shader);
         assert_eq!(storage[0].uniform_window, None);
     }
 }

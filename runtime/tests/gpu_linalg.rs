@@ -435,9 +435,20 @@ fn conv_gpu_matches_reference() {
             true,
         ),
         // `conv_rows.wgsl` with W in uniform windows of 64 KiB: 576 weights a channel, so 28
-        // channels a window and 40 output channels two dispatches an image (blocks cut at 24);
+        // channels a window and 40 output channels two dispatches an image (blocks cut at 24),
+        // X from storage (30 wide) and from a texture (16 wide, the two dispatches sharing it);
         // two groups of 12 channels of 1152 weights (a dispatch a group); 2700 weights a channel
         // overflow a window in blocks of 8, and W stays a storage buffer
+        (
+            [2, 64, 10, 16],
+            40,
+            [3, 3],
+            1,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            true,
+        ),
         (
             [2, 64, 24, 30],
             40,

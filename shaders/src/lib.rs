@@ -41,6 +41,17 @@ macro_rules! shader {
     };
 }
 
+/// `named_shader!(CONST, "name", "file", ...)`: the files' text in order under a name of its own,
+/// for a kernel that is a combination of files (conv_rows' W and X bindings).
+macro_rules! named_shader {
+    ($ident:ident, $name:literal $(, $file:literal)+) => {
+        pub const $ident: Shader = Shader {
+            name: $name,
+            source: concat!($(include_str!(concat!("../wgsl/", $file, ".wgsl")),)+),
+        };
+    };
+}
+
 shader!(COPY, "copy");
 shader!(UNARY, "unary", "float_bits");
 shader!(BINARY, "binary", "float_bits", "pow_c99");
@@ -70,6 +81,7 @@ shader!(
 shader!(
     MATMUL_WINDOW_TEXTURE,
     "matmul_window_texture",
+    "texel",
     "matmul_common",
     "matmul_window_body"
 );
@@ -85,14 +97,36 @@ shader!(
     "conv_rows_storage",
     "float_bits",
     "conv_common",
-    "conv_rows"
+    "conv_rows",
+    "conv_rows_x_storage"
 );
 shader!(
     CONV_ROWS_UNIFORM,
     "conv_rows_uniform",
     "float_bits",
     "conv_common",
-    "conv_rows"
+    "conv_rows",
+    "conv_rows_x_storage"
+);
+named_shader!(
+    CONV_ROWS_TEXTURE,
+    "conv_rows_texture",
+    "texel",
+    "float_bits",
+    "conv_common",
+    "conv_rows",
+    "conv_rows_x_texture",
+    "conv_rows_storage"
+);
+named_shader!(
+    CONV_ROWS_UNIFORM_TEXTURE,
+    "conv_rows_uniform_texture",
+    "texel",
+    "float_bits",
+    "conv_common",
+    "conv_rows",
+    "conv_rows_x_texture",
+    "conv_rows_uniform"
 );
 shader!(CONV_TRANSPOSE, "conv_transpose");
 shader!(ATTENTION, "attention", "attention_common");
@@ -111,6 +145,7 @@ shader!(
 shader!(
     ATTENTION_ROWS_TEXTURE,
     "attention_rows_texture",
+    "texel",
     "attention_common",
     "attention_rows_body"
 );
@@ -143,6 +178,8 @@ pub const ALL: &[Shader] = &[
     CONV_POINTWISE,
     CONV_ROWS,
     CONV_ROWS_UNIFORM,
+    CONV_ROWS_TEXTURE,
+    CONV_ROWS_UNIFORM_TEXTURE,
     CONV_TRANSPOSE,
     ATTENTION,
     ATTENTION_ROWS,

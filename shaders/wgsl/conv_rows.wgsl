@@ -9,13 +9,13 @@
 // KW - 1 - PL <= 3 + SW (the window: 24 columns from SW ox - 4).
 // Same Params, block numbering (PX = 8, ROWS = 1), epilogue and dispatch as conv.wgsl.
 // Params, bindings 2-5, block numbering and the epilogue: the prelude conv_common.wgsl. This
-// file is itself the prelude of the two kernels, which declare W (binding 1) and `weight`:
+// file is itself the prelude of the four kernels, which declare W (binding 1) and `weight`:
 // conv_rows_storage.wgsl (W a storage buffer) and conv_rows_uniform.wgsl (W's elements
-// w_first .. w_first + 16384 a uniform buffer, the runtime's 64 KiB window).
+// w_first .. w_first + 16384 a uniform buffer, the runtime's 64 KiB window), each after one of
+// the two declaring X (binding 0) and `x_window`: conv_rows_x_storage.wgsl (a storage buffer)
+// and conv_rows_x_texture.wgsl (a texture, where X's rows are whole vec4s).
 // Bindings: 0 x, 1 w. Overrides: WG, PX (8), ROWS (1), OCB (8, 4 or 1), KW, PL, SW, HAS_BIAS,
 // ACT, POST, RESIDUAL.
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
 
 override KW: u32;
 override PL: u32;
@@ -62,12 +62,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             let ih = ih0 + i32(ki * params.dh);
             let row_ok = ih >= 0 && ih < i32(params.h);
             let at = plane + select(0u, u32(ih), row_ok) * params.w;
-            var win: array<f32, 24>;
-            for (var t = lo; t <= hi; t = t + 1u) {
-                let col = col0 + i32(t);
-                let ok = row_ok && col >= 0 && col < i32(params.w);
-                win[t] = select(0.0, x[select(at, at + u32(col), ok)], ok);
-            }
+            let win = x_window(at, col0, row_ok, lo, hi);
             let tap0 = (c * params.kh + ki) * KW;
             // pixel j's tap kj reads input column SW (ox + j) + kj - PL: window position
             // 4 + SW j + kj - PL
