@@ -731,8 +731,13 @@ mod tests {
             shader(&mm, &[2, 3, 9, 8], &[3, 8, 12]),
             ("matmul", "matmul_vec4")
         );
-        // K, N or a batch offset not a multiple of 4, or B read through a transpose: floats.
-        assert_eq!(shader(&mm, &[70, 21], &[21, 68]), ("matmul", "matmul"));
+        // K not a multiple of 4 with A's rows contiguous: the window kernel, A a float at a
+        // time (K_UNALIGNED); N or a batch offset not a multiple of 4, or B read through a
+        // transpose: floats.
+        assert_eq!(
+            shader(&mm, &[70, 21], &[21, 68]),
+            ("matmul", super::windows::tests::window_shader())
+        );
         assert_eq!(shader(&mm, &[70, 20], &[20, 66]), ("matmul", "matmul"));
         assert_eq!(shader(&mm, &[3, 1, 8], &[3, 8, 12]).1, "matmul_vec4");
         assert_eq!(shader(&mm, &[3, 1, 8], &[3, 8, 10]).1, "matmul");

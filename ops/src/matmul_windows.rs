@@ -6,7 +6,7 @@
 //! Sits between `matmul_kernels` (which builds the storage-buffer kernels and asks for these
 //! on Cpu adapters) and the product's geometry ([`MmGeom`]).
 
-use super::{u32_of, vec4_fits, MatmulParams, MmGeom};
+use super::{u32_of, MatmulParams, MmGeom};
 use crate::{GpuKernel, UniformWindow, TEXTURE_MAX_ROWS, TEXTURE_WIDTH, UNIFORM_WINDOW_BYTES};
 use std::ops::Range;
 
@@ -27,9 +27,13 @@ pub fn window_kernels(
     inputs: &[usize],
     lr: Range<usize>,
 ) -> Option<Vec<GpuKernel>> {
-    if !vec4_fits(g, p) || !rows_are_contiguous(g, p) || g.b_bs.iter().any(|&s| s != 0) {
+    if !b_rows_fit(g, p) || !rows_are_contiguous(g, p) || g.b_bs.iter().any(|&s| s != 0) {
         return None;
     }
+    // K not a multiple of 4: A read a float at a time (K_UNALIGNED); the alternative there is
+    // `matmul.wgsl`, all storage loads (magika's 2048 x 257 x 64 in 40-50 ms), so smaller
+    // windows pay
+    let unaligned = !g.k.is_multiple_of(4);
     let b_texture = crate::gpu_kernel::textures_enabled()
         && g.k * p.b_rs as usize <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS;
     // fewer rows than an invocation keeps (decode's one): with B from storage
@@ -46,7 +50,9 @@ pub fn window_kernels(
     };
     let windows = lr.len().div_ceil(rows_per_window);
     // a dispatch costs about 50 us on lavapipe: several windows only where each has >= 2^20 FMAs
-    if windows > 1 && rows_per_window * g.n * g.k < 1 << 20 {
+    // (2^18 against `matmul.wgsl`)
+    let least = if unaligned { 1 << 18 } else { 1 << 20 };
+    if windows > 1 && rows_per_window * g.n * g.k < least {
         return None;
     }
     // fewer rows an invocation where a window or the product holds fewer (K > 2048, decode)
@@ -72,6 +78,7 @@ pub fn window_kernels(
             };
             let kernel = GpuKernel::new(shader, inputs.to_vec(), vec![0], &q, [gx, gy, 1])
                 .with_override("TM", tm as f64)
+                .with_override("K_UNALIGNED", f64::from(u8::from(unaligned)))
                 .with_override("HAS_C", has_c(&q))
                 .with_override("C_ROW", f64::from(u8::from(q.c_rs == 0)))
                 .with_uniform_window(window);
@@ -81,6 +88,13 @@ pub fn window_kernels(
             })
         })
         .collect()
+}
+
+/// Whether `matmul_window.wgsl` can read B's rows as vec4s: B's columns contiguous, N and its
+/// row stride multiples of 4 (K may not be: K_UNALIGNED reads A a float at a time).
+fn b_rows_fit(g: &MmGeom, p: &MatmulParams) -> bool {
+    let four = |v: usize| v.is_multiple_of(4);
+    p.b_cs == 1 && four(g.n) && four(p.b_rs as usize)
 }
 
 /// The `HAS_C` override of `matmul_window.wgsl`: 1 where beta * C adds to the product.
@@ -168,6 +182,29 @@ pub(super) mod tests {
         // 8 rows: one window
         let k = cpu_adapter_kernels(&[8, 96], &[96, 136], 0..8);
         assert_eq!((k.len(), k[0].0, k[0].3), (1, window_shader(), Some(8.0)));
+        // K 257 (magika's): 63 rows fit, 56 a window; windows of 56 x 64 x 257 FMAs pay
+        // against matmul.wgsl
+        let k = cpu_adapter_kernels(&[2048, 257], &[257, 64], 0..2048);
+        assert_eq!(k.len(), 37);
+        assert!(k
+            .iter()
+            .all(|k| k.0 == window_shader() && k.1.unwrap().len <= 56 * 257));
+        assert_eq!(k[36].2, 2016..2048);
+    }
+
+    #[test]
+    fn k_not_a_multiple_of_4_reads_a_a_float_at_a_time() {
+        let unaligned = |a: &[usize], b: &[usize]| {
+            let f = |s: &[usize]| TensorMeta::new(DType::F32, s.to_vec());
+            let (a, b) = (f(a), f(b));
+            let outs = MatMul::default().infer(&[&a, &b]).unwrap();
+            let k = MatMul::default()
+                .gpu(&[&a, &b], &outs, 0..a.shape[0])
+                .unwrap();
+            k[0].for_adapter(true)[0].override_value("K_UNALIGNED")
+        };
+        assert_eq!(unaligned(&[9, 6], &[6, 8]), Some(1.0));
+        assert_eq!(unaligned(&[9, 8], &[8, 8]), Some(0.0));
     }
 
     #[test]
@@ -177,8 +214,13 @@ pub(super) mod tests {
         assert_eq!(shader(&[2, 3, 9, 8], &[3, 8, 12], 0..54), "matmul_vec4");
         assert_eq!(shader(&[1, 9, 8], &[3, 8, 12], 0..27), "matmul_vec4");
         assert_eq!(shader(&[4, 16400], &[16400, 4], 0..4), "matmul_vec4");
-        // 7 windows of 16 x 8 x 1024 FMAs each: too small for a dispatch each
+        // 7 windows of 16 x 8 x 1024 FMAs each: too small for a dispatch each, and of 16 x 24
+        // x 1024; with K 1023 (the alternative matmul.wgsl) those of 16 x 24 x 1023 pay, those
+        // of 16 x 8 x 1023 do not
         assert_eq!(shader(&[100, 1024], &[1024, 8], 0..100), "matmul_vec4");
+        assert_eq!(shader(&[100, 1024], &[1024, 24], 0..100), "matmul_vec4");
+        assert_eq!(shader(&[100, 1023], &[1023, 24], 0..100), window_shader());
+        assert_eq!(shader(&[100, 1023], &[1023, 8], 0..100), "matmul");
         // N not a multiple of 4
         assert_eq!(shader(&[70, 20], &[20, 66], 0..70), "matmul");
         // fewer rows than an invocation keeps: one row (decode), or a split's 7; with B from a

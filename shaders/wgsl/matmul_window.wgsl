@@ -5,15 +5,16 @@
 // uniform (workgroup and loop counters only): on llvmpipe that is one scalar load and a
 // broadcast, where a storage load is a per-lane loop with a bounds check. B stays storage.
 // Preconditions (the host checks them): A's rows contiguous across batches (a_rs = K, batch
-// strides M * K), B one matrix for every batch, b_cs = 1, K, N and b_rs multiples of 4.
+// strides M * K), B one matrix for every batch, b_cs = 1, N and b_rs multiples of 4 (K any:
+// K_UNALIGNED in matmul_window_body.wgsl).
 // Params, bindings 2 and 4: the prelude matmul_common.wgsl (m_lo, b0 and the batch shapes and
 // strides unused). Out is written four columns a store (0.75x the time of float stores here).
 // Bindings: 0 a (uniform window), 1 b (vec4), 2 c (read; MatMul binds b again there), 3 out
 // (read_write), 4 params. The product is matmul_window_body.wgsl; matmul_window_texture.wgsl
 // reads B from a texture instead.
 // Dispatch: (ceil(N / 64), ceil(rows / TM)) workgroups of 8 invocations, each keeping TM window
-// rows x 8 contiguous columns. Overrides: TM (rows an invocation, 8 or the window's fewer), HAS_C,
-// C_ROW.
+// rows x 8 contiguous columns. Overrides: TM (rows an invocation, 8 or the window's fewer),
+// K_UNALIGNED, HAS_C, C_ROW.
 
 @group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
 

@@ -11,6 +11,31 @@ override HAS_C: u32 = 1u;
 // its reads per output row cost about as much as the product's B loads at K 384.
 override C_ROW: u32 = 0u;
 override TM: u32 = 8u;
+// K_UNALIGNED: 1 where K is not a multiple of 4 (magika's 257): A's rows do not start at vec4s,
+// so A is read a float at a time, and the last group of four k is cut at K (A's and B's rows
+// past it read as 0).
+override K_UNALIGNED: u32 = 0u;
+
+// A's elements k = 4 p .. 4 p + 3 of window row `row`.
+fn a4(row: u32, p: u32) -> vec4<f32> {
+    if (K_UNALIGNED == 0u) {
+        return a[row * (params.k / 4u) + p];
+    }
+    var v = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let e = min(row * params.k + 4u * p + j, 16383u);
+        v[j] = select(0.0, a[e / 4u][e % 4u], 4u * p + j < params.k);
+    }
+    return v;
+}
+
+// B's row k, columns from vec4 `col` (brs vec4s a row; 0 for k past K).
+fn b_row4(col: u32, k: u32, brs: u32) -> vec4<f32> {
+    if (K_UNALIGNED == 0u) {
+        return b4(col + k * brs);
+    }
+    return select(vec4<f32>(0.0), b4(col + min(k, params.k - 1u) * brs), k < params.k);
+}
 
 // C's four columns from element `at` on.
 fn c4(at: u32) -> vec4<f32> {
@@ -50,21 +75,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let bc0 = select(0u, n0, n0 < params.n) / 4u;
     let bc1 = select(0u, n0 + 4u, n0 + 4u < params.n) / 4u;
     let brs = params.b_rs / 4u;
-    let kq = params.k / 4u;
+    let kq = (params.k + 3u) / 4u;
     // acc[2 i + h]: window row r0 + i, columns n0 + 4 h .. n0 + 4 h + 3
     var acc: array<vec4<f32>, 16>;
     for (var p = 0u; p < kq; p = p + 1u) {
-        let pb = 4u * p * brs;
-        let b00 = b4(bc0 + pb);
-        let b01 = b4(bc1 + pb);
-        let b10 = b4(bc0 + pb + brs);
-        let b11 = b4(bc1 + pb + brs);
-        let b20 = b4(bc0 + pb + 2u * brs);
-        let b21 = b4(bc1 + pb + 2u * brs);
-        let b30 = b4(bc0 + pb + 3u * brs);
-        let b31 = b4(bc1 + pb + 3u * brs);
+        let k = 4u * p;
+        let b00 = b_row4(bc0, k, brs);
+        let b01 = b_row4(bc1, k, brs);
+        let b10 = b_row4(bc0, k + 1u, brs);
+        let b11 = b_row4(bc1, k + 1u, brs);
+        let b20 = b_row4(bc0, k + 2u, brs);
+        let b21 = b_row4(bc1, k + 2u, brs);
+        let b30 = b_row4(bc0, k + 3u, brs);
+        let b31 = b_row4(bc1, k + 3u, brs);
         for (var i = 0u; i < TM; i = i + 1u) {
-            let av = a[min(r0 + i, rows - 1u) * kq + p];
+            let av = a4(min(r0 + i, rows - 1u), p);
             var s0 = acc[2u * i];
             var s1 = acc[2u * i + 1u];
             s0 = fma(vec4<f32>(av.x), b00, s0);
