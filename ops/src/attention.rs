@@ -27,10 +27,7 @@
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
 use crate::matmul::{check_f32, f32_in, f32_out, u32_of};
 use crate::shape::{broadcast_shapes, grid_1d, permuted, strides};
-use crate::{
-    DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work, TEXTURE_MAX_ROWS,
-    TEXTURE_WIDTH,
-};
+use crate::{DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -554,10 +551,8 @@ impl Op for Attention {
         let blocks = block(rows.end - 1) + 1 - block(rows.start);
         // Kt and V from textures where they fit one (0.4-0.5x the vec4 loads' time on lavapipe,
         // docs/bench.md), else as vec4s where aligned.
-        let fits_texture = |t: &TensorMeta| t.numel() <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS;
-        let textures = vec4_fits(&g)
-            && crate::gpu_kernel::textures_enabled()
-            && ins[1..3].iter().all(|t| fits_texture(t));
+        let textures =
+            vec4_fits(&g) && (ins[1..3].iter()).all(|t| crate::gpu_kernel::texture_fits(t.numel()));
         let shader = match (textures, vec4_fits(&g)) {
             (true, _) => tandem_shaders::ATTENTION_ROWS_TEXTURE,
             (false, true) => tandem_shaders::ATTENTION_ROWS_VEC4,

@@ -28,10 +28,7 @@
 
 use crate::matmul::{f32_in, f32_out};
 use crate::shape::grid_1d;
-use crate::{
-    Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work, TEXTURE_MAX_ROWS,
-    TEXTURE_WIDTH,
-};
+use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
 use std::ops::Range;
 use tandem_shaders::{
     CONV, CONV_POINTWISE, CONV_ROWS, CONV_ROWS_TEXTURE, CONV_ROWS_UNIFORM,
@@ -799,10 +796,7 @@ fn rows_window_fits(g: &Geom2) -> bool {
 /// On lavapipe magika's conv (256 -> 512 channels, 5 taps, 512 wide) spent about half its time
 /// in X's storage loads.
 fn rows_x_texture_fits(g: &Geom2) -> bool {
-    let x_elems = g.n * g.c * g.h * g.w;
-    crate::gpu_kernel::textures_enabled()
-        && g.w.is_multiple_of(4)
-        && x_elems <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS
+    g.w.is_multiple_of(4) && crate::gpu_kernel::texture_fits(g.n * g.c * g.h * g.w)
 }
 
 /// Whether `conv_rows.wgsl` computes `g` faster in dispatches `windows`, W in uniform windows,

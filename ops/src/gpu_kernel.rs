@@ -68,11 +68,17 @@ pub struct UniformWindow {
 }
 
 /// Whether kernels for adapters that run shaders on the CPU read their big operands from
-/// textures ([`GpuKernel::texture_inputs`]: MatMul's B, attention's Kt and V);
+/// textures ([`GpuKernel::texture_inputs`]: MatMul's B, attention's Kt and V, Conv's X);
 /// `TANDEM_GPU_TEXTURES=0` keeps them storage buffers.
 pub fn textures_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("TANDEM_GPU_TEXTURES").as_deref() != Ok("0"))
+}
+
+/// Whether an operand of `elems` elements is read from a texture: textures are on and it fits
+/// one ([`TEXTURE_MAX_ROWS`] rows of [`TEXTURE_WIDTH`] vec4s).
+pub fn texture_fits(elems: usize) -> bool {
+    textures_enabled() && elems <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS
 }
 
 impl GpuKernel {

@@ -315,13 +315,19 @@ pub(crate) fn matmul_kernels(
 /// and batch start on a multiple of 4 elements.
 fn vec4_fits(g: &MmGeom, p: &MatmulParams) -> bool {
     let four = |v: usize| v.is_multiple_of(4);
-    p.a_cs == 1
-        && p.b_cs == 1
+    b_rows_fit(g, p)
+        && p.a_cs == 1
         && four(g.k)
-        && four(g.n)
         && four(p.a_rs as usize)
-        && four(p.b_rs as usize)
         && g.a_bs.iter().chain(&g.b_bs).all(|&s| four(s))
+}
+
+/// Whether B's rows can be read as vec4s: B's columns contiguous, N and B's row stride
+/// multiples of 4 (`matmul_window.wgsl` needs no more: with K_UNALIGNED it reads A a float at a
+/// time).
+fn b_rows_fit(g: &MmGeom, p: &MatmulParams) -> bool {
+    let four = |v: usize| v.is_multiple_of(4);
+    p.b_cs == 1 && four(g.n) && four(p.b_rs as usize)
 }
 
 pub(crate) fn check_f32(op: &str, ins: &[&TensorMeta]) -> Result<()> {

@@ -6,8 +6,8 @@
 //! Sits between `matmul_kernels` (which builds the storage-buffer kernels and asks for these
 //! on Cpu adapters) and the product's geometry ([`MmGeom`]).
 
-use super::{u32_of, MatmulParams, MmGeom};
-use crate::{GpuKernel, UniformWindow, TEXTURE_MAX_ROWS, TEXTURE_WIDTH, UNIFORM_WINDOW_BYTES};
+use super::{b_rows_fit, u32_of, MatmulParams, MmGeom};
+use crate::{GpuKernel, UniformWindow, UNIFORM_WINDOW_BYTES};
 use std::ops::Range;
 
 /// Rows an invocation of `matmul_window.wgsl` keeps (its override TM) where a window has as
@@ -34,8 +34,7 @@ pub fn window_kernels(
     // `matmul.wgsl`, all storage loads (magika's 2048 x 257 x 64 in 40-50 ms), so smaller
     // windows pay
     let unaligned = !g.k.is_multiple_of(4);
-    let b_texture = crate::gpu_kernel::textures_enabled()
-        && g.k * p.b_rs as usize <= 4 * TEXTURE_WIDTH * TEXTURE_MAX_ROWS;
+    let b_texture = crate::gpu_kernel::texture_fits(g.k * p.b_rs as usize);
     // fewer rows than an invocation keeps (decode's one): with B from storage
     // matmul_vec4.wgsl, 1.1x faster there; from a texture this kernel, decode's MatMuls in
     // 0.4x the GPU time (docs/bench.md, "Textures for the operands lanes gather")
@@ -90,13 +89,6 @@ pub fn window_kernels(
         .collect()
 }
 
-/// Whether `matmul_window.wgsl` can read B's rows as vec4s: B's columns contiguous, N and its
-/// row stride multiples of 4 (K may not be: K_UNALIGNED reads A a float at a time).
-fn b_rows_fit(g: &MmGeom, p: &MatmulParams) -> bool {
-    let four = |v: usize| v.is_multiple_of(4);
-    p.b_cs == 1 && four(g.n) && four(p.b_rs as usize)
-}
-
 /// The `HAS_C` override of `matmul_window.wgsl`: 1 where beta * C adds to the product.
 fn has_c(p: &MatmulParams) -> f64 {
     f64::from(u8::from(p.beta != 0.0))
@@ -132,14 +124,19 @@ pub(super) mod tests {
     /// A dispatch as (shader, window, rows written, TM).
     type Dispatch = (&'static str, Option<UniformWindow>, Range<u32>, Option<f64>);
 
-    /// The dispatches of MatMul `a` x `b` for output rows `rows` on a Cpu adapter.
-    fn cpu_adapter_kernels(a: &[usize], b: &[usize], rows: Range<usize>) -> Vec<Dispatch> {
+    /// The kernels of MatMul `a` x `b` for output rows `rows` on a Cpu adapter.
+    fn cpu_adapter_gpu_kernels(a: &[usize], b: &[usize], rows: Range<usize>) -> Vec<GpuKernel> {
         let f = |s: &[usize]| TensorMeta::new(DType::F32, s.to_vec());
         let (a, b) = (f(a), f(b));
         let outs = MatMul::default().infer(&[&a, &b]).unwrap();
         let k = MatMul::default().gpu(&[&a, &b], &outs, rows).unwrap();
         assert_eq!(k.len(), 1);
-        (k[0].for_adapter(true).iter())
+        k[0].for_adapter(true).to_vec()
+    }
+
+    /// The dispatches of MatMul `a` x `b` for output rows `rows` on a Cpu adapter.
+    fn cpu_adapter_kernels(a: &[usize], b: &[usize], rows: Range<usize>) -> Vec<Dispatch> {
+        (cpu_adapter_gpu_kernels(a, b, rows).iter())
             .map(|k| {
                 let p: &MatmulParams = bytemuck::from_bytes(&k.params);
                 let rows = p.row_start..p.row_end;
@@ -195,13 +192,7 @@ pub(super) mod tests {
     #[test]
     fn k_not_a_multiple_of_4_reads_a_a_float_at_a_time() {
         let unaligned = |a: &[usize], b: &[usize]| {
-            let f = |s: &[usize]| TensorMeta::new(DType::F32, s.to_vec());
-            let (a, b) = (f(a), f(b));
-            let outs = MatMul::default().infer(&[&a, &b]).unwrap();
-            let k = MatMul::default()
-                .gpu(&[&a, &b], &outs, 0..a.shape[0])
-                .unwrap();
-            k[0].for_adapter(true)[0].override_value("K_UNALIGNED")
+            cpu_adapter_gpu_kernels(a, b, 0..a[0])[0].override_value("K_UNALIGNED")
         };
         assert_eq!(unaligned(&[9, 6], &[6, 8]), Some(1.0));
         assert_eq!(unaligned(&[9, 8], &[8, 8]), Some(0.0));
