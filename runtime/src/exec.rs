@@ -1,9 +1,10 @@
 //! The executor: runs a plan's steps, keeping each value where it was produced and moving it
 //! only when a step on the other device reads it.
 //!
-//! Sits between a [`Plan`] and the two devices. Consecutive GPU steps are recorded into one batch
+//! Sits between a [`Plan`] and the two devices. Consecutive GPU steps are recorded into a batch
 //! (one command encoder); the batch is submitted, without waiting, as soon as a CPU step comes,
-//! so the GPU works while the CPU kernels run on the session's rayon pool. The host waits for the
+//! so the GPU works while the CPU kernels run on the session's rayon pool, or once it is full
+//! ([`Batch::is_full`]), so the GPU works while the host records the next steps. The host waits for the
 //! GPU only when a CPU step reads a GPU result (a join), or at the end of the run. A split step
 //! submits its GPU rows first, computes its CPU rows meanwhile, and leaves its output in two
 //! parts that are joined where they are read.
@@ -93,6 +94,8 @@ struct Run<'a> {
     report: RunReport,
     /// Start of the last CPU kernel, from the start of the run.
     cpu_started: Duration,
+    /// When the last batch waited for ended on the GPU, from the start of the run.
+    gpu_free_at: Duration,
     /// Why the GPU is off for the rest of this run (a fault; see `exec/fault.rs`).
     gpu_off: Option<String>,
     /// Host copies past their last use, kept until the GPU work in flight is done.
@@ -138,6 +141,7 @@ pub async fn execute_reusing(
         inflight: Vec::new(),
         report: RunReport::default(),
         cpu_started: Duration::ZERO,
+        gpu_free_at: Duration::ZERO,
         gpu_off: None,
         released: Vec::new(),
         spare: std::mem::take(buffers),
@@ -243,7 +247,10 @@ impl<'a> Run<'a> {
                 device: Device::Gpu,
                 kernels,
             } => match self.gpu_step(s, kernels, false) {
-                Ok(()) => entry.ran = Ran::On(Device::Gpu),
+                Ok(()) => {
+                    entry.ran = Ran::On(Device::Gpu);
+                    self.submit_if_full()?;
+                }
                 Err(Error::Gpu(reason)) if self.node_fault_is_local() => {
                     self.orphan_last_label();
                     entry.fallback = Some(self.gpu_refused(&node.name, reason));
@@ -618,6 +625,15 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Submit the open batch once it is full ([`Batch::is_full`]), so that the GPU works on it
+    /// while the next steps are recorded.
+    fn submit_if_full(&mut self) -> Result<()> {
+        match self.batch.as_ref().is_some_and(Batch::is_full) {
+            true => self.submit(),
+            false => Ok(()),
+        }
+    }
+
     /// Submit the open batch without waiting for it.
     fn submit(&mut self) -> Result<()> {
         if let Some(batch) = self.batch.take() {
@@ -637,9 +653,14 @@ impl<'a> Run<'a> {
             if labelled.is_empty() {
                 continue;
             }
-            let base = timing.submitted.map_or(Duration::ZERO, |t| {
+            // A batch starts when it is submitted, or when the one before it ends if the GPU
+            // was still on that one (batches in one run follow each other on the queue).
+            let submitted = timing.submitted.map_or(Duration::ZERO, |t| {
                 t.saturating_duration_since(self.started)
             });
+            let base = submitted.max(self.gpu_free_at);
+            let ends = (timing.per_label.iter().zip(&timing.starts)).map(|((_, t), off)| *off + *t);
+            self.gpu_free_at = base + ends.max().unwrap_or_default();
             for ((l, t), off) in timing.per_label.into_iter().zip(timing.starts) {
                 let GpuLabel { report, split } = self.labels[l];
                 let Some(node) = self.report.nodes.get_mut(report) else {

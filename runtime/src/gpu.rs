@@ -30,7 +30,7 @@ mod buffers;
 pub mod busy;
 mod wait;
 
-pub use batch::{Batch, BatchTiming, Submitted};
+pub use batch::{entries_per_submit, Batch, BatchTiming, Submitted};
 pub(crate) use buffers::size_class;
 use buffers::BufferPool;
 pub use buffers::GpuTensor;

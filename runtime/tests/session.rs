@@ -46,6 +46,16 @@ fn model(nodes: Vec<NodeProto>, weights: Vec<TensorProto>) -> Vec<u8> {
 
 /// [`model`] with output `y` of shape `y_dims`.
 fn model_to(nodes: Vec<NodeProto>, weights: Vec<TensorProto>, y_dims: &[i64]) -> Vec<u8> {
+    model_shaped(nodes, weights, &[2, 8], y_dims)
+}
+
+/// A model of input `x` of shape `x_dims` and output `y` of shape `y_dims`.
+fn model_shaped(
+    nodes: Vec<NodeProto>,
+    weights: Vec<TensorProto>,
+    x_dims: &[i64],
+    y_dims: &[i64],
+) -> Vec<u8> {
     ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
@@ -56,7 +66,7 @@ fn model_to(nodes: Vec<NodeProto>, weights: Vec<TensorProto>, y_dims: &[i64]) ->
             node: nodes,
             name: "test".into(),
             initializer: weights,
-            input: vec![vi("x", data_type::FLOAT, &[2, 8])],
+            input: vec![vi("x", data_type::FLOAT, x_dims)],
             output: vec![vi("y", data_type::FLOAT, y_dims)],
             ..Default::default()
         }),
@@ -80,13 +90,6 @@ fn weight(w: &[f32]) -> TensorProto {
 fn mlp() -> (Vec<u8>, Vec<f32>) {
     let w: Vec<f32> = (0..32).map(|i| (i as f32 * 0.37).sin()).collect();
     let weight = weight(&w);
-    let one = TensorProto {
-        dims: vec![],
-        data_type: data_type::FLOAT,
-        name: "one".into(),
-        float_data: vec![1.0],
-        ..Default::default()
-    };
     let bytes = model(
         vec![
             node("MatMul", "mm", &["x", "W"], &["h"]),
@@ -94,9 +97,20 @@ fn mlp() -> (Vec<u8>, Vec<f32>) {
             node("Add", "add", &["r", "one"], &["a"]),
             node("Sigmoid", "sig", &["a"], &["y"]),
         ],
-        vec![weight, one],
+        vec![weight, one()],
     );
     (bytes, w)
+}
+
+/// The scalar constant `one`.
+fn one() -> TensorProto {
+    TensorProto {
+        dims: vec![],
+        data_type: data_type::FLOAT,
+        name: "one".into(),
+        float_data: vec![1.0],
+        ..Default::default()
+    }
 }
 
 fn x() -> Tensor {
@@ -144,13 +158,77 @@ fn every_placement_gives_the_reference_result() {
             assert_eq!(report.count(Device::Gpu), 4, "{report}");
             assert_eq!(
                 report.gpu_submits, 1,
-                "consecutive GPU nodes go in one submit"
+                "four consecutive GPU nodes (8 dispatches and clears) go in one submit"
             );
             assert_eq!(report.downloads, 1, "only the output comes back");
         }
         if placement == Placement::Cpu {
             assert_eq!(report.count(Device::Cpu), 4);
             assert_eq!(report.uploads + report.downloads, 0);
+        }
+    }
+}
+
+/// A long stretch of GPU steps goes to the GPU in several batches (`Batch::is_full`), so that
+/// the GPU starts while the host records the rest; the report's GPU lane places each batch after
+/// the one before it, since the queue runs them in turn.
+#[test]
+fn a_long_stretch_of_gpu_steps_is_submitted_in_full_batches() {
+    const STEPS: usize = 24;
+    let dims = [256i64, 1024];
+    let nodes = (0..STEPS)
+        .map(|i| {
+            let from = if i == 0 {
+                "x".to_string()
+            } else {
+                format!("a{i}")
+            };
+            let to = if i == STEPS - 1 {
+                "y".to_string()
+            } else {
+                format!("a{}", i + 1)
+            };
+            node("Add", &format!("add{i}"), &[&from, "one"], &[&to])
+        })
+        .collect();
+    let bytes = model_shaped(nodes, vec![one()], &dims, &dims);
+    let opts = SessionOptions::default()
+        .placement(Placement::Gpu)
+        .gpu(gpu())
+        .fuse(false);
+    let s = Session::new(bytes.as_slice(), opts).unwrap();
+    let n = 256 * 1024;
+    let x = Tensor::f32(&[256, 1024], (0..n).map(|i| (i % 97) as f32).collect());
+    let want = Tensor::f32(
+        &[256, 1024],
+        (0..n).map(|i| (i % 97) as f32 + STEPS as f32).collect(),
+    );
+    for _ in 0..2 {
+        let (outs, report) = s.run_with_report(&[("x", x.clone())]).unwrap();
+        assert_close(&outs[0].1, &want, 0.0, 1e-6);
+        // Each step records a clear of its output and one dispatch.
+        let steps_per_batch = tandem::gpu::entries_per_submit().div_ceil(2);
+        assert_eq!(
+            report.gpu_submits,
+            STEPS.div_ceil(steps_per_batch),
+            "{report}"
+        );
+        let lane: Vec<_> = report
+            .nodes
+            .iter()
+            .filter(|n| n.ran == Ran::On(Device::Gpu))
+            .collect();
+        assert_eq!(lane.len(), STEPS, "{report}");
+        for pair in lane.windows(2) {
+            let end = pair[0].start + pair[0].time;
+            assert!(
+                pair[1].start + std::time::Duration::from_micros(1) >= end,
+                "{} starts at {:?}, before {} ends at {:?}\n{report}",
+                pair[1].name,
+                pair[1].start,
+                pair[0].name,
+                end
+            );
         }
     }
 }

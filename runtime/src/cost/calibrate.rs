@@ -462,7 +462,8 @@ const OVERHEAD_DISPATCHES: usize = 64;
 
 /// Seconds per GPU dispatch that kernel timings miss ([`Links::dispatch`]): batches of
 /// [`OVERHEAD_DISPATCHES`] tiny Relu steps recorded as the executor records a step (an output
-/// taken from the pool, cleared, the kernel dispatched), submitted and waited for. The host
+/// taken from the pool, cleared, the kernel dispatched) and submitted as it submits them (each
+/// time the batch is full, [`crate::gpu::Batch::is_full`]), then waited for. The host
 /// clock from the first record to the end of the wait, less what calibration's GPU samples
 /// do count (the dispatches' timestamps and one `sync`, or without timestamps the wall time
 /// from submit), shared out per dispatch. The least of 5 batches: other load only adds.
@@ -479,6 +480,7 @@ fn measure_dispatch(gpu: &Gpu, sync: f64) -> Result<f64, String> {
     for _ in 0..5 {
         let began = Instant::now();
         let mut batch = gpu.batch();
+        let mut submitted = Vec::new();
         let mut keep = Vec::with_capacity(OVERHEAD_DISPATCHES);
         for label in 0..OVERHEAD_DISPATCHES {
             let out = gpu.alloc(DType::F32, 256).map_err(e)?;
@@ -487,19 +489,34 @@ fn measure_dispatch(gpu: &Gpu, sync: f64) -> Result<f64, String> {
                 batch.dispatch(k, &[&input], &[&out], label).map_err(e)?;
             }
             keep.push(out);
-        }
-        let timing = batch.submit().and_then(|s| s.wait()).map_err(e)?;
-        let host = began.elapsed().as_secs_f64();
-        let counted = match timing.per_label.is_empty() {
-            true => timing.wall.as_secs_f64(),
-            false => {
-                timing
-                    .per_label
-                    .iter()
-                    .map(|(_, d)| d.as_secs_f64())
-                    .sum::<f64>()
-                    + sync
+            if batch.is_full() {
+                submitted.push(
+                    std::mem::replace(&mut batch, gpu.batch())
+                        .submit()
+                        .map_err(e)?,
+                );
             }
+        }
+        if !batch.is_empty() {
+            submitted.push(batch.submit().map_err(e)?);
+        }
+        let timings: Vec<_> = (submitted.into_iter().map(|s| s.wait()))
+            .collect::<Result<_, _>>()
+            .map_err(e)?;
+        let host = began.elapsed().as_secs_f64();
+        let stamped: Vec<f64> = (timings.iter().flat_map(|t| &t.per_label))
+            .map(|(_, d)| d.as_secs_f64())
+            .collect();
+        let counted = match stamped.is_empty() {
+            // From the first submit to the end of the last batch.
+            true => {
+                let (first, last) = (&timings[0], &timings[timings.len() - 1]);
+                match (first.submitted, last.submitted) {
+                    (Some(a), Some(b)) => (b + last.wall).duration_since(a).as_secs_f64(),
+                    _ => last.wall.as_secs_f64(),
+                }
+            }
+            false => stamped.iter().sum::<f64>() + sync,
         };
         least = least.min((host - counted).max(0.0) / OVERHEAD_DISPATCHES as f64);
     }

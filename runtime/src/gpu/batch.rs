@@ -15,6 +15,25 @@ use web_time::Instant;
 /// fall in one set; 4096 x 8 bytes keeps each set's resolve offset 256-aligned).
 const QUERIES_PER_SET: u32 = wgpu::QUERY_SET_MAX_QUERIES;
 
+/// Dispatches and clears a batch holds before [`Batch::is_full`]: submitted then, the GPU works
+/// on them while the host encodes the next ones instead of idling until a whole stretch of GPU
+/// steps is recorded. On a lent H200, all-GPU runs took 0.79-0.98x the time of one batch per
+/// stretch with 8 or 32 (docs/bench.md). `TANDEM_GPU_SUBMIT_AFTER=N` sets it (a large N keeps
+/// one batch per stretch).
+const ENTRIES_PER_SUBMIT: usize = 16;
+
+/// [`ENTRIES_PER_SUBMIT`], or `TANDEM_GPU_SUBMIT_AFTER` where it is set to a positive number.
+pub fn entries_per_submit() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("TANDEM_GPU_SUBMIT_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(ENTRIES_PER_SUBMIT)
+    })
+}
+
 pub(super) struct Pending {
     /// `None` for a clear of `buffers[0]`.
     pipeline: Option<wgpu::ComputePipeline>,
@@ -49,6 +68,12 @@ pub struct BatchTiming {
 impl<'g> Batch<'g> {
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
+    }
+
+    /// Whether the batch holds [`entries_per_submit`] dispatches and clears: enough that
+    /// submitting it now lets the GPU start on them while the host records the rest.
+    pub fn is_full(&self) -> bool {
+        self.pending.len() >= entries_per_submit()
     }
 
     /// Record `kernel` (its dispatches for this adapter, [`GpuKernel::for_adapter`]) reading
