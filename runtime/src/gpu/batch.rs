@@ -17,9 +17,9 @@ const QUERIES_PER_SET: u32 = wgpu::QUERY_SET_MAX_QUERIES;
 
 /// Dispatches and clears a batch holds before [`Batch::is_full`]: submitted then, the GPU works
 /// on them while the host encodes the next ones instead of idling until a whole stretch of GPU
-/// steps is recorded. On a lent H200, all-GPU runs took 0.79-0.98x the time of one batch per
-/// stretch with 8 or 32 (docs/bench.md). `TANDEM_GPU_SUBMIT_AFTER=N` sets it (a large N keeps
-/// one batch per stretch).
+/// steps is recorded. On a lent H200, all-GPU runs took 0.77-0.99x the time of one batch per
+/// stretch (docs/bench.md, "GPU batches submitted when full"). `TANDEM_GPU_SUBMIT_AFTER=N`
+/// sets it (a large N keeps one batch per stretch).
 const ENTRIES_PER_SUBMIT: usize = 16;
 
 /// [`ENTRIES_PER_SUBMIT`], or `TANDEM_GPU_SUBMIT_AFTER` where it is set to a positive number.
