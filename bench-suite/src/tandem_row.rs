@@ -175,26 +175,17 @@ fn bench_inner(
         Variant::Auto | Variant::AutoNoSplit => Some(settle(&session, &args, rule.max_secs)?),
         Variant::Cpu | Variant::Gpu => None,
     };
-    // The last KEPT runs' reports, oldest dropped as each new one comes. Keeping every run's
-    // report grew the process by each (the tiny Llama decode step's row: peak RSS 227-235 ->
-    // 83 MiB) and gave every run fresh memory to fault in (p50 0.20 -> 0.15-0.17 ms).
-    const KEPT: usize = 64;
-    let mut reports: std::collections::VecDeque<RunReport> = std::collections::VecDeque::new();
+    // Timed runs as an application makes them (`Session::run`: GPU nodes timed only on the
+    // runs the cost model learns from; timestamps around every pass slowed runs of many short
+    // kernels 0.65-0.96x on a lent H200). Where the time went comes from REPORTED runs after
+    // them, with every GPU node timed: the one of median total.
     let samples = measure(
         rule,
         || args.clone(),
-        |args| {
-            let (_, r) = session.run_with_report_owned(args)?;
-            if reports.len() == KEPT {
-                reports.pop_front();
-            }
-            reports.push_back(r);
-            Ok::<(), tandem::Error>(())
-        },
+        |args| session.run_owned(args).map(drop),
         tick,
     )
     .map_err(|e| format!("run: {e}"))?;
-    let first_kept = samples.len() - reports.len();
     let latency = Latency::from_samples(samples, rule);
     if latency.capped {
         row.notes.push(format!(
@@ -202,17 +193,13 @@ fn bench_inner(
             rule.max_secs, latency.iterations
         ));
     }
-    let median = latency.samples_ms[first_kept..]
-        .iter()
-        .enumerate()
-        .min_by(|a, b| {
-            (a.1 - latency.p50_ms)
-                .abs()
-                .total_cmp(&(b.1 - latency.p50_ms).abs())
-        })
-        .map(|(i, _)| i)
-        .unwrap_or(0);
-    if let Some(r) = reports.get(median) {
+    let mut reports = Vec::with_capacity(REPORTED);
+    for _ in 0..REPORTED {
+        let (_, r) = (session.run_with_report(&args)).map_err(|e| format!("run: {e}"))?;
+        reports.push(r);
+    }
+    reports.sort_by_key(|r| r.total);
+    if let Some(r) = reports.get(REPORTED / 2) {
         row.nodes = Some(node_summary(r));
         row.op_times = op_times(r);
         row.timeline = timeline(r);
@@ -246,6 +233,10 @@ fn bench_inner(
     row.peak_rss_mib = peak_rss_mib();
     Ok(row)
 }
+
+/// Runs after the timed ones whose reports (every GPU node timed) give a row's placement
+/// counts, op times and timeline: the one of median total.
+const REPORTED: usize = 5;
 
 /// Runs in a row on one placement after which an `auto` row's timed runs begin.
 pub const SETTLED_RUNS: usize = 8;

@@ -75,6 +75,9 @@ pub struct Context<'a> {
     pub gpu: Option<&'a Gpu>,
     pub pool: &'a rayon::ThreadPool,
     pub constants: &'a GpuConstants,
+    /// Whether GPU steps' times are measured ([`Batch::timed`]); without, GPU nodes' times in
+    /// the report are 0.
+    pub gpu_times: bool,
 }
 
 /// Where a GPU dispatch's measured time goes in the report.
@@ -554,7 +557,7 @@ impl<'a> Run<'a> {
             report: self.report.nodes.len(),
             split,
         });
-        let batch = self.batch.get_or_insert_with(|| gpu.batch());
+        let batch = (self.batch).get_or_insert_with(|| gpu.batch().timed(cx.gpu_times));
         for o in &outputs {
             batch.clear(o);
         }

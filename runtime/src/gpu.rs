@@ -530,6 +530,7 @@ impl Gpu {
         Batch {
             gpu: self,
             pending: Vec::new(),
+            timed: self.timestamps,
         }
     }
 

@@ -338,18 +338,26 @@ impl Session {
     }
 
     /// Run the model. Inputs by name; outputs in the model's order, with their names.
+    /// GPU nodes are timed only on the runs the cost model learns from.
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
-        Ok(self.run_with_report(inputs)?.0)
+        self.run_owned(copied(inputs))
+    }
+
+    /// [`Session::run`] taking its inputs by value (see [`Session::run_with_report_owned`]).
+    pub fn run_owned(&self, inputs: Vec<(&str, Tensor)>) -> Result<Vec<(String, Tensor)>> {
+        Ok(self.run_blocking(inputs, false)?.0)
     }
 
     /// `run`, for callers that cannot block (the browser): GPU completions and readbacks are
     /// awaited. The same work as `run` on native targets.
     pub async fn run_async(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
-        Ok(self.run_with_report_async(inputs).await?.0)
+        Ok(self.run_owned_async(copied(inputs), false).await?.0)
     }
 
-    /// Run the model and report, per node, where it ran and how long it took. Blocks; native
-    /// targets only (in the browser use [`Session::run_with_report_async`]).
+    /// Run the model and report, per node, where it ran and how long it took (GPU nodes timed
+    /// by timestamp queries where the adapter has them, which slows runs of many short GPU
+    /// kernels: [`Session::run`] skips them). Blocks; native targets only (in the browser use
+    /// [`Session::run_with_report_async`]).
     pub fn run_with_report(
         &self,
         inputs: &[(&str, Tensor)],
@@ -364,10 +372,19 @@ impl Session {
         &self,
         inputs: Vec<(&str, Tensor)>,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
-        // The executor runs on the session's pool, so that each CPU kernel starts inline
-        // instead of through a cross-thread `install` per node (5-10 us each).
+        self.run_blocking(inputs, true)
+    }
+
+    /// [`Session::run_owned_async`], blocking. The executor runs on the session's pool, so that
+    /// each CPU kernel starts inline instead of through a cross-thread `install` per node (5-10
+    /// us each).
+    fn run_blocking(
+        &self,
+        inputs: Vec<(&str, Tensor)>,
+        gpu_times: bool,
+    ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         handoff::run_on(&self.pool, &self.last_run, || {
-            pollster::block_on(self.run_owned_async(inputs))
+            pollster::block_on(self.run_owned_async(inputs, gpu_times))
         })
     }
 
@@ -376,13 +393,15 @@ impl Session {
         &self,
         inputs: &[(&str, Tensor)],
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
-        self.run_owned_async(copied(inputs)).await
+        self.run_owned_async(copied(inputs), true).await
     }
 
-    /// The run behind every `run*` method, on inputs given by value.
+    /// The run behind every `run*` method, on inputs given by value. GPU nodes are timed when
+    /// `gpu_times` asks or the cost model learns from this run ([`Session::learns_next`]).
     async fn run_owned_async(
         &self,
         inputs: Vec<(&str, Tensor)>,
+        gpu_times: bool,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         let ordered = self.order_inputs(inputs)?;
         let (plan, key) = self.cached_plan(&ordered)?;
@@ -390,12 +409,14 @@ impl Session {
         // A device lost in an earlier run is replaced here (recover.rs).
         let (gpu, reopened) = self.gpu.for_run(&self.constants);
         let plan = self.around_busy_gpu(gpu.as_deref(), plan)?;
+        let gpu_times = gpu_times || self.learns_next(&key, &plan);
         let cx = exec::Context {
             graph: &self.graph,
             plan: &plan,
             gpu: gpu.as_deref(),
             pool: &self.pool,
             constants: &self.constants,
+            gpu_times,
         };
         let mut buffers = self.host_buffers.lock().unwrap().pop().unwrap_or_default();
         let (base, most) = self.kept_host_bytes(&plan);
@@ -501,6 +522,17 @@ impl Session {
         };
         if learns_from_run(run) {
             costs.observe_report(&self.graph, plan, report);
+        }
+    }
+
+    /// Whether [`Session::learn`] will feed the next run of `plan` to the cost model.
+    fn learns_next(&self, key: &[Vec<usize>], plan: &Arc<Plan>) -> bool {
+        if self.costs.is_none() || plan.predicted.is_none() {
+            return false;
+        }
+        match self.plans.lock().unwrap().get(key) {
+            Some(c) if Arc::ptr_eq(&c.plan, plan) => learns_from_run(c.runs),
+            _ => true,
         }
     }
 

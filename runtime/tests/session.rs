@@ -233,6 +233,53 @@ fn a_long_stretch_of_gpu_steps_is_submitted_in_full_batches() {
     }
 }
 
+/// GPU steps are timed (timestamp queries) only when the run asks: a report's GPU nodes carry
+/// their kernel times, a run without `gpu_times` records no queries and reports 0 for them.
+#[test]
+fn gpu_nodes_are_timed_only_when_the_run_asks() {
+    let (bytes, _) = mlp();
+    let gpu = gpu();
+    assert!(gpu.has_timestamps(), "lavapipe has timestamp queries");
+    let opts = SessionOptions::default()
+        .placement(Placement::Gpu)
+        .gpu(gpu.clone());
+    let s = Session::new(bytes.as_slice(), opts).unwrap();
+    let (_, report) = s.run_with_report(&[("x", x())]).unwrap();
+    let on_gpu = |r: &tandem::report::RunReport| -> Vec<std::time::Duration> {
+        (r.nodes.iter())
+            .filter(|n| n.ran == Ran::On(Device::Gpu))
+            .map(|n| n.time)
+            .collect()
+    };
+    let timed = on_gpu(&report);
+    assert_eq!(timed.len(), 4, "{report}");
+    assert!(timed.iter().all(|t| !t.is_zero()), "{report}");
+    let plan = s.plan(&[("x", x())]).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let constants = tandem::exec::GpuConstants::default();
+    for gpu_times in [false, true] {
+        let cx = tandem::exec::Context {
+            graph: s.graph(),
+            plan: &plan,
+            gpu: Some(&gpu),
+            pool: &pool,
+            constants: &constants,
+            gpu_times,
+        };
+        let (outs, report) = tandem::exec::execute(&cx, vec![x()]).unwrap();
+        assert_close(&outs[0], &reference(&mlp().1), 1e-5, 1e-6);
+        let times = on_gpu(&report);
+        assert_eq!(times.len(), 4, "{report}");
+        assert!(
+            times.iter().all(|t| t.is_zero() != gpu_times),
+            "gpu_times {gpu_times}: {report}"
+        );
+    }
+}
+
 /// A session keeps its runs' host buffers for the next run (exec/host_buffers.rs): runs on
 /// other inputs, in turn, must each give their own result, on every placement.
 #[test]

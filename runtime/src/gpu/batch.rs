@@ -51,6 +51,9 @@ pub(super) struct Pending {
 pub struct Batch<'g> {
     pub(super) gpu: &'g Gpu,
     pub(super) pending: Vec<Pending>,
+    /// Whether each dispatch's GPU time is measured (timestamp queries, where the adapter has
+    /// them; see [`Batch::timed`]).
+    pub(super) timed: bool,
 }
 
 /// Measured time of one submitted batch: wall time from submit to completion and, where the
@@ -68,6 +71,14 @@ pub struct BatchTiming {
 impl<'g> Batch<'g> {
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
+    }
+
+    /// Measure each dispatch's GPU time (`true`, the default where the adapter has timestamp
+    /// queries) or not. Timestamps around every pass cost the GPU a pause each: on a lent H200,
+    /// runs of many short kernels took 0.65-0.96x the time without them (docs/bench.md).
+    pub fn timed(mut self, on: bool) -> Self {
+        self.timed = on && self.gpu.timestamps;
+        self
     }
 
     /// Whether the batch holds [`entries_per_submit`] dispatches and clears: enough that
@@ -198,7 +209,7 @@ impl<'g> Batch<'g> {
         // Two timestamps per entry, in query sets of at most QUERY_SET_MAX_QUERIES (a batch of
         // more than 2048 dispatches in one set failed validation and lost the whole run).
         let n = self.pending.len() as u32;
-        let queries = gpu.timestamps.then(|| {
+        let queries = self.timed.then(|| {
             // (set, its first query's index in the batch, its count)
             let sets: Vec<(wgpu::QuerySet, u32, u32)> = (0..2 * n)
                 .step_by(QUERIES_PER_SET as usize)
