@@ -346,8 +346,14 @@ impl Gpu {
     /// Wait for every submitted command; a wait past [`GPU_WAIT_TIMEOUT`] marks the device lost.
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))] // the browser waits in gpu/wait.rs
     fn wait_idle(&self) -> Result<()> {
+        self.wait_for(None)
+    }
+
+    /// Wait for the submit of `index` and those before it (`None`: every submit); a wait past
+    /// [`GPU_WAIT_TIMEOUT`] marks the device lost.
+    fn wait_for(&self, index: Option<wgpu::SubmissionIndex>) -> Result<()> {
         let poll = self.device.poll(wgpu::PollType::Wait {
-            submission_index: None,
+            submission_index: index,
             timeout: Some(GPU_WAIT_TIMEOUT),
         });
         match poll {

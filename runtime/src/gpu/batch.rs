@@ -331,7 +331,7 @@ impl<'g> Batch<'g> {
             encoder.copy_buffer_to_buffer(&uniforms.buffer, 0, &uniforms.buffer, 0, 1 << 40);
         }
         let start = Instant::now();
-        gpu.queue.submit([encoder.finish()]);
+        let index = gpu.queue.submit([encoder.finish()]);
         if lose {
             gpu.destroy_for_test();
         }
@@ -350,6 +350,7 @@ impl<'g> Batch<'g> {
             start,
             labels,
             stamps: resolved,
+            index,
             _keep: (self.pending, uniforms, windows),
         })
     }
@@ -364,6 +365,8 @@ pub struct Submitted<'g> {
     start: Instant,
     labels: Vec<usize>,
     stamps: Option<(PooledBuffer, u64)>,
+    /// The queue's index of this submit: an untimed batch waits for it alone.
+    index: wgpu::SubmissionIndex,
     /// Buffers and uniforms stay out of the pool until the GPU is done with them.
     _keep: (Vec<Pending>, PooledBuffer, Option<PooledBuffer>),
 }
@@ -413,17 +416,21 @@ impl Submitted<'_> {
                 }
             }
             None => {
-                gpu.wait_idle_async().await?;
+                gpu.wait_submission_async(self.index.clone()).await?;
                 gpu.check_alive()?;
                 timing.wall = self.start.elapsed();
             }
         }
         let gpu_time: Duration = timing.per_label.iter().map(|(_, d)| *d).sum();
-        gpu.busy.finished(if timing.per_label.is_empty() {
-            timing.wall
-        } else {
-            gpu_time
-        });
+        match (&self.stamps, timing.per_label.is_empty()) {
+            (Some(_), false) => gpu.busy.finished(gpu_time),
+            // No dispatch timed, or an adapter without timestamps: the wall time is all there is.
+            (Some(_), true) => gpu.busy.finished(timing.wall),
+            (None, _) if !gpu.timestamps => gpu.busy.finished(timing.wall),
+            // Untimed by choice ([`Batch::timed`]): its wall time runs to when the host came
+            // to wait (the end of the run), so it would overstate the batch's GPU time.
+            (None, _) => {}
+        }
         Ok(timing)
     }
 }

@@ -59,12 +59,14 @@ impl Gpu {
         }
     }
 
-    /// Wait until every submitted command is done (the browser: `onSubmittedWorkDone`).
-    pub(super) async fn wait_idle_async(&self) -> Result<()> {
+    /// Wait until the submit of `index` (and every one before it) is done. In the browser,
+    /// until every submitted command is (`onSubmittedWorkDone`: WebGPU has no per-submit wait).
+    pub(super) async fn wait_submission_async(&self, index: wgpu::SubmissionIndex) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
-        return self.wait_idle();
+        return self.wait_for(Some(index));
         #[cfg(target_arch = "wasm32")]
         {
+            let _ = index;
             let (signal, done) = oneshot::<()>();
             self.queue.on_submitted_work_done(move || signal(()));
             done.await;
