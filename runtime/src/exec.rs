@@ -4,8 +4,9 @@
 //! Sits between a [`Plan`] and the two devices. Consecutive GPU steps are recorded into a batch
 //! (one command encoder); the batch is submitted, without waiting, as soon as a CPU step comes,
 //! so the GPU works while the CPU kernels run on the session's rayon pool, or once it is full
-//! ([`Batch::is_full`]), so the GPU works while the host records the next steps. The host waits for the
-//! GPU only when a CPU step reads a GPU result (a join), or at the end of the run. A split step
+//! ([`Batch::is_full`]), so the GPU works while the host records the next steps. The host waits
+//! for the GPU only when a CPU step reads a GPU result (a join), or at the end of the run. GPU
+//! steps are timed (timestamp queries) only when [`Context::gpu_times`] asks. A split step
 //! submits its GPU rows first, computes its CPU rows meanwhile, and leaves its output in two
 //! parts that are joined where they are read.
 //!
