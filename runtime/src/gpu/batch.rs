@@ -422,15 +422,15 @@ impl Submitted<'_> {
             }
         }
         let gpu_time: Duration = timing.per_label.iter().map(|(_, d)| *d).sum();
-        match (&self.stamps, timing.per_label.is_empty()) {
-            (Some(_), false) => gpu.busy.finished(gpu_time),
-            // No dispatch timed, or an adapter without timestamps: the wall time is all there is.
-            (Some(_), true) => gpu.busy.finished(timing.wall),
-            (None, _) if !gpu.timestamps => gpu.busy.finished(timing.wall),
-            // Untimed by choice ([`Batch::timed`]): its wall time runs to when the host came
-            // to wait (the end of the run), so it would overstate the batch's GPU time.
-            (None, _) => {}
+        if !timing.per_label.is_empty() {
+            gpu.busy.finished(gpu_time);
+        } else if self.stamps.is_some() || !gpu.timestamps {
+            // A timed batch of clears alone, or an adapter without timestamps: the wall time
+            // is all there is.
+            gpu.busy.finished(timing.wall);
         }
+        // Else untimed by choice ([`Batch::timed`]): its wall time runs to when the host came
+        // to wait (often the end of the run), so it would overstate the batch's GPU time.
         Ok(timing)
     }
 }
