@@ -7,14 +7,16 @@
 #       together), and models/ (without minilm and the download cache) with conformance-data/
 #       (about 38 MB), into DIR (default .gpucheck/, git-ignored); DIR/root holds this
 #       checkout's path. About 3 minutes on 2 cores once the release build is there.
-#   bash scripts/gpu_check.sh run [DIR] [tests|bench|all] [THREADS]
+#   bash scripts/gpu_check.sh run [DIR] [tests|bench|all|kernels] [THREADS]
 #       there, in a copy of this checkout holding DIR: unpacks, then runs the tests (each with
 #       a time limit) and/or `tandem-bench run` of the 14 models ($MODELS to choose) on cpu,
 #       gpu and auto against onnxruntime (`python3` must import it) with THREADS (default:
-#       all cores). Logs and reports go to $OUT (default /tmp/gpucheck); the last line says
-#       how many failed, and the exit status is non-zero if any did. A test binary still
-#       running at its limit leaves its threads' names, wait channels, states and kernel
-#       stacks in $OUT/hang_<test>.txt before it is killed.
+#       all cores); `kernels`: all-GPU runs of $KERNEL_MODELS with the workgroup-memory Conv
+#       and MatMul kernels and without (`TANDEM_GPU_TILED=0`), processes in A B B A order,
+#       each one's median of 30 runs. Logs and reports go to $OUT (default /tmp/gpucheck);
+#       the last line says how many failed, and the exit status is non-zero if any did. A
+#       test binary still running at its limit leaves its threads' names, wait channels,
+#       states and kernel stacks in $OUT/hang_<test>.txt before it is killed.
 # The test binaries read models/ and conformance-data/ under the path they were built in: run
 # makes that path a link to the copy when they differ. CI=true is set, so a missing adapter
 # fails instead of skipping. Vulkan: if ldconfig finds no libvulkan.so.1, the .deb files in
@@ -29,6 +31,8 @@ tests=(ops_lib gpu_data_movement gpu_elementwise gpu_layer gpu_linalg gpu_norm_r
 models="${MODELS:-magika ppocr_det yolov8n tiny_llama_prefill tiny_llama_decode
   light_bvlc_alexnet light_densenet121 light_inception_v1 light_inception_v2 light_resnet50
   light_shufflenet light_squeezenet light_vgg19 light_zfnet512}"
+kernel_models="${KERNEL_MODELS:-light_resnet50 yolov8n light_vgg19 light_densenet121 ppocr_det
+  tiny_llama_prefill light_squeezenet magika}"
 
 pack() {
   set -e
@@ -88,7 +92,7 @@ run() {
   { nproc; grep -m1 'model name' /proc/cpuinfo; "$b/tandem" info; } >"$out/info.txt" 2>&1
   log "unpacked; $(grep -m1 '^GPU' "$out/info.txt")"
   local failed=0
-  if [ "$what" != bench ]; then
+  if [ "$what" = tests ] || [ "$what" = all ]; then
     : >"$out/tests.log"
     for t in "${tests[@]}"; do
       local args=() limit=120
@@ -122,7 +126,18 @@ run() {
     done
     grep -a '^conformance:' "$out/tests.log" | tail -1
   fi
-  if [ "$what" != tests ]; then
+  if [ "$what" = kernels ]; then
+    for m in $kernel_models; do
+      local dims=()
+      [ "$m" = yolov8n ] && dims=(--dim batch=1 --dim height=320 --dim width=320)
+      for tiled in 0 1 1 0; do
+        TANDEM_GPU_TILED=$tiled timeout 120 "$b/tandem" run "models/$m/model.onnx" "${dims[@]}" \
+          --placement gpu --runs 30 >"$out/kernels.txt" 2>&1 || failed=$((failed + 1))
+        log "kernels $m TANDEM_GPU_TILED=$tiled: $(grep -o 'median latency.*' "$out/kernels.txt")"
+      done
+    done
+  fi
+  if [ "$what" = bench ] || [ "$what" = all ]; then
     # shellcheck disable=SC2086  # the model list is words
     timeout 540 "$b/tandem-bench" run $models --placements cpu,gpu,auto --peers onnxruntime \
       --adapter vulkan --threads "$threads" --iters 10 --secs 0.3 --max-secs 4 --gpu-iters 10 \

@@ -32,7 +32,7 @@ use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Wo
 use std::ops::Range;
 use tandem_shaders::{
     CONV, CONV_POINTWISE, CONV_ROWS, CONV_ROWS_TEXTURE, CONV_ROWS_UNIFORM,
-    CONV_ROWS_UNIFORM_TEXTURE,
+    CONV_ROWS_UNIFORM_TEXTURE, CONV_TILED,
 };
 
 #[path = "conv_cpu.rs"]
@@ -680,8 +680,14 @@ impl Conv {
             let oc = pl % g.m;
             (pl / g.m) * mgb * g.group + (oc / g.mg) * mgb + (oc % g.mg) / ocb
         };
-        let (b0, b1) = (block(pl0), block(pl1));
+        // `conv_tiled.wgsl`: blk0 is the first image, the grid the tiles of e0..e1 (`TileGrid`)
+        let tiled = (shader == CONV_TILED).then(|| TileGrid::of(g, e0..e1));
+        let (b0, b1) = match tiled {
+            Some(_) => (pl0 / g.m, pl1 / g.m),
+            None => (block(pl0), block(pl1)),
+        };
         let threads = (b1 + 1 - b0) * bpp;
+        let first_tile = tiled.map_or([0, 0], |t| t.first.map(|v| v as u32));
         let (act, act_a, act_b) = self.activation.gpu_params();
         let p = ConvParams {
             n: u32_of(g.n)?,
@@ -712,6 +718,9 @@ impl Conv {
             post_scale: self.post.map_or(1.0, |p| p.0),
             post_shift: self.post.map_or(0.0, |p| p.1),
             w_first: u32_of(window.as_ref().map_or(0, |w| w.start))?,
+            tile_x0: first_tile[0],
+            tile_y0: first_tile[1],
+            _pad: [0; 2],
         };
         // Unused bindings get W again.
         let inputs = vec![
@@ -724,7 +733,11 @@ impl Conv {
         // 128 channels on 20 x 20, 8 channels a window) spreads over more of them in 16s (on
         // big ones 16 and 64 took the same time, and one size compiles half the pipelines)
         let wg = if window.is_some() { 16 } else { 64 };
-        let k = GpuKernel::new(shader, inputs, vec![0], &p, grid_1d(threads as u64, wg))
+        let grid = match tiled {
+            Some(t) => t.workgroups()?,
+            None => grid_1d(threads as u64, wg),
+        };
+        let k = GpuKernel::new(shader, inputs, vec![0], &p, grid)
             .with_override("WG", wg as f64)
             .with_override("PX", px as f64)
             .with_override("ROWS", rows as u32 as f64)
@@ -808,6 +821,71 @@ fn windows_pay(g: &Geom2, windows: &[WeightWindow]) -> bool {
     windows.len() == 1 || fmas / windows.len() >= 1 << 20
 }
 
+/// Output channels and pixels of a `conv_tiled.wgsl` workgroup's tile.
+const TILE: usize = 64;
+
+/// The `conv_tiled.wgsl` tiles a dispatch of output elements `e0..e1` covers: pixel tiles,
+/// channel tiles of every group (group g's tile t is number `g * ceil(mg / 64) + t`), images;
+/// only those the elements touch where they lie in one plane (pixels) or one image (channels),
+/// so that a split's rows launch their own tiles, not the image's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TileGrid {
+    /// The first pixel tile and channel tile (`tile_x0`, `tile_y0` of the params).
+    first: [usize; 2],
+    /// Pixel tiles, channel tiles, images.
+    count: [usize; 3],
+}
+
+impl TileGrid {
+    fn of(g: &Geom2, e: Range<usize>) -> TileGrid {
+        let plane = g.oh * g.ow;
+        let (pl0, pl1) = (e.start / plane, (e.end - 1) / plane);
+        let per_group = g.mg.div_ceil(TILE);
+        let channel_tile = |pl: usize| {
+            let oc = pl % g.m;
+            (oc / g.mg) * per_group + (oc % g.mg) / TILE
+        };
+        let (x0, x1) = match pl0 == pl1 {
+            true => ((e.start % plane) / TILE, ((e.end - 1) % plane) / TILE),
+            false => (0, plane.div_ceil(TILE) - 1),
+        };
+        let (y0, y1) = match pl0 / g.m == pl1 / g.m {
+            true => (channel_tile(pl0), channel_tile(pl1)),
+            false => (0, g.group * per_group - 1),
+        };
+        TileGrid {
+            first: [x0, y0],
+            count: [x1 + 1 - x0, y1 + 1 - y0, pl1 / g.m + 1 - pl0 / g.m],
+        }
+    }
+
+    /// The dispatch's workgroups; an error where a count exceeds a dispatch's 65535 (the
+    /// caller keeps `conv.wgsl`).
+    fn workgroups(&self) -> Result<[u32; 3]> {
+        match self.count.iter().all(|&d| d <= 65535) {
+            true => Ok(self.count.map(|d| d as u32)),
+            false => Err(OpError::Unsupported(format!(
+                "Conv: {:?} tiles exceed a dispatch",
+                self.count
+            ))),
+        }
+    }
+}
+
+/// Whether a GPU computes `g` with `conv_tiled.wgsl` (W and X staged in workgroup memory) rather
+/// than `conv.wgsl` (4 x 4 register tiles, every load from storage): where a group's output
+/// channels and its reduction fill at least half a tile of 64 channels and a step of 16, and
+/// the grid fits (and `TANDEM_GPU_TILED` is not 0). Depthwise and few-channel convs keep
+/// `conv.wgsl`.
+fn tiled_fits(g: &Geom2) -> bool {
+    crate::gpu_kernel::tiled_enabled()
+        && g.mg >= TILE / 2
+        && g.ckk() >= 16
+        && TileGrid::of(g, 0..g.n * g.m * g.oh * g.ow)
+            .workgroups()
+            .is_ok()
+}
+
 /// Output channels per invocation of `conv.wgsl` for groups of `mg` output channels, at most
 /// `most` (4 or 8): one where a group has fewer than 4 (depthwise).
 fn gpu_channels(mg: usize, most: usize) -> usize {
@@ -853,6 +931,10 @@ struct ConvParams {
     post_shift: f32,
     /// The first W element of the uniform window (`conv_rows.wgsl`); 0 for the others.
     w_first: u32,
+    /// `conv_tiled.wgsl`'s first pixel tile and channel tile ([`TileGrid`]); 0 for the others.
+    tile_x0: u32,
+    tile_y0: u32,
+    _pad: [u32; 2],
 }
 
 fn u32_of(v: usize) -> Result<u32> {
@@ -946,11 +1028,15 @@ impl Op for Conv {
         let plane = g.oh * g.ow;
         let (e0, e1) = (rows.start * g.ow, rows.end * g.ow);
         u32_of(g.n * g.m * plane)?;
-        // 4 pixels x 4 channels a GPU invocation; 8 x 8 on an adapter that runs shaders on the
+        // GPUs: `conv_tiled.wgsl` where a group fills a tile, else 4 pixels x 4 channels an
+        // invocation (`conv.wgsl`); 8 x 8 on an adapter that runs shaders on the
         // CPU, where each load is a gather: 16 loads for 64 FMAs instead of 8 for 16 (magika's
         // conv and a 64 -> 64 3x3 on 56 x 56 in 0.50x the time on lavapipe).
         let tile = |px, most| (px, gpu_channels(g.mg, most));
-        let gpu = self.gpu_kernel(CONV, &g, ins.len(), (e0, e1), tile(4, 4), None)?;
+        let gpu = match tiled_fits(&g) {
+            true => self.gpu_kernel(CONV_TILED, &g, ins.len(), (e0, e1), (4, 4), None)?,
+            false => self.gpu_kernel(CONV, &g, ins.len(), (e0, e1), tile(4, 4), None)?,
+        };
         // There a 1-D conv runs as a row (the same floats in the same order), which
         // `conv_rows.wgsl` can window.
         let r = g.as_row(&(0..total)).map_or(g, |(row, _)| row);

@@ -1422,3 +1422,43 @@ fn cpu_adapters_take_windowed_kernels_where_they_fit() {
         assert_eq!(storage[0].uniform_window, None);
     }
 }
+
+/// On GPUs a conv whose groups have at least 32 output channels and 16 weights each runs
+/// `conv_tiled.wgsl` (a 64 x 64 tile staged in workgroup memory); depthwise, few-channel and
+/// tiny-kernel convs keep `conv.wgsl`'s register tiles. Its grid: pixel tiles, channel tiles of
+/// every group, images, of the rows asked for only (and its params say the first tiles).
+#[test]
+fn gpus_take_the_tiled_kernel_where_groups_fill_a_tile() {
+    let kernel = |xs: [usize; 4], m: usize, group: usize, k: usize, rows: Option<Range<usize>>| {
+        let op = conv(&conv_attrs(group, [1, 1], [1, 1], [0; 4])).unwrap();
+        let x = TensorMeta::new(DType::F32, xs.to_vec());
+        let w = TensorMeta::new(DType::F32, vec![m, xs[1] / group, k, k]);
+        let outs = op.infer(&[&x, &w]).unwrap();
+        let all = outs[0].shape[..3].iter().product();
+        let ks = op.gpu(&[&x, &w], &outs, rows.unwrap_or(0..all)).unwrap();
+        let word =
+            |i: usize| u32::from_le_bytes(ks[0].params[4 * i..4 * i + 4].try_into().unwrap());
+        // tile_x0 and tile_y0: words 28 and 29 of ConvParams
+        (ks[0].shader.name, ks[0].workgroups, [word(28), word(29)])
+    };
+    // resnet50's 3x3 of 64 channels on 56 x 56 (49 pixel tiles, one channel tile)
+    let resnet = |rows| kernel([1, 64, 58, 58], 64, 1, 3, rows);
+    assert_eq!(resnet(None), ("conv_tiled", [49, 1, 1], [0, 0]));
+    // rows 0-2 of channel 10: its pixels 0..168, tiles 0-2; channel 10's last row and channel
+    // 11's first: every pixel tile
+    assert_eq!(resnet(Some(560..563)), ("conv_tiled", [3, 1, 1], [0, 0]));
+    assert_eq!(resnet(Some(615..617)), ("conv_tiled", [49, 1, 1], [0, 0]));
+    // the last row of a channel: pixels 3080..3136, tile 48 alone
+    assert_eq!(resnet(Some(615..616)), ("conv_tiled", [1, 1, 1], [48, 0]));
+    // two groups of 100 channels over 2 x 2 weights: two channel tiles a group; two images;
+    // image 1's channels 150-199 (group 1's tiles, numbers 2 and 3)
+    let grouped = |rows| kernel([2, 8, 9, 9], 200, 2, 2, rows);
+    assert_eq!(grouped(None), ("conv_tiled", [1, 4, 2], [0, 0]));
+    let image1 = 200 * 8;
+    let rows = image1 + 150 * 8..image1 + 200 * 8;
+    assert_eq!(grouped(Some(rows)), ("conv_tiled", [1, 2, 1], [0, 2]));
+    // 16 channels, a depthwise conv, and 1x1s over 8 input channels keep conv.wgsl
+    assert_eq!(kernel([1, 64, 10, 10], 16, 1, 3, None).0, "conv");
+    assert_eq!(kernel([1, 64, 10, 10], 64, 64, 3, None).0, "conv");
+    assert_eq!(kernel([1, 8, 10, 10], 64, 1, 1, None).0, "conv");
+}

@@ -75,6 +75,14 @@ pub fn textures_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TANDEM_GPU_TEXTURES").as_deref() != Ok("0"))
 }
 
+/// Whether GPUs run Conv and MatMul through tiles staged in workgroup memory
+/// (`conv_tiled.wgsl`, `matmul_tiled.wgsl`) where they fit; `TANDEM_GPU_TILED=0` keeps the
+/// register-tiled kernels (`conv.wgsl`, `matmul.wgsl`), to measure one against the other.
+pub fn tiled_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TANDEM_GPU_TILED").as_deref() != Ok("0"))
+}
+
 /// Whether an operand of `elems` elements is read from a texture: textures are on and it fits
 /// one ([`TEXTURE_MAX_ROWS`] rows of [`TEXTURE_WIDTH`] vec4s).
 pub fn texture_fits(elems: usize) -> bool {

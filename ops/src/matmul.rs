@@ -283,7 +283,8 @@ pub(crate) fn matmul_kernels(
         p.b0 = b0 as u32;
         // T x T outputs an invocation in WS x WS workgroups (one row of T and a row of WS when
         // M is 1): 8 x 8 where shaders run on the CPU and every load is a gather, 4 x 4 on
-        // GPUs; a workgroup covers 64 columns either way. `matmul_vec4.wgsl` is the 8 x 8
+        // GPUs (`matmul_tiled.wgsl`'s layout too, from 32 rows); a workgroup covers 64 columns
+        // either way. `matmul_vec4.wgsl` is the 8 x 8
         // layout with vec4 reads, where the operands allow them.
         let kernel = |shader, t: usize| {
             let (tm, wy) = if wg_rows == 1 {
@@ -305,7 +306,18 @@ pub(crate) fn matmul_kernels(
             None if vec4_fits(g, &p) => vec![kernel(tandem_shaders::MATMUL_VEC4, 8)],
             None => vec![layout(8)],
         };
-        kernels.push(layout(4).with_cpu_adapter_variants(on_cpu));
+        // GPUs stage 64 x 64 tiles in workgroup memory where the rows fill one
+        let gpu = match g.m >= GPU_TILE / 2 && crate::gpu_kernel::tiled_enabled() {
+            true => GpuKernel::new(
+                tandem_shaders::MATMUL_TILED,
+                inputs.clone(),
+                vec![0],
+                &p,
+                [gx, gy, nb as u32],
+            ),
+            false => layout(4),
+        };
+        kernels.push(gpu.with_cpu_adapter_variants(on_cpu));
         b0 += nb;
     }
     Ok(kernels)
@@ -728,11 +740,14 @@ mod tests {
             (k[0].shader.name, k[0].for_adapter(true)[0].shader.name)
         };
         let mm = MatMul::default();
-        // A's rows fit uniform windows: matmul_window.wgsl (matmul_windows.rs tests when)
+        // A's rows fit uniform windows: matmul_window.wgsl (matmul_windows.rs tests when);
+        // GPUs stage tiles in workgroup memory from 32 rows (matmul_tiled.wgsl)
         assert_eq!(
             shader(&mm, &[70, 20], &[20, 68]),
-            ("matmul", super::windows::tests::window_shader())
+            ("matmul_tiled", super::windows::tests::window_shader())
         );
+        assert_eq!(shader(&mm, &[31, 20], &[20, 68]).0, "matmul");
+        assert_eq!(shader(&mm, &[32, 20], &[20, 68]).0, "matmul_tiled");
         assert_eq!(
             shader(&mm, &[2, 3, 9, 8], &[3, 8, 12]),
             ("matmul", "matmul_vec4")
@@ -742,9 +757,12 @@ mod tests {
         // transpose: floats.
         assert_eq!(
             shader(&mm, &[70, 21], &[21, 68]),
-            ("matmul", super::windows::tests::window_shader())
+            ("matmul_tiled", super::windows::tests::window_shader())
         );
-        assert_eq!(shader(&mm, &[70, 20], &[20, 66]), ("matmul", "matmul"));
+        assert_eq!(
+            shader(&mm, &[70, 20], &[20, 66]),
+            ("matmul_tiled", "matmul")
+        );
         assert_eq!(shader(&mm, &[3, 1, 8], &[3, 8, 12]).1, "matmul_vec4");
         assert_eq!(shader(&mm, &[3, 1, 8], &[3, 8, 10]).1, "matmul");
         let bt = MatMul {

@@ -385,8 +385,9 @@ mod tests {
             let b = TensorMeta::new(DType::F32, vec![k, n]);
             let outs = op.infer(&[&a, &b]).unwrap();
             // Each workgroup covers TM x WY rows, and T x WS columns (matmul.wgsl) or 8 lanes
-            // of 8 (matmul_vec4.wgsl, K and N multiples of 4); matmul_window.wgsl's, TM rows of
-            // 64 columns, pad rows only up to TM (Cpu adapters: at most the model's padding).
+            // of 8 (matmul_vec4.wgsl, K and N multiples of 4), or a 64 x 64 tile
+            // (matmul_tiled.wgsl, GPUs from 32 rows); matmul_window.wgsl's, TM rows of 64
+            // columns, pad rows only up to TM (Cpu adapters: at most the model's padding).
             for cpu_adapter in [false, true] {
                 let launched: f64 = (op.gpu(&[&a, &b], &outs, 0..m).unwrap().iter())
                     .flat_map(|k| k.for_adapter(cpu_adapter))
@@ -395,6 +396,7 @@ mod tests {
                         let (rows, cols) = match k.shader.name {
                             "matmul_window" | "matmul_window_texture" => (o("TM"), 64.0),
                             "matmul_vec4" => (o("TM") * o("WY"), 64.0),
+                            "matmul_tiled" => (64.0, 64.0),
                             _ => (o("TM") * o("WY"), o("T") * o("WS")),
                         };
                         let groups: u32 = k.workgroups.iter().product();

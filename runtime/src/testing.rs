@@ -46,8 +46,8 @@ pub fn row_count_of(op: &dyn Op, ins: &[Tensor]) -> usize {
 /// The standard check of one op: every output of `want` matches on the CPU and on the GPU, and
 /// output 0 matches when split across both at row 1, an odd middle row and the last row. On an
 /// adapter that runs shaders on the CPU (lavapipe), kernels with a variant for such adapters
-/// ([`GpuKernel::on_cpu_adapter`]) are checked both ways: the variant, and the kernel a GPU
-/// would run.
+/// ([`GpuKernel::on_cpu_adapter`]) are checked both ways, whole and split: the variant, and the
+/// kernel a GPU would run.
 pub fn check_all_placements(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f32) {
     let cpu = run_cpu(op, ins);
     let gpu = run_gpu(op, ins);
@@ -55,7 +55,8 @@ pub fn check_all_placements(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f
         assert_close(&cpu[i], w, tol, tol);
         assert_close(&gpu[i], w, tol, tol);
     }
-    if self::gpu().runs_on_cpu() && has_cpu_adapter_variant(op, ins) {
+    let both_layouts = self::gpu().runs_on_cpu() && has_cpu_adapter_variant(op, ins);
+    if both_layouts {
         let as_on_a_gpu = try_run_gpu_kernels(op, ins, None, false)
             .unwrap_or_else(|e| panic!("{}: gpu (GPU layout) failed: {e}", op.name()));
         for (i, w) in want.iter().enumerate() {
@@ -65,6 +66,9 @@ pub fn check_all_placements(op: &dyn Op, ins: &[Tensor], want: &[Tensor], tol: f
     let rows = row_count_of(op, ins);
     for cut in [1, (rows / 2) | 1, rows.saturating_sub(1)] {
         assert_close(&run_split(op, ins, cut)[0], &want[0], tol, tol);
+        if both_layouts {
+            assert_close(&split_kernels(op, ins, cut, false)[0], &want[0], tol, tol);
+        }
     }
 }
 
@@ -179,6 +183,12 @@ pub fn run_gpu(op: &dyn Op, ins: &[Tensor]) -> Vec<Tensor> {
 /// Rows `0..cut` on the CPU and `cut..` on the GPU, joined into one output (ops that cannot be
 /// split run whole on the CPU).
 pub fn run_split(op: &dyn Op, ins: &[Tensor], cut: usize) -> Vec<Tensor> {
+    split_kernels(op, ins, cut, true)
+}
+
+/// [`run_split`]; with `variants` false the GPU's rows run the kernels a GPU would
+/// ([`try_run_gpu_kernels`]).
+fn split_kernels(op: &dyn Op, ins: &[Tensor], cut: usize, variants: bool) -> Vec<Tensor> {
     let metas = const_metas(ins);
     let (outs, rows) = infer(op, &metas);
     let cut = cut.min(rows);
@@ -187,7 +197,7 @@ pub fn run_split(op: &dyn Op, ins: &[Tensor], cut: usize) -> Vec<Tensor> {
     op.cpu(&refs, &mut out, 0..cut)
         .unwrap_or_else(|e| panic!("{}: cpu failed: {e}", op.name()));
     if cut < rows {
-        let from_gpu = try_run_gpu_rows(op, ins, Some(cut..rows))
+        let from_gpu = try_run_gpu_kernels(op, ins, Some(cut..rows), variants)
             .unwrap_or_else(|e| panic!("{}: gpu failed: {e}", op.name()));
         let mrefs: Vec<&TensorMeta> = metas.iter().collect();
         let len = row_len(&outs[0].shape, op.split_axis(&mrefs, &outs));

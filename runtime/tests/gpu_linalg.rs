@@ -111,17 +111,21 @@ fn matmul_gpu_matches_reference() {
 /// With K not a multiple of 4 the window kernel's last group of four k runs past K: the A
 /// floats there belong to the next row and B's rows there do not exist. Both are read as 0:
 /// an infinity at the start of A's next row and in B's last row reach only the outputs they
-/// belong to (read unmasked, inf x 0 would put NaN in others).
+/// belong to (read unmasked, inf x 0 would put NaN in others). The same for a GPU's
+/// `matmul_tiled.wgsl` (40 rows), whose step of 16 k runs past K = 5 and reads there, clamped,
+/// the last k of A's row (an infinity in row 2) and B's last row.
 #[test]
 fn matmul_with_k_not_a_multiple_of_4_keeps_infinities_in_their_rows() {
     let mm = op("MatMul", &[]);
-    let (m, k, n) = (9, 5, 8);
-    let mut a = fill(&[m, k], 1);
-    a.as_f32_mut().unwrap()[k] = f32::INFINITY;
-    let mut b = fill(&[k, n], 2);
-    b.as_f32_mut().unwrap()[(k - 1) * n + 3] = f32::NEG_INFINITY;
-    let want = naive_matmul(&a, &b);
-    check_all_placements(mm.as_ref(), &[a, b], std::slice::from_ref(&want), 1e-4);
+    for (m, k, n) in [(9, 5, 8), (40, 5, 8)] {
+        let mut a = fill(&[m, k], 1);
+        a.as_f32_mut().unwrap()[k] = f32::INFINITY;
+        a.as_f32_mut().unwrap()[3 * k - 1] = f32::INFINITY;
+        let mut b = fill(&[k, n], 2);
+        b.as_f32_mut().unwrap()[(k - 1) * n + 3] = f32::NEG_INFINITY;
+        let want = naive_matmul(&a, &b);
+        check_all_placements(mm.as_ref(), &[a, b], std::slice::from_ref(&want), 1e-4);
+    }
 }
 
 /// A fused bias (`MatMul::bias`, the fusion pass's `MatMul+Add`) over each kernel: windows of
@@ -501,6 +505,31 @@ fn conv_gpu_matches_reference() {
             [1, 1, 1, 1],
             true,
         ),
+        // `conv_tiled.wgsl` (a GPU's kernel where a group has at least 32 output channels;
+        // lavapipe runs it in check_all_placements' GPU layout): two groups of 35 channels
+        // over 27 weights each (two steps of 16, the second short), stride 2 down, dilation 2
+        // across, uneven pads; 130 channels over three tiles of 64, the last short, on two
+        // images of 99 pixels (two pixel tiles each)
+        (
+            [1, 6, 15, 13],
+            70,
+            [3, 3],
+            2,
+            [2, 1],
+            [1, 2],
+            [1, 2, 0, 1],
+            true,
+        ),
+        (
+            [2, 5, 11, 9],
+            130,
+            [3, 3],
+            1,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            false,
+        ),
         (
             [0, 3, 5, 5],
             2,
@@ -545,6 +574,24 @@ fn conv_gpu_matches_reference() {
         }
         check_all_placements(conv.as_ref(), &ins, std::slice::from_ref(&want), 1e-4);
     }
+}
+
+/// A GPU's `conv_tiled.wgsl` reads, past a channel's 27 weights in its second step of 16, the
+/// channel's last weight (clamped) and masks it to 0, and masks X there too (unmasked, image
+/// 0's k = 27 would be image 1's first channel): an infinity in either place reaches only the
+/// outputs it belongs to (inf x 0 would put NaN in others). 32 output channels: the tiled
+/// kernel, run on lavapipe as a GPU's layout.
+#[test]
+fn conv_with_infinities_keeps_them_in_their_outputs() {
+    let (xs, m) = ([2, 3, 6, 6], 32);
+    let mut x = fill(&xs, 31);
+    x.as_f32_mut().unwrap()[0] = f32::INFINITY;
+    x.as_f32_mut().unwrap()[3 * 36] = f32::INFINITY;
+    let mut w = fill(&[m, 3, 3, 3], 32);
+    w.as_f32_mut().unwrap()[26] = f32::NEG_INFINITY;
+    let conv = op("Conv", &[]);
+    let want = naive_conv(&x, &w, None, 1, [1, 1], [1, 1], [0, 0], [4, 4]);
+    check_all_placements(conv.as_ref(), &[x, w], std::slice::from_ref(&want), 1e-4);
 }
 
 #[test]

@@ -73,6 +73,13 @@ shader!(GENERATE, "generate");
 shader!(MATMUL, "matmul", "matmul_common", "matmul_store");
 shader!(MATMUL_VEC4, "matmul_vec4", "matmul_common", "matmul_store");
 shader!(
+    MATMUL_TILED,
+    "matmul_tiled",
+    "matmul_common",
+    "matmul_store",
+    "tile_staging"
+);
+shader!(
     MATMUL_WINDOW,
     "matmul_window",
     "matmul_common",
@@ -86,6 +93,13 @@ shader!(
     "matmul_window_body"
 );
 shader!(CONV, "conv", "float_bits", "conv_common");
+shader!(
+    CONV_TILED,
+    "conv_tiled",
+    "float_bits",
+    "conv_common",
+    "tile_staging"
+);
 shader!(
     CONV_POINTWISE,
     "conv_pointwise",
@@ -172,9 +186,11 @@ pub const ALL: &[Shader] = &[
     GENERATE,
     MATMUL,
     MATMUL_VEC4,
+    MATMUL_TILED,
     MATMUL_WINDOW,
     MATMUL_WINDOW_TEXTURE,
     CONV,
+    CONV_TILED,
     CONV_POINTWISE,
     CONV_ROWS,
     CONV_ROWS_UNIFORM,

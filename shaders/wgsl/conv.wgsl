@@ -4,9 +4,10 @@
 // g = oc / mg. Only output elements e with params.e_start <= e < params.e_end are written.
 // Register tile per invocation: PX (4 or 8) consecutive pixels of OCB (8, 4, or 1 for
 // depthwise-like convs with mg < 4) consecutive output channels of one group, so each loaded
-// input value feeds ocb FMAs and each weight PX. The runtime takes 4 x 4 on GPUs and 8 x 8 on
-// adapters that run shaders on the CPU (GpuKernel::on_cpu_adapter), where every load is a
-// per-lane gather and few invocations suffice. Channel blocks: mgb = ceil(mg / OCB) per group,
+// input value feeds ocb FMAs and each weight PX. The runtime takes 4 x 4 on GPUs (for convs
+// conv_tiled.wgsl does not take) and 8 x 8 on adapters that run shaders on the CPU
+// (GpuKernel::on_cpu_adapter), where every load is a per-lane gather and few invocations
+// suffice. Channel blocks: mgb = ceil(mg / OCB) per group,
 // numbered over (n, group, block) from params.blk0; bpp blocks of PX pixels per plane.
 // Params, bindings 2-5, block numbering and the epilogue: the prelude conv_common.wgsl.
 // Bindings: 0 x, 1 w. Overrides: WG (workgroup size), PX (pixels per invocation), OCB,

@@ -1,5 +1,6 @@
 // conv_common: the params, bindings 2-5, block numbering and epilogue that conv.wgsl,
-// conv_pointwise.wgsl and conv_rows.wgsl share (each declares its own x and w bindings 0 and 1).
+// conv_pointwise.wgsl and conv_rows.wgsl share, and conv_tiled.wgsl all but the block numbering
+// (each declares its own x and w bindings 0 and 1).
 // Fused activation after the bias (ACT; the runtime's fusion pass sets it): 0 none,
 // 1 Relu, 2 LeakyRelu (alpha act_a), 3 Clip [act_a, act_b], 4 Sigmoid, 5 SiLU x * sigmoid(x),
 // 6 HardSigmoid clamp(act_a * x + act_b, 0, 1), 7 HardSwish x * clamp(act_a * x + act_b, 0, 1);
@@ -55,6 +56,9 @@ struct Params {
     post_shift: f32,
     // conv_rows: the first W element of its uniform window of weights (0 for the others).
     w_first: u32,
+    // conv_tiled: its first pixel tile and channel tile (0 for the others).
+    tile_x0: u32,
+    tile_y0: u32,
 }
 
 @group(0) @binding(2) var<storage, read> bias: array<f32>;

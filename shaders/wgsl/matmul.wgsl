@@ -9,7 +9,8 @@
 // invocation of the WS x WY workgroup keeps a TM x T register tile: rows
 // m_lo + WY*TM*wg.y + ly + WY*i, columns 64*wg.x + lx + WS*j (strided so that neighbouring
 // invocations read neighbouring columns). No shared memory (its barriers are slow on CPU
-// Vulkan). Overrides: T (4 or 8) and WS = 64 / T; TM = T and WY = WS, or TM = WY = 1 when M is 1
+// Vulkan); GPUs take matmul_tiled.wgsl, which stages tiles there, for products of 32+ rows.
+// Overrides: T (4 or 8) and WS = 64 / T; TM = T and WY = WS, or TM = WY = 1 when M is 1
 // (one row a workgroup, not 64 of which 63 would repeat it).
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
