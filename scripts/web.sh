@@ -100,6 +100,9 @@ test_() {
   # written again in Python (an independent check of the page's JS preprocessing too).
   .venv/bin/python web-demo/test/reference.py web-demo/www/samples.json models/magika \
     > web-demo/out/reference.json
+  # Every kernel's WGSL, for Chrome's compiler (Tint) to check in browser.mjs.
+  rm -rf web-demo/out/wgsl
+  cargo run --release -q -p tandem-shaders --example dump_wgsl -- web-demo/out/wgsl
   local port=${PORT:-8089}
   PORT=$port serve >/dev/null 2>&1 &
   SERVER=$!

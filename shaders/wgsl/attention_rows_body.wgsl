@@ -75,7 +75,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             let x = scale_mask(s[rr], m_at[rr], j);
             let old = select(mx[rr], x, j == 0u);
             let m = max(old, x);
-            let none = m < -3.40282347e38;
+            // below -FLT_MAX (3.4028234663852886e38: Chrome rejects a literal above it)
+            let none = m < -3.4028234663852886e38;
             corr[rr] = select(exp(old - m), 1.0, old == m);
             e[rr] = select(exp(x - m), 0.0, none);
             mx[rr] = m;

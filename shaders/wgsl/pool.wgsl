@@ -54,7 +54,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let lo = first_tap(s, dil);
     let hi = end_tap(s, dil, k, id);
 
-    var best = -3.4028235e38;
+    // -FLT_MAX exactly (Chrome rejects a literal past it, as -3.4028235e38 is)
+    var best = -3.4028234663852886e38;
     var found = false;
     var sum = 0.0;
     var count = 0u;

@@ -15,6 +15,9 @@
 // 5. No WebGPU (issue 5): a fresh profile launched without --enable-unsafe-webgpu, where
 //    requestAdapter() returns null: the page must show its no-WebGPU notice, disable gpu/auto and
 //    still run on the CPU with outputs matching the same reference.
+// 6. Every kernel tandem ships (OUT_DIR/wgsl/*.wgsl, from `dump_wgsl`) compiles in Chrome's
+//    WGSL compiler (Tint) without an error: on a GPU the browser runs kernels that SwiftShader
+//    (a Cpu adapter) does not, and Tint rejects some WGSL naga accepts (browser_wgsl.rs).
 // Writes OUT_DIR/results.json and OUT_DIR/screenshot.png.
 import { chromium } from "playwright-core";
 import fs from "node:fs";
@@ -68,6 +71,29 @@ for (const p of ["cpu", "gpu", "auto"]) {
   });
   results.cold[p] = cold;
   console.log(`cold start ${p}: ${cold.ms.toFixed(0)} ms from page load to first result (${cold.label})`);
+}
+
+// Every kernel through Tint (shader module creation runs its parser, validator and
+// uniformity analysis; pipelines would need each kernel's override values).
+{
+  const dir = path.join(out, "wgsl");
+  const sources = Object.fromEntries(fs.readdirSync(dir).filter((f) => f.endsWith(".wgsl"))
+    .map((f) => [f.slice(0, -5), fs.readFileSync(path.join(dir, f), "utf8")]));
+  if (Object.keys(sources).length === 0) throw new Error(`no kernels in ${dir}`);
+  const errors = await withPage("", (page) => page.evaluate(async (sources) => {
+    const adapter = await navigator.gpu.requestAdapter();
+    const device = await adapter.requestDevice();
+    const errors = {};
+    for (const [name, code] of Object.entries(sources)) {
+      const info = await device.createShaderModule({ code }).getCompilationInfo();
+      const bad = info.messages.filter((m) => m.type === "error");
+      if (bad.length) errors[name] = bad.map((m) => `line ${m.lineNum}: ${m.message}`);
+    }
+    return errors;
+  }, sources));
+  for (const [name, msgs] of Object.entries(errors)) failures.push(`Tint rejects ${name}.wgsl: ${msgs.join("; ")}`);
+  results.tint = { kernels: Object.keys(sources).length, rejected: errors };
+  console.log(`Chrome's WGSL compiler: ${Object.keys(sources).length} kernels, ${Object.keys(errors).length} rejected`);
 }
 
 // Everything in one page.
