@@ -284,15 +284,17 @@ pub(crate) fn matmul_kernels(
         // T x T outputs an invocation in WS x WS workgroups (one row of T and a row of WS when
         // M is 1): 8 x 8 where shaders run on the CPU and every load is a gather, 4 x 4 on
         // GPUs (`matmul_tiled.wgsl`'s layout too, from 32 rows); a workgroup covers 64 columns
-        // either way. `matmul_vec4.wgsl` is the 8 x 8
-        // layout with vec4 reads, where the operands allow them.
+        // either way. `matmul_vec4.wgsl` is the 8 x 8 layout with vec4 reads, where the
+        // operands allow them.
+        let dispatch =
+            |shader| GpuKernel::new(shader, inputs.clone(), vec![0], &p, [gx, gy, nb as u32]);
         let kernel = |shader, t: usize| {
             let (tm, wy) = if wg_rows == 1 {
                 (1, 1)
             } else {
                 (t, GPU_TILE / t)
             };
-            GpuKernel::new(shader, inputs.clone(), vec![0], &p, [gx, gy, nb as u32])
+            dispatch(shader)
                 .with_override("TM", tm as f64)
                 .with_override("WY", wy as f64)
         };
@@ -308,13 +310,7 @@ pub(crate) fn matmul_kernels(
         };
         // GPUs stage 64 x 64 tiles in workgroup memory where the rows fill one
         let gpu = match g.m >= GPU_TILE / 2 && crate::gpu_kernel::tiled_enabled() {
-            true => GpuKernel::new(
-                tandem_shaders::MATMUL_TILED,
-                inputs.clone(),
-                vec![0],
-                &p,
-                [gx, gy, nb as u32],
-            ),
+            true => dispatch(tandem_shaders::MATMUL_TILED),
             false => layout(4),
         };
         kernels.push(gpu.with_cpu_adapter_variants(on_cpu));

@@ -73,31 +73,28 @@ for (const p of ["cpu", "gpu", "auto"]) {
   console.log(`cold start ${p}: ${cold.ms.toFixed(0)} ms from page load to first result (${cold.label})`);
 }
 
-// Every kernel through Tint (shader module creation runs its parser, validator and
-// uniformity analysis; pipelines would need each kernel's override values).
-{
-  const dir = path.join(out, "wgsl");
-  const sources = Object.fromEntries(fs.readdirSync(dir).filter((f) => f.endsWith(".wgsl"))
-    .map((f) => [f.slice(0, -5), fs.readFileSync(path.join(dir, f), "utf8")]));
-  if (Object.keys(sources).length === 0) throw new Error(`no kernels in ${dir}`);
-  const errors = await withPage("", (page) => page.evaluate(async (sources) => {
-    const adapter = await navigator.gpu.requestAdapter();
-    const device = await adapter.requestDevice();
+// Everything in one page.
+await withPage("", async (page, logs) => {
+  // Every kernel through Tint, on this page's WebGPU (shader module creation runs its
+  // parser, validator and uniformity analysis; pipelines would need each kernel's overrides).
+  const wgsl = path.join(out, "wgsl");
+  const sources = Object.fromEntries(fs.readdirSync(wgsl).filter((f) => f.endsWith(".wgsl"))
+    .map((f) => [f.slice(0, -5), fs.readFileSync(path.join(wgsl, f), "utf8")]));
+  if (Object.keys(sources).length === 0) throw new Error(`no kernels in ${wgsl}`);
+  const rejected = await page.evaluate(async (sources) => {
+    const device = await (await navigator.gpu.requestAdapter()).requestDevice();
     const errors = {};
     for (const [name, code] of Object.entries(sources)) {
       const info = await device.createShaderModule({ code }).getCompilationInfo();
       const bad = info.messages.filter((m) => m.type === "error");
       if (bad.length) errors[name] = bad.map((m) => `line ${m.lineNum}: ${m.message}`);
     }
+    device.destroy();
     return errors;
-  }, sources));
-  for (const [name, msgs] of Object.entries(errors)) failures.push(`Tint rejects ${name}.wgsl: ${msgs.join("; ")}`);
-  results.tint = { kernels: Object.keys(sources).length, rejected: errors };
-  console.log(`Chrome's WGSL compiler: ${Object.keys(sources).length} kernels, ${Object.keys(errors).length} rejected`);
-}
-
-// Everything in one page.
-await withPage("", async (page, logs) => {
+  }, sources);
+  for (const [name, msgs] of Object.entries(rejected)) failures.push(`Tint rejects ${name}.wgsl: ${msgs.join("; ")}`);
+  results.tint = { kernels: Object.keys(sources).length, rejected };
+  console.log(`Chrome's WGSL compiler: ${Object.keys(sources).length} kernels, ${Object.keys(rejected).length} rejected`);
   const r = await page.evaluate((runs) => window.demo.benchmark(runs), RUNS);
   results.gpu = r.gpu;
   results.userAgent = r.userAgent;
