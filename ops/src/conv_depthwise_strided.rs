@@ -18,7 +18,7 @@
 
 use super::Plane;
 use crate::conv::Geom2;
-use crate::lanes::Lanes;
+use crate::lanes::{load_lanes, Lanes};
 use std::ops::Range;
 
 /// Whether [`rows`] computes `g` (a `cg == 1` conv): a 3x3 or 5x5 window of stride 2,
@@ -95,21 +95,17 @@ unsafe fn rows<V: Lanes, const K: usize>(
                     let ir = (2 * (first + g) + d) as isize - pt as isize;
                     if first + g < lines.end && (0..p.h as isize).contains(&ir) {
                         let col = (2 * n * v) as isize - pl as isize;
-                        *from = Some(p.x.as_ptr().wrapping_offset(ir * w as isize + col));
+                        *from = Some(ir * w as isize + col);
                     }
                 }
                 for pair in 0..pairs {
                     for (g, acc) in acc.iter_mut().enumerate() {
                         let (evens, odds) = match from[g] {
                             Some(row) => {
-                                let at = row.wrapping_add(2 * pair);
+                                let at = row + 2 * pair as isize;
                                 // SAFETY: only the lanes in the row are read.
-                                let a = V::load_masked(zero, V::bits(masks[2 * pair]), at);
-                                let b = V::load_masked(
-                                    zero,
-                                    V::bits(masks[2 * pair + 1]),
-                                    at.wrapping_add(n),
-                                );
+                                let a = load_lanes(zero, masks[2 * pair], p.x, at);
+                                let b = load_lanes(zero, masks[2 * pair + 1], p.x, at + n as isize);
                                 V::evens_odds_unordered(a, b)
                             }
                             None => (zero, zero),

@@ -7,9 +7,10 @@
 //! a time, 15 registers (4 x 3 needed all 16 and kept a sum on the stack; 4 x 2's 8 sums ran
 //! slower: docs/bench.md, "The taps kernel on AVX2"). Each micro-tile reads its weights at the
 //! block's stride `MR`, so the layout of W stays the one [`pack_weights`](super::pack_weights)
-//! makes for both kernels. Loads are plain where a micro-tile's positions are all inside
-//! `positions`, masked in the last one (the pointwise path reads X in place, with nothing past
-//! its end). Stores are plain where a vector's 8 positions land in one output row; the others
+//! makes for both kernels. Loads are plain except the one vector of the last micro-tile that
+//! runs past `positions`, which is masked (the pointwise path reads X in place, with nothing
+//! past its end; a masked load took about 18 cycles on a Zen 1 core). Stores are plain where a
+//! vector's 8 positions land in one output row; the others
 //! (row ends, gaps, a block's last columns) go lane by lane from a copy on the stack, as AMD
 //! cores take a dozen cycles per masked store.
 //!
@@ -102,7 +103,8 @@ unsafe fn sums<const FULL: bool>(
             }
             // One vector of X at a time: 12 sums, the row weights and it fill 15 registers.
             for (v, &mask) in masks.iter().enumerate() {
-                let xv = match FULL {
+                // Masked only where the vector runs past `n` (module docs).
+                let xv = match FULL || 8 * v + 8 <= n {
                     true => _mm256_loadu_ps(xs.add(8 * v)),
                     false => _mm256_maskload_ps(xs.add(8 * v), mask),
                 };

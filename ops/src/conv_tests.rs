@@ -820,7 +820,8 @@ fn winograd_speed() {
 /// and not, planes whose blocks end inside and outside a group of vectors, planes narrower
 /// than a vector and than the window (a vector then spans several rows, a tap several rows
 /// past its own), strided rows of several vectors, two output channels per input channel,
-/// and blocks that start and end inside a plane (the split run).
+/// and blocks that start and end inside a plane (the split run); on AVX2 both paths, AVX2 at
+/// full width and at half width (Zen 1, which takes the phase planes).
 #[test]
 fn depthwise_sums_taps_in_window_order() {
     // (input shape, output channels, kernel, strides, pads)
@@ -839,15 +840,20 @@ fn depthwise_sums_taps_in_window_order() {
         ([1, 3, 9, 40], 3, [3, 3], [2, 2], [1, 1, 1, 1]),
         ([1, 2, 11, 37], 2, [5, 5], [2, 2], [2, 2, 1, 1]),
     ];
-    for &(xs, m, k, s, pads) in cases {
-        let (got, want) = outputs(xs, m, k, xs[1], s, [1, 1], pads, true);
-        for g in got {
-            for (i, (gv, wv)) in g.iter().zip(&want).enumerate() {
-                assert_eq!(
-                    gv.to_bits(),
-                    wv.to_bits(),
-                    "{xs:?} k {k:?} s {s:?}: [{i}] {gv} vs {wv}"
-                );
+    // Half width: the phase planes where AVX2 takes the in-place path, and the reverse.
+    for half in [false, true] {
+        for &(xs, m, k, s, pads) in cases {
+            let (got, want) = crate::simd::with_avx2_half_width(half, || {
+                outputs(xs, m, k, xs[1], s, [1, 1], pads, true)
+            });
+            for g in got {
+                for (i, (gv, wv)) in g.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        gv.to_bits(),
+                        wv.to_bits(),
+                        "{xs:?} k {k:?} s {s:?} half width {half}: [{i}] {gv} vs {wv}"
+                    );
+                }
             }
         }
     }

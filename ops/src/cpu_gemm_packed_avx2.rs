@@ -71,13 +71,16 @@ pub(super) unsafe fn kernel<const R: usize, const T: bool, const I: bool, const 
                 store_transposed(&rows, R, c.add(first * ldc), ldc, (n, room));
                 continue;
             }
-            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lanes);
             for (i, acc) in acc.iter().enumerate() {
                 let dst = c.add(i * ldc + first);
                 match n {
                     8 => _mm256_storeu_ps(dst, acc[h]),
-                    _ => _mm256_maskstore_ps(dst, mask, acc[h]),
+                    // Through the stack: a masked store takes a dozen cycles on AMD cores.
+                    _ => {
+                        let mut lanes = [0.0f32; 8];
+                        _mm256_storeu_ps(lanes.as_mut_ptr(), acc[h]);
+                        std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, n);
+                    }
                 }
             }
         }

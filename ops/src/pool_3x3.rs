@@ -38,7 +38,7 @@ use super::{window_counts, Geo};
 #[cfg(target_arch = "x86_64")]
 use {
     super::pool3x3_flat as flat,
-    crate::lanes::{Avx2, Avx512, Lanes},
+    crate::lanes::{lane_bits, load_lanes, Avx2, Avx512, Lanes},
     crate::shape::rows_by_block,
     rayon::prelude::*,
     std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0},
@@ -78,7 +78,7 @@ const ROWS_AHEAD: usize = 4;
 /// Per-task scratch: the reduced rows of a block, and each vector's load masks (none where
 /// every lane of its loads is inside the row).
 #[cfg(target_arch = "x86_64")]
-type Scratch<M> = (Vec<f32>, Vec<Option<[M; 4]>>);
+type Scratch = (Vec<f32>, Vec<Option<[u32; 4]>>);
 
 /// What a window computes: its maximum, or its average: the sum divided by the window's
 /// positions down times across (inside the input, or the padded window's where
@@ -131,7 +131,7 @@ fn planes<V: Compiled + flat::Compiled>(
     let pieces = rows_by_block(y, rows, oh, ow);
     let per_task = pieces.len().div_ceil(4 * rayon::current_num_threads());
     pieces.into_par_iter().with_min_len(per_task).for_each_init(
-        Scratch::<V::Mask>::default,
+        Scratch::default,
         |scratch, (p, lines, dst)| {
             let xplane = &x[p * plane..][..plane];
             if let Some(f) = flat.as_ref().filter(|_| lines.len() == oh) {
@@ -168,7 +168,7 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
     xplane: &[f32],
     lines: Range<usize>,
     dst: &mut [f32],
-    scratch: &mut Scratch<V::Mask>,
+    scratch: &mut Scratch,
     (down, across_counts): (&[f32], &[f32]),
 ) {
     let n = V::N;
@@ -197,7 +197,7 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
             lo.min(hi)..hi
         };
         let full = (0..4).all(|o| lanes(o) == (0..n));
-        (!full).then(|| std::array::from_fn(|o| V::lanes(lanes(o))))
+        (!full).then(|| std::array::from_fn(|o| lane_bits(lanes(o))))
     }));
     let fill = V::splat(if MAX { f32::NEG_INFINITY } else { 0.0 });
     let fold = |earlier, later| match MAX {
@@ -215,20 +215,17 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
                 for r in 0..3 {
                     let ir = (sh * i + r) as isize - pt as isize;
                     let taps: [V; 3] = if (0..h as isize).contains(&ir) {
-                        let row = xplane[ir as usize * w..][..w].as_ptr();
+                        let row = ir * w as isize;
                         // SAFETY: only the lanes inside the row are read.
-                        let load = |o: usize| {
-                            let at = row.wrapping_offset(from(v, o));
-                            match mask {
-                                None => V::load(at),
-                                Some(mask) => V::load_masked(fill, mask[o], at),
-                            }
-                        };
+                        let mut l = [fill; 4];
+                        for (o, l) in l.iter_mut().enumerate().take(3 + (sw != 1) as usize) {
+                            *l = tap(fill, mask.map(|m| m[o]), xplane, row + from(v, o));
+                        }
                         if sw == 1 {
-                            [load(0), load(1), load(2)]
+                            [l[0], l[1], l[2]]
                         } else {
-                            let (e, o) = V::evens_odds_unordered(load(0), load(1));
-                            [e, o, V::evens_odds_unordered(load(2), load(3)).0]
+                            let (e, o) = V::evens_odds_unordered(l[0], l[1]);
+                            [e, o, V::evens_odds_unordered(l[2], l[3]).0]
                         }
                     } else {
                         [fill; 3]
@@ -269,20 +266,22 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
         }
         for ((v, out), mask) in reduced.chunks_exact_mut(n).enumerate().zip(&*masks) {
             // SAFETY: only the lanes inside the row are read.
-            let load = |o: usize| {
-                let at = row.wrapping_offset(from(v, o));
-                match mask {
-                    None => V::load(at),
-                    Some(mask) => V::load_masked(fill, mask[o], at),
-                }
-            };
+            let mut l = [fill; 4];
+            for (o, l) in l.iter_mut().enumerate().take(3 + (sw != 1) as usize) {
+                *l = tap(
+                    fill,
+                    mask.map(|m| m[o]),
+                    xplane,
+                    (r * w) as isize + from(v, o),
+                );
+            }
             let m = if sw == 1 {
-                fold(fold(load(0), load(1)), load(2))
+                fold(fold(l[0], l[1]), l[2])
             } else {
                 // Stored in the strided order ([`Lanes::evens_odds_unordered`]): the rows
                 // down are reduced lane by lane, then put in column order once.
-                let (e, o) = V::evens_odds_unordered(load(0), load(1));
-                fold(fold(e, o), V::evens_odds_unordered(load(2), load(3)).0)
+                let (e, o) = V::evens_odds_unordered(l[0], l[1]);
+                fold(fold(e, o), V::evens_odds_unordered(l[2], l[3]).0)
             };
             V::store(out.as_mut_ptr(), m);
         }
@@ -319,6 +318,21 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
     }
 }
 
+/// The lanes of `bits` (every lane where `None`) from `xplane[at..]`, `fill` elsewhere. Called
+/// from a loop, not a closure: LLVM compiled a closure holding [`load_lanes`]'s branches
+/// without the set's instructions and left it uninlined (the max pools ran 3-4x slower).
+///
+/// # Safety
+/// `V`'s instructions present; the lanes of `bits` lie in `xplane`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tap<V: Lanes>(fill: V, bits: Option<u32>, xplane: &[f32], at: isize) -> V {
+    match bits {
+        None => V::load(xplane.as_ptr().offset(at)),
+        Some(bits) => load_lanes(fill, bits, xplane, at),
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 crate::lanes::per_set! {
     /// [`plane_rows`] compiled for each set's instructions.
@@ -328,7 +342,7 @@ crate::lanes::per_set! {
             xplane: &[f32],
             lines: Range<usize>,
             dst: &mut [f32],
-            scratch: &mut Scratch<Self::Mask>,
+            scratch: &mut Scratch,
             divisors: (&[f32], &[f32]),
         );
     }

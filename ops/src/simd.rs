@@ -102,20 +102,52 @@ pub fn avx512_full_width() -> bool {
         )
 }
 
+/// Whether this core splits each 256-bit AVX2 instruction into two 128-bit halves: AMD Zen
+/// and Zen+ (family 0x17, models below 0x30; Zen 2 runs them whole). There the depthwise
+/// kernels that read planes in place lose to the phase planes (`conv_depthwise.rs`).
+/// `TANDEM_AVX2_HALF_WIDTH=0|1` overrides the detection (read once, for A/B timing).
+pub fn avx2_half_width() -> bool {
+    #[cfg(test)]
+    if let Some(half) = FORCED_HALF_WIDTH.with(|f| f.get()) {
+        return half;
+    }
+    static HALF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HALF.get_or_init(
+        || match std::env::var("TANDEM_AVX2_HALF_WIDTH").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => amd_family_model().is_some_and(|(family, model)| family == 0x17 && model < 0x30),
+        },
+    )
+}
+
 /// Whether this is an AMD core of family 0x19 (Zen 3 and Zen 4; of them only Zen 4 has
 /// AVX-512).
 fn amd_family_19h() -> bool {
+    amd_family_model().is_some_and(|(family, _)| family == 0x19)
+}
+
+/// The family and model of an AMD core (CPUID leaf 1, extended fields added), `None` on
+/// other vendors and architectures.
+fn amd_family_model() -> Option<(u32, u32)> {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::__cpuid;
         // CPUID leaves 0 (vendor) and 1 (signature) exist on every x86-64 CPU.
         let (vendor, signature) = (__cpuid(0), __cpuid(1).eax);
         let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-        let family = ((signature >> 8) & 0xf) + ((signature >> 20) & 0xff);
-        amd && family == 0x19
+        amd.then(|| family_model(signature))
     }
     #[cfg(not(target_arch = "x86_64"))]
-    false
+    None
+}
+
+/// The family and model a CPUID leaf 1 signature (EAX) names, extended fields added.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86-64's CPUID; tested anywhere
+fn family_model(signature: u32) -> (u32, u32) {
+    let family = ((signature >> 8) & 0xf) + ((signature >> 20) & 0xff);
+    let model = ((signature >> 4) & 0xf) | (((signature >> 16) & 0xf) << 4);
+    (family, model)
 }
 
 /// Every level this CPU runs, baseline first.
@@ -158,6 +190,21 @@ pub fn level() -> Level {
 #[cfg(test)]
 thread_local! {
     static FORCED: std::cell::Cell<Option<Level>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+thread_local! {
+    static FORCED_HALF_WIDTH: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Testing hook: runs `f` with [`avx2_half_width`] `half` on this thread (path choices made
+/// there; the kernels they pick run wherever rayon sends them).
+#[cfg(test)]
+pub(crate) fn with_avx2_half_width<R>(half: bool, f: impl FnOnce() -> R) -> R {
+    let prev = FORCED_HALF_WIDTH.with(|c| c.replace(Some(half)));
+    let r = f();
+    FORCED_HALF_WIDTH.with(|c| c.set(prev));
+    r
 }
 
 /// Testing hook: runs `f` with every kernel called on this thread at `level` (which the CPU
@@ -265,6 +312,26 @@ mod tests {
             let want: Vec<f32> = x.iter().map(|v| v * 2.0 + 1.0).collect();
             assert_eq!(y, want, "{l:?}");
         }
+    }
+
+    /// CPUID signatures of real AMD server parts: EPYC 7551 (Zen), 7742 (Zen 2), 7763 (Zen 3),
+    /// 9654 (Zen 4). Only the first splits 256-bit instructions.
+    #[test]
+    fn signatures_name_family_and_model() {
+        let zen_half_width = |sig| {
+            let (family, model) = family_model(sig);
+            family == 0x17 && model < 0x30
+        };
+        assert_eq!(family_model(0x0080_0f12), (0x17, 0x01));
+        assert_eq!(family_model(0x0083_0f10), (0x17, 0x31));
+        assert_eq!(family_model(0x00a0_0f11), (0x19, 0x01));
+        assert_eq!(family_model(0x00a1_0f11), (0x19, 0x11));
+        let half: Vec<bool> = [0x0080_0f12, 0x0083_0f10, 0x00a0_0f11, 0x00a1_0f11]
+            .map(zen_half_width)
+            .to_vec();
+        assert_eq!(half, [true, false, false, false]);
+        with_avx2_half_width(true, || assert!(avx2_half_width()));
+        with_avx2_half_width(false, || assert!(!avx2_half_width()));
     }
 }
 
