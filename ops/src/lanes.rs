@@ -1,7 +1,8 @@
 //! The vector instructions the hand-written window kernels run, for AVX2 (8 lanes) and
 //! AVX-512 (16): each a plain intrinsic or two behind one trait ([`Lanes`]), so that a kernel
 //! is one generic body, inlined into each set's `#[target_feature]` copy of it. Loads and
-//! stores take masks, so kernels read input planes in place, pads and row ends masked off.
+//! stores take masks, so kernels read input planes in place, pads and row ends masked off;
+//! [`load_lanes`] keeps AVX2's slow masked load for vectors that leave the plane.
 //!
 //! Sits between the kernels that read planes in place (`pool_3x3.rs`, `pool_3x3_flat.rs`,
 //! `conv_depthwise.rs`)
