@@ -17,6 +17,7 @@
 //! Sits between `conv_taps.rs`'s [`tile`](super::tile) and the CPU's vector units.
 
 use super::{RowGaps, TileOut, MR, NP};
+use crate::lanes::store_first_avx2;
 use std::arch::x86_64::*;
 
 /// Output channels per micro-tile (a quarter of the block's `MR`).
@@ -145,13 +146,9 @@ unsafe fn store(
             }
             // Zero's the first operand: a NaN sum stays NaN, as `Activation::Relu`.
             let a = if to.relu { _mm256_max_ps(zero, a) } else { a };
-            let mut copy = [0.0f32; 8];
             match to.gaps {
                 None if lanes == 8 => _mm256_storeu_ps(row.add(q), a),
-                None => {
-                    _mm256_storeu_ps(copy.as_mut_ptr(), a);
-                    std::ptr::copy_nonoverlapping(copy.as_ptr(), row.add(q), lanes);
-                }
+                None => store_first_avx2(row.add(q), a, lanes),
                 Some(RowGaps { wp, ow, at }) => {
                     // Line position `r wp + col` goes to `r ow + col` where `col < ow`.
                     let lo = at + q;
@@ -160,6 +157,7 @@ unsafe fn store(
                         _mm256_storeu_ps(row.add(r * ow + col), a);
                         continue;
                     }
+                    let mut copy = [0.0f32; 8];
                     _mm256_storeu_ps(copy.as_mut_ptr(), a);
                     for &y in &copy[..lanes] {
                         if col < ow {

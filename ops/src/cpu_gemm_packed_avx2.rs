@@ -13,6 +13,7 @@
 //! Sits between `cpu_gemm_packed.rs`'s blocks and the CPU's 256-bit vector units.
 
 use super::Lhs;
+use crate::lanes::store_first_avx2;
 use std::arch::x86_64::*;
 
 /// `R` (at most 6) rows of A times each 16-column strip of the panel that holds one of
@@ -75,12 +76,7 @@ pub(super) unsafe fn kernel<const R: usize, const T: bool, const I: bool, const 
                 let dst = c.add(i * ldc + first);
                 match n {
                     8 => _mm256_storeu_ps(dst, acc[h]),
-                    // Through the stack: a masked store takes a dozen cycles on AMD cores.
-                    _ => {
-                        let mut lanes = [0.0f32; 8];
-                        _mm256_storeu_ps(lanes.as_mut_ptr(), acc[h]);
-                        std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, n);
-                    }
+                    _ => store_first_avx2(dst, acc[h], n),
                 }
             }
         }

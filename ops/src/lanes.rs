@@ -137,6 +137,26 @@ pub(crate) struct Avx2(__m256);
 #[derive(Clone, Copy)]
 pub(crate) struct Avx512(__m512);
 
+impl Avx2 {
+    /// `loaded` where `mask` is set, else `self`.
+    #[inline(always)]
+    unsafe fn blend(self, loaded: __m256, mask: __m256i) -> Self {
+        Self(_mm256_blendv_ps(self.0, loaded, _mm256_castsi256_ps(mask)))
+    }
+}
+
+/// The first `n` (at most 8) lanes of `v` to `p`, through the stack: a masked store
+/// (VMASKMOVPS) takes a dozen cycles on AMD cores.
+///
+/// # Safety
+/// AVX2 present; `p` covers `n` floats.
+#[inline(always)]
+pub(crate) unsafe fn store_first_avx2(p: *mut f32, v: __m256, n: usize) {
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+    std::ptr::copy_nonoverlapping(lanes.as_ptr(), p, n);
+}
+
 impl Lanes for Avx2 {
     const N: usize = 8;
     type Mask = __m256i;
@@ -163,13 +183,11 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn load_masked(fill: Self, mask: __m256i, p: *const f32) -> Self {
-        let loaded = _mm256_maskload_ps(p, mask);
-        Self(_mm256_blendv_ps(fill.0, loaded, _mm256_castsi256_ps(mask)))
+        fill.blend(_mm256_maskload_ps(p, mask), mask)
     }
     #[inline(always)]
     unsafe fn load_blend(fill: Self, mask: __m256i, p: *const f32) -> Self {
-        let loaded = _mm256_loadu_ps(p);
-        Self(_mm256_blendv_ps(fill.0, loaded, _mm256_castsi256_ps(mask)))
+        fill.blend(_mm256_loadu_ps(p), mask)
     }
     #[inline(always)]
     unsafe fn store(p: *mut f32, v: Self) {
@@ -177,10 +195,7 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn store_first(p: *mut f32, v: Self, n: usize) {
-        // Through the stack: a masked store (VMASKMOVPS) takes a dozen cycles on AMD cores.
-        let mut lanes = [0.0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), v.0);
-        std::ptr::copy_nonoverlapping(lanes.as_ptr(), p, n.min(8));
+        store_first_avx2(p, v.0, n.min(8))
     }
     #[inline(always)]
     unsafe fn max_first(earlier: Self, later: Self) -> Self {

@@ -116,9 +116,14 @@ pub fn avx2_half_width() -> bool {
         || match std::env::var("TANDEM_AVX2_HALF_WIDTH").as_deref() {
             Ok("0") => false,
             Ok("1") => true,
-            _ => amd_family_model().is_some_and(|(family, model)| family == 0x17 && model < 0x30),
+            _ => amd_family_model().is_some_and(splits_256_bit),
         },
     )
+}
+
+/// Whether an AMD core of this family and model splits 256-bit instructions: Zen and Zen+.
+fn splits_256_bit((family, model): (u32, u32)) -> bool {
+    family == 0x17 && model < 0x30
 }
 
 /// Whether this is an AMD core of family 0x19 (Zen 3 and Zen 4; of them only Zen 4 has
@@ -318,16 +323,12 @@ mod tests {
     /// 9654 (Zen 4). Only the first splits 256-bit instructions.
     #[test]
     fn signatures_name_family_and_model() {
-        let zen_half_width = |sig| {
-            let (family, model) = family_model(sig);
-            family == 0x17 && model < 0x30
-        };
         assert_eq!(family_model(0x0080_0f12), (0x17, 0x01));
         assert_eq!(family_model(0x0083_0f10), (0x17, 0x31));
         assert_eq!(family_model(0x00a0_0f11), (0x19, 0x01));
         assert_eq!(family_model(0x00a1_0f11), (0x19, 0x11));
         let half: Vec<bool> = [0x0080_0f12, 0x0083_0f10, 0x00a0_0f11, 0x00a1_0f11]
-            .map(zen_half_width)
+            .map(|sig| splits_256_bit(family_model(sig)))
             .to_vec();
         assert_eq!(half, [true, false, false, false]);
         with_avx2_half_width(true, || assert!(avx2_half_width()));
