@@ -15,7 +15,9 @@ cargo clippy --release --workspace --all-targets -q -- -D warnings
 echo "test: cargo test"
 cargo test --release --workspace
 echo "test: MatMul, attention and Conv on Cpu adapters through storage buffers (TANDEM_GPU_TEXTURES=0)"
-TANDEM_GPU_TEXTURES=0 cargo test --release -p tandem --test gpu_linalg --test fusion -- \
+# `--workspace`, not `-p tandem`: one package alone resolves other features and rebuilt wgpu,
+# tandem and their dependencies (6 minutes of CI on a 2-core machine).
+TANDEM_GPU_TEXTURES=0 cargo test --release --workspace --test gpu_linalg --test fusion -- \
   matmul gemm attention::the_attention_op conv_gpu_
 echo "test: tandem-bench run --quick (magika on every placement and peer; docs/bench.md)"
 # Built for the whole workspace, so its dependencies have the features `cargo test` unified:
