@@ -37,6 +37,7 @@ use tandem_shaders::{
 
 #[path = "conv_cpu.rs"]
 mod cpu;
+pub use cpu::packed::runs_here as packed_paths_run_here;
 pub use cpu::{conv_cpu, KeptWeight};
 #[path = "conv_weight_windows.rs"]
 mod weight_windows;

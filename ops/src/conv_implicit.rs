@@ -1,5 +1,5 @@
 //! Conv as the GEMM on W packed once with its im2col read in place: the packed path
-//! (`conv_packed.rs`) for kernels of more than one tap, on AVX-512.
+//! (`conv_packed.rs`) for kernels of more than one tap, where that path runs (AVX-512, Zen 1).
 //!
 //! The input planes of an image are copied zero-padded once, `hp x wp` each, so output pixel
 //! `(y, x)` at tap `(a, b)` reads padded float `(y sh + a dh) wp + x sw + b dw`: column
@@ -52,25 +52,27 @@ pub(in crate::conv) fn applies(g: &Geom2) -> bool {
 }
 
 /// Whether a conv of a kept W (whole images) takes this path: [`applies`], where the packed
-/// path runs (AVX-512, `TANDEM_CONV_PACKED` not 0). Winograd and the taps path yield to it
-/// on small planes.
+/// path runs (`packed::runs_here`, `TANDEM_CONV_PACKED` not 0). Winograd and the taps path
+/// yield to it on small planes.
 pub(in crate::conv) fn takes_kept(g: &Geom2) -> bool {
-    applies(g) && g.group == 1 && super::packed::enabled() && crate::simd::avx512()
+    applies(g) && g.group == 1 && super::packed::enabled() && super::packed::runs_here()
 }
 
 /// A conv of a kept W over one column that the packed path takes (which would write its
 /// im2col) as the same conv over one row ([`Geom2::as_row`]), whose im2col this path reads in
-/// place, where the column is at most [`MAX_COLUMN_AS_ROW`] long and the row [`takes_kept`].
-/// magika's 256 -> 512 5x1 over 512 pixels (2 KB per channel): 1.5-6 % faster alone, the
-/// model 1-2.4 % (docs/bench.md). Convs that the packed path does not take stay columns:
-/// as rows read in place, 32 -> 64 9-tap ones over 512 to 4000 pixels ran up to 1.5x slower
-/// than their im2col + GEMM.
+/// place, where the column is at most [`MAX_COLUMN_AS_ROW`] long and the row [`takes_kept`],
+/// on AVX-512. magika's 256 -> 512 5x1 over 512 pixels (2 KB per channel): 1.5-6 % faster
+/// alone, the model 1-2.4 % (docs/bench.md). On Zen 1 (AVX2) the row read in place ran at
+/// 0.86-0.89x of the `gemm` crate's speed alone, the column's im2col through the packed path
+/// at 0.99-1.00x, so there it stays a column. Convs that the packed path does not take stay
+/// columns: as rows read in place, 32 -> 64 9-tap ones over 512 to 4000 pixels ran up to
+/// 1.5x slower than their im2col + GEMM.
 pub(in crate::conv) fn column_as_row(
     g: &Geom2,
     rows: &Range<usize>,
 ) -> Option<(Geom2, Range<usize>)> {
     g.as_row(rows)
-        .filter(|(row, _)| row.w <= MAX_COLUMN_AS_ROW && takes_kept(row))
+        .filter(|(row, _)| row.w <= MAX_COLUMN_AS_ROW && takes_kept(row) && crate::simd::avx512())
 }
 
 /// The padded planes' size and the offset of each tap (`a * kw + b`) in them.
@@ -217,7 +219,7 @@ fn band_product(
                 };
                 // The block's place among those over this chunk: the stretch it fetches ahead.
                 let nth = (y - at.ys.start) * blocks + blk;
-                // SAFETY: AVX-512 (the packed path's `applies`); the panel's channels' floats
+                // SAFETY: AVX2 or AVX-512 (the packed path's `applies`); the panel's channels' floats
                 // from `first` to the band's end are in bounds (the caller's check) and
                 // written by this task only (tasks are distinct (image, band, panel group)
                 // triples); `sums` is this block's `r x nr` of the task's partial sums. A's

@@ -1,5 +1,6 @@
 //! Conv as `C^T = col^T @ W^T` on W packed once: the GEMM path for convs whose W is a model
-//! constant with many output channels and a long K, on AVX-512.
+//! constant with many output channels and a long K, on AVX-512 and on Zen 1's AVX2
+//! ([`runs_here`]; the measurements below are AVX-512's).
 //!
 //! The `gemm` crate packs both operands on every call; here W (`M x K`) is packed into panels
 //! of output channels the first time (`cpu_gemm_packed.rs`, kept with the op like Winograd's
@@ -77,10 +78,22 @@ pub(super) fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0"))
 }
 
+/// Whether this CPU runs the packed conv paths (this one and `conv_implicit.rs`): AVX-512, or
+/// AVX2 on a core that splits 256-bit instructions ([`crate::simd::avx2_half_width`], AMD Zen
+/// and Zen+), whose FMA rate, not the kernel's reads, bounds a product, so that the `gemm`
+/// crate's packing of both operands on every call is what the kept panels save (the product
+/// alone, 2 threads: 1.00-1.47x the crate's speed on 12 model shapes; the models, docs/bench.md
+/// "The packed conv paths on Zen 1"). On Zen 3, whose 256-bit FMAs run whole, the paths ran
+/// at 0.6-0.95x (docs/bench.md, "The packed GEMM on AVX2").
+pub fn runs_here() -> bool {
+    use crate::simd::{avx2_half_width, avx512, level, Level};
+    avx512() || level() == Level::Avx2 && avx2_half_width()
+}
+
 /// Whether a Conv whose W is kept (a model constant) takes the packed path for rows `rows`:
 /// one group, its im2col read in place (`conv_implicit.rs`) or enough output channels (for
 /// the stride) and K (for the plane) to pay for writing it, whole images (a CPU/GPU split's
-/// part keeps `gemm_path`), AVX-512, and not turned off ([`enabled`]).
+/// part keeps `gemm_path`), a CPU it [`runs_here`], and not turned off ([`enabled`]).
 pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
     let img = g.m * g.oh;
     let through_im2col = || {
@@ -98,7 +111,7 @@ pub(in crate::conv) fn applies(g: &Geom2, rows: &Range<usize>) -> bool {
         && (super::implicit::applies(g) || through_im2col())
         && rows.start.is_multiple_of(img)
         && rows.end.is_multiple_of(img)
-        && crate::simd::avx512()
+        && runs_here()
 }
 
 /// Images `rows / (M * OH)` of the convolution into `out`. Planes of more than
@@ -146,7 +159,7 @@ pub(in crate::conv) fn packed_path(
             "Conv output tile out of bounds"
         );
         let product = |a: MatRef| {
-            // SAFETY: AVX-512 (`applies`); the tile's pixels of channels `ch` (the panels'
+            // SAFETY: AVX2 or AVX-512 (`applies`); the tile's pixels of channels `ch` (the panels'
             // columns below M) are in bounds (checked) and written by this task only (tasks
             // are distinct (image, tile, group) triples).
             unsafe {

@@ -767,36 +767,22 @@ fn winograd_speed() {
             cpu::winograd::transform_weights(v, &w, c, 0..m, &mut u);
             (v, u)
         });
-        // W packed once for the packed GEMM path (AVX-512 only; else its column repeats im2col).
-        let ckk = c * 9;
-        let packed = crate::simd::avx512().then(|| {
-            crate::cpu_gemm_packed::PackedB::pack(
-                crate::cpu_gemm::MatRef::row_major(&w, 0, ckk).t(),
-                ckk,
-                m,
-            )
-        });
-        // The paths alternate, so a change of machine load hits all four; best of `reps`.
-        let mut best = [f64::MAX; 4];
-        for i in 0..=reps {
-            for (k, t) in best.iter_mut().enumerate() {
-                let start = std::time::Instant::now();
-                match (k, &packed) {
-                    (1 | 2, _) => {
-                        let (v, u) = &kept[k - 1];
-                        cpu::winograd::winograd_path(*v, &g, &x, ab, Some(u), &mut out, 0..rows)
-                    }
-                    (3, Some(p)) => {
-                        let pab = (p, Some(b.as_slice()), Activation::Relu.into());
-                        cpu::packed::packed_path(&g, &x, pab, None, &mut out, 0..rows)
-                    }
-                    _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
+        // W packed once for the packed GEMM path (where it runs; else its column repeats im2col).
+        let packed = cpu::packed::runs_here().then(|| packed_w(&w, c * 9, m));
+        let best = best_times(reps, |k| {
+            match (k, &packed) {
+                (1 | 2, _) => {
+                    let (v, u) = &kept[k - 1];
+                    cpu::winograd::winograd_path(*v, &g, &x, ab, Some(u), &mut out, 0..rows)
                 }
-                if i > 0 {
-                    *t = t.min(start.elapsed().as_secs_f64());
+                (3, Some(p)) => {
+                    let pab = (p, Some(b.as_slice()), Activation::Relu.into());
+                    cpu::packed::packed_path(&g, &x, pab, None, &mut out, 0..rows)
                 }
+                _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
             }
-        }
+            true
+        });
         let gf = 2.0 * (m * c * 9 * hw * hw) as f64 / 1e9;
         let [tg, t2, t4, tp] = best;
         println!(
@@ -860,7 +846,7 @@ fn depthwise_sums_taps_in_window_order() {
 }
 
 /// Convs whose W is kept packed (`conv_packed.rs`: constant W, at least 32 output channels (96
-/// strided) and K of 256, AVX-512) against the definition: a 1x1 read in place over two
+/// strided) and K of 256, AVX-512 or Zen 1's AVX2) against the definition: a 1x1 read in place over two
 /// images, a strided 1x1 through im2col and a strided 3x3 (its im2col read in place,
 /// `conv_implicit.rs`, as for every kernel of several taps here), magika's 5x1 shape (a
 /// one-column conv: through im2col), 40
@@ -871,6 +857,12 @@ fn depthwise_sums_taps_in_window_order() {
 /// a padded 3x3 (667 pixels, three tiles) and a strided one.
 #[test]
 fn packed_weights_match_definition() {
+    // On any AVX2 host as on Zen 1, where the path runs (`packed::runs_here`).
+    crate::simd::with_avx2_half_width(true, packed_weights_cases)
+}
+
+/// [`packed_weights_match_definition`]'s cases, the paths chosen on this thread.
+fn packed_weights_cases() {
     type Case = ([usize; 4], usize, [usize; 2], [usize; 2], [i64; 4]);
     let cases: &[Case] = &[
         ([2, 256, 9, 11], 100, [1, 1], [1, 1], [0, 0, 0, 0]),
@@ -910,12 +902,12 @@ fn packed_weights_match_definition() {
                     );
                 }
             }
-            // Every one of these takes the packed path where the CPU has AVX-512.
+            // Every one of these takes the packed path where the CPU runs it.
             let (g2, out) = op.geom(&[&xs, &[m, xs[1], k[0], k[1]]]).unwrap();
             let taken = cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2]))
                 && !op.cpu_takes_taps(&g2)
                 && !op.cpu_takes_pointwise(&g2);
-            assert_eq!(taken, on && crate::simd::avx512(), "{xs:?} m {m}");
+            assert_eq!(taken, on && cpu::packed::runs_here(), "{xs:?} m {m}");
         }
     }
     // K of 256 takes the packed path on a plane of 384 pixels, not on one of 385 (tiles).
@@ -926,7 +918,7 @@ fn packed_weights_match_definition() {
             .unwrap();
         assert_eq!(
             cpu::packed::applies(&g2, &(0..out[0] * out[1] * out[2])),
-            taken && on && crate::simd::avx512(),
+            taken && on && cpu::packed::runs_here(),
             "{hw:?}"
         );
     }
@@ -943,14 +935,20 @@ type OneGroupCase = (
 );
 
 /// Convs of a kept W whose im2col the packed path reads in place (`conv_implicit.rs`: more
-/// than one tap, at least 8 input and 32 output channels, AVX-512) against the definition,
-/// with bias and Relu: the fewest input channels on rows of 30 pixels (three blocks a row),
+/// than one tap, at least 8 input and 32 output channels, AVX-512 or Zen 1's AVX2) against
+/// the definition, with bias and Relu: the fewest input channels on rows of 30 pixels (three blocks a row),
 /// two images of 7-pixel rows (stores that would run past the band) with asymmetric pads, a
 /// dilated 5x5 ending mid-panel, a strided 3x5, and K in chunks (384 -> 64 3x3: a 884 KB
 /// panel in four chunks; 250 -> 50 on 12x13: three); on the global pool and on 7 threads
 /// (bands of one or two rows).
 #[test]
 fn implicit_im2col_matches_definition() {
+    // On any AVX2 host as on Zen 1, where the path runs (`packed::runs_here`).
+    crate::simd::with_avx2_half_width(true, implicit_im2col_cases)
+}
+
+/// [`implicit_im2col_matches_definition`]'s cases, the paths chosen on this thread.
+fn implicit_im2col_cases() {
     let cases: &[OneGroupCase] = &[
         ([1, 8, 9, 30], 32, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
         ([2, 24, 11, 7], 40, [3, 3], [1, 1], [1, 1], [0, 1, 2, 1]),
@@ -978,8 +976,11 @@ fn implicit_im2col_matches_definition() {
             && cpu::packed::applies(&g, &whole)
             && !op.cpu_takes_winograd(&g)
             && !op.cpu_takes_taps(&g);
-        let avx512 = crate::simd::avx512();
-        assert_eq!(taken, on && avx512, "{xs:?} m {m} k {k:?}");
+        assert_eq!(
+            taken,
+            on && cpu::packed::runs_here(),
+            "{xs:?} m {m} k {k:?}"
+        );
         for pool in [None, Some(&seven)] {
             let run = || outputs_of(&op, xs, m, k, 1, s, d, pads, true);
             let (got, mut want) = pool.map_or_else(run, |p| p.install(run));
@@ -1184,14 +1185,16 @@ fn pointwise_path_matches_definition() {
 /// packed path takes runs as the same conv over one row ([`Geom2::as_row`]), its im2col read
 /// in place (magika's 256 -> 512 5x1). Against the definition whole, cut inside a plane (which
 /// keeps the column) and cut between planes, padded, strided and dilated, with a fused Relu.
-/// Without AVX-512 the same cases check the paths that take them instead.
+/// Without AVX-512 the same cases check the paths that take them instead (on Zen 1 the packed
+/// path, the columns through im2col).
 #[test]
 #[allow(clippy::single_range_in_vec_init)]
 fn column_convs_run_as_rows() {
     type Case = ([usize; 4], usize, usize, usize, usize, [i64; 4]);
-    // Without AVX-512 (or with a path turned off) they stay columns, on other paths.
+    // Without AVX-512 (or with a path turned off) they stay columns, on other paths (the
+    // packed one where it runs, `packed::runs_here`).
     let off = |var: &str| std::env::var(var).as_deref() == Ok("0");
-    let packed = crate::simd::avx512() && !off("TANDEM_CONV_PACKED");
+    let packed = cpu::packed::runs_here() && !off("TANDEM_CONV_PACKED");
     let implicit = !off("TANDEM_CONV_IMPLICIT");
     let cases: &[Case] = &[
         ([1, 64, 40, 1], 64, 5, 1, 1, [2, 0, 2, 0]),
@@ -1218,7 +1221,7 @@ fn column_convs_run_as_rows() {
         assert_eq!(cpu::packed::applies(&g, &(0..lines)), packed, "{xs:?}");
         assert_eq!(
             cpu::implicit::column_as_row(&g, &(0..lines)).is_some(),
-            packed && implicit,
+            packed && implicit && crate::simd::avx512(),
             "{xs:?}"
         );
         for bias in [true, false] {
@@ -1290,16 +1293,7 @@ fn taps_speed() {
     ];
     let reps = 30;
     for &(c, m, k, hw, s, p) in shapes {
-        let xs = [1, c, hw, hw];
-        let x = random(c * hw * hw, 1);
-        let w = random(m * c * k * k, 2);
-        let b = random(m, 3);
-        let attrs = conv_attrs(1, [s, s], [1, 1], [p as i64; 4]);
-        let op = Conv {
-            activation: Activation::Relu,
-            ..Conv::plain(&attrs).unwrap()
-        };
-        let (g, _) = op.geom(&[&xs, &[m, c, k, k]]).unwrap();
+        let SpeedCase { g, x, w, b } = speed_case([c, m], [k, k], [hw, hw], s, [p, p]);
         let rows = m * g.oh;
         let mut out = vec![0.0f32; m * g.oh * g.ow];
         let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu.into());
@@ -1313,27 +1307,21 @@ fn taps_speed() {
         });
         let wb = (w.as_slice(), Some(blocks.as_slice()));
         let bep = (Some(b.as_slice()), Activation::Relu.into());
-        let mut best = [f64::MAX; 3];
-        for i in 0..=reps {
-            for (j, t) in best.iter_mut().enumerate() {
-                let start = std::time::Instant::now();
-                match (j, &wino) {
-                    (0, _) if k == 1 => {
-                        cpu::pointwise::pointwise_path(&g, &x, wb, bep, None, &mut out, 0..rows)
-                    }
-                    (0, _) => cpu::taps::taps_path(&g, &x, wb, bep, None, &mut out, 0..rows),
-                    (1, Some(u)) => {
-                        let v = Variant::F4;
-                        cpu::winograd::winograd_path(v, &g, &x, ab, Some(u), &mut out, 0..rows)
-                    }
-                    (1, None) => continue,
-                    _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
+        let best = best_times(reps, |j| {
+            match (j, &wino) {
+                (0, _) if k == 1 => {
+                    cpu::pointwise::pointwise_path(&g, &x, wb, bep, None, &mut out, 0..rows)
                 }
-                if i > 0 {
-                    *t = t.min(start.elapsed().as_secs_f64());
+                (0, _) => cpu::taps::taps_path(&g, &x, wb, bep, None, &mut out, 0..rows),
+                (1, Some(u)) => {
+                    let v = Variant::F4;
+                    cpu::winograd::winograd_path(v, &g, &x, ab, Some(u), &mut out, 0..rows)
                 }
+                (1, None) => return false,
+                _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
             }
-        }
+            true
+        });
         let gf = 2.0 * (m * c * k * k * g.oh * g.ow) as f64 / 1e9;
         let [tt, tw, tg] = best;
         println!(
@@ -1467,4 +1455,112 @@ fn gpus_take_the_tiled_kernel_where_groups_fill_a_tile() {
     assert_eq!(kernel([1, 64, 10, 10], 16, 1, 3, None).0, "conv");
     assert_eq!(kernel([1, 64, 10, 10], 64, 64, 3, None).0, "conv");
     assert_eq!(kernel([1, 8, 10, 10], 64, 1, 1, None).0, "conv");
+}
+
+/// Speed of the packed path (`conv_packed.rs`, `conv_implicit.rs`; run here whatever
+/// `packed::runs_here` says) against im2col + the `gemm` crate on model shapes (magika's 5x1
+/// as a row and as a column, resnet50's, squeezenet's), each with W in its kept form,
+/// alternated, best of 30 (not a test: `cargo test --release -p tandem-ops --lib packed_speed
+/// -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn packed_speed() {
+    // [C, M, kh, kw, h, w, stride, pad h, pad w]
+    let shapes: &[[usize; 9]] = &[
+        [256, 512, 1, 5, 1, 512, 1, 0, 0],
+        [256, 512, 5, 1, 512, 1, 1, 0, 0],
+        [64, 64, 3, 3, 56, 56, 1, 1, 1],
+        [128, 128, 3, 3, 28, 28, 1, 1, 1],
+        [256, 256, 3, 3, 14, 14, 1, 1, 1],
+        [512, 512, 3, 3, 7, 7, 1, 1, 1],
+        [64, 192, 3, 3, 28, 28, 1, 1, 1],
+        [256, 64, 1, 1, 56, 56, 1, 0, 0],
+        [1024, 256, 1, 1, 14, 14, 1, 0, 0],
+        [512, 1000, 1, 1, 13, 13, 1, 0, 0],
+        [64, 256, 1, 1, 13, 13, 1, 0, 0],
+        [512, 2048, 1, 1, 7, 7, 1, 0, 0],
+        [128, 128, 3, 3, 56, 56, 2, 1, 1],
+    ];
+    let reps = 30;
+    for &[c, m, kh, kw, h, w_, s, ph, pw] in shapes {
+        let SpeedCase { g, x, w, b } = speed_case([c, m], [kh, kw], [h, w_], s, [ph, pw]);
+        let rows = m * g.oh;
+        let mut out = vec![0.0f32; m * g.oh * g.ow];
+        let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu.into());
+        let ckk = c * kh * kw;
+        let p = packed_w(&w, ckk, m);
+        let best = best_times(reps, |k| {
+            match k {
+                1 => {
+                    let pab = (&p, Some(b.as_slice()), Activation::Relu.into());
+                    cpu::packed::packed_path(&g, &x, pab, None, &mut out, 0..rows)
+                }
+                _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
+            }
+            true
+        });
+        let gf = 2.0 * (m * ckk * g.oh * g.ow) as f64 / 1e9;
+        let [tg, tp] = best;
+        println!(
+            "C {c:4} M {m:4} {kh}x{kw}/{s} {h:3}x{w_:<3} in place {:5} | im2col + gemm {:8.1} us {:4.0} GF/s | packed {:8.1} us {:4.0} GF/s x{:.2}",
+            cpu::implicit::applies(&g),
+            tg * 1e6,
+            gf / tg,
+            tp * 1e6,
+            gf / tp,
+            tg / tp
+        );
+    }
+}
+
+/// A speed test's conv: random X `[1, C, h, w]`, W `[M, C, kh, kw]` and bias, and the geometry
+/// of their conv with a fused Relu at `stride`, padded `pads` (rows, columns) on both sides.
+struct SpeedCase {
+    g: Geom2,
+    x: Vec<f32>,
+    w: Vec<f32>,
+    b: Vec<f32>,
+}
+
+fn speed_case(
+    [c, m]: [usize; 2],
+    [kh, kw]: [usize; 2],
+    [h, w]: [usize; 2],
+    stride: usize,
+    [ph, pw]: [usize; 2],
+) -> SpeedCase {
+    let pads = [ph as i64, pw as i64, ph as i64, pw as i64];
+    let op = Conv {
+        activation: Activation::Relu,
+        ..Conv::plain(&conv_attrs(1, [stride, stride], [1, 1], pads)).unwrap()
+    };
+    let (g, _) = op.geom(&[&[1, c, h, w], &[m, c, kh, kw]]).unwrap();
+    SpeedCase {
+        g,
+        x: random(c * h * w, 1),
+        w: random(m * c * kh * kw, 2),
+        b: random(m, 3),
+    }
+}
+
+/// The best time of each of `N` paths (`run(k)` runs path `k`, false where it has none) over
+/// `reps` rounds after an untimed one, the paths alternating so that a change of the
+/// machine's load hits all of them.
+fn best_times<const N: usize>(reps: usize, mut run: impl FnMut(usize) -> bool) -> [f64; N] {
+    let mut best = [f64::MAX; N];
+    for i in 0..=reps {
+        for (k, t) in best.iter_mut().enumerate() {
+            let start = std::time::Instant::now();
+            if run(k) && i > 0 {
+                *t = t.min(start.elapsed().as_secs_f64());
+            }
+        }
+    }
+    best
+}
+
+/// W (`M x ckk`, row-major) packed for the packed GEMM path, as a kept Conv packs it.
+fn packed_w(w: &[f32], ckk: usize, m: usize) -> crate::cpu_gemm_packed::PackedB {
+    let wt = crate::cpu_gemm::MatRef::row_major(w, 0, ckk).t();
+    crate::cpu_gemm_packed::PackedB::pack(wt, ckk, m)
 }

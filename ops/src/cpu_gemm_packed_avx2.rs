@@ -1,4 +1,4 @@
-//! The packed GEMM's micro-kernel for CPUs with AVX2 and FMA but not AVX-512 (AMD Zen 2/3,
+//! The packed GEMM's micro-kernel for CPUs with AVX2 and FMA but not AVX-512 (AMD Zen 1-3,
 //! Intel client cores; any CPU under `TANDEM_SIMD=avx2`): 6 rows of A times a 16-column strip
 //! of a panel, two 8-float vectors per k: 12 accumulators, the strip's two vectors and one
 //! broadcast, 15 of the 16 registers. Panels packed at this level are one strip wide; a wider
@@ -8,7 +8,9 @@
 //! On an AMD Zen 3 (2 threads) this kernel matches the `gemm` crate's own 6 x 16 AVX2 kernel
 //! rather than beating it: what the kept packing saves is packing B on every call (minilm
 //! and tiny Llama's prefill about 3 % faster). Convs read in place (`conv_implicit.rs`) ran at
-//! 0.6-0.95x the speed of im2col + GEMM with it, so the conv paths stay AVX-512's.
+//! 0.6-0.95x the speed of im2col + GEMM with it, so there the conv paths stay AVX-512's. On
+//! Zen 1, which splits each 256-bit instruction in two, the conv paths take it
+//! (`conv_packed::runs_here`: its models' convs 3-10 % faster).
 //!
 //! Sits between `cpu_gemm_packed.rs`'s blocks and the CPU's 256-bit vector units.
 

@@ -77,8 +77,8 @@ pub fn cpu_level() -> Level {
     Level::Baseline
 }
 
-/// Whether [`level`] is AVX-512: the paths written with AVX-512 intrinsics alone (the conv
-/// packed and in-place im2col paths) run only then.
+/// Whether [`level`] is AVX-512: the paths written with AVX-512 intrinsics alone run only
+/// then.
 #[inline]
 pub fn avx512() -> bool {
     level() == Level::Avx512
@@ -104,7 +104,8 @@ pub fn avx512_full_width() -> bool {
 
 /// Whether this core splits each 256-bit AVX2 instruction into two 128-bit halves: AMD Zen
 /// and Zen+ (family 0x17, models below 0x30; Zen 2 runs them whole). There the depthwise
-/// kernels that read planes in place lose to the phase planes (`conv_depthwise.rs`).
+/// kernels that read planes in place lose to the phase planes (`conv_depthwise.rs`), and the
+/// packed conv paths run on AVX2 (`conv_packed.rs`).
 /// `TANDEM_AVX2_HALF_WIDTH=0|1` overrides the detection (read once, for A/B timing).
 pub fn avx2_half_width() -> bool {
     #[cfg(test)]

@@ -188,9 +188,10 @@ mod tests {
     use super::*;
     use tandem_ops::{registry, AttrValue, Attrs};
 
-    /// Whether the packed path's in-place im2col runs here (AVX-512, neither switch off).
+    /// Whether the packed path's in-place im2col runs here (AVX-512 or Zen 1's AVX2, neither
+    /// switch off).
     fn implicit_on() -> bool {
-        tandem_ops::simd::avx512()
+        tandem_ops::conv::packed_paths_run_here()
             && std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
             && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0")
     }
@@ -281,7 +282,7 @@ mod tests {
         // channels (on AVX2 at most 32), with output pixels x taps from 3600;
         // TANDEM_CONV_TAPS=0 turns it off (then they are im2col's). A kept W of 32 output
         // channels or more on a plane under 40x40 takes the packed path's im2col read in
-        // place instead (`kxk`, AVX-512).
+        // place instead (`kxk`, AVX-512 or Zen 1).
         let level = tandem_ops::simd::level();
         let on = level >= tandem_ops::simd::Level::Avx2
             && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
