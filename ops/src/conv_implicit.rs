@@ -219,8 +219,8 @@ fn band_product(
                 };
                 // The block's place among those over this chunk: the stretch it fetches ahead.
                 let nth = (y - at.ys.start) * blocks + blk;
-                // SAFETY: AVX2 or AVX-512 (the packed path's `applies`); the panel's channels' floats
-                // from `first` to the band's end are in bounds (the caller's check) and
+                // SAFETY: AVX2 or AVX-512 (the packed path's `applies`); the panel's channels'
+                // floats from `first` to the band's end are in bounds (the caller's check) and
                 // written by this task only (tasks are distinct (image, band, panel group)
                 // triples); `sums` is this block's `r x nr` of the task's partial sums. A's
                 // reads are checked by the callee.

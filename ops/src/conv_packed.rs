@@ -80,11 +80,12 @@ pub(super) fn enabled() -> bool {
 
 /// Whether this CPU runs the packed conv paths (this one and `conv_implicit.rs`): AVX-512, or
 /// AVX2 on a core that splits 256-bit instructions ([`crate::simd::avx2_half_width`], AMD Zen
-/// and Zen+), whose FMA rate, not the kernel's reads, bounds a product, so that the `gemm`
-/// crate's packing of both operands on every call is what the kept panels save (the product
-/// alone, 2 threads: 1.00-1.47x the crate's speed on 12 model shapes; the models, docs/bench.md
-/// "The packed conv paths on Zen 1"). On Zen 3, whose 256-bit FMAs run whole, the paths ran
-/// at 0.6-0.95x (docs/bench.md, "The packed GEMM on AVX2").
+/// and Zen+), where both this kernel and the `gemm` crate's run at the halved FMA rate and the
+/// crate packs both operands on every call. Measured there (2 threads, alternated): the
+/// product alone level with the crate on a quiet host (0.86-1.15x its speed on 12 model
+/// shapes), ahead on a loaded one (1.00-1.47x); the models' latency mostly 0.8-0.98x
+/// (docs/bench.md, "The packed conv paths on Zen 1"). On Zen 3, whose 256-bit FMAs run whole,
+/// the paths ran at 0.6-0.95x (docs/bench.md, "The packed GEMM on AVX2").
 pub fn runs_here() -> bool {
     use crate::simd::{avx2_half_width, avx512, level, Level};
     avx512() || level() == Level::Avx2 && avx2_half_width()
@@ -159,8 +160,8 @@ pub(in crate::conv) fn packed_path(
             "Conv output tile out of bounds"
         );
         let product = |a: MatRef| {
-            // SAFETY: AVX2 or AVX-512 (`applies`); the tile's pixels of channels `ch` (the panels'
-            // columns below M) are in bounds (checked) and written by this task only (tasks
+            // SAFETY: AVX2 or AVX-512 (`applies`); the tile's pixels of channels `ch` (the
+            // panels' columns below M) are in bounds (checked) and written by this task only (tasks
             // are distinct (image, tile, group) triples).
             unsafe {
                 let c = optr.ptr().add(n * g.m * plane + p0);

@@ -10,7 +10,7 @@
 //! and tiny Llama's prefill about 3 % faster). Convs read in place (`conv_implicit.rs`) ran at
 //! 0.6-0.95x the speed of im2col + GEMM with it, so there the conv paths stay AVX-512's. On
 //! Zen 1, which splits each 256-bit instruction in two, the conv paths take it
-//! (`conv_packed::runs_here`: its models' convs 3-10 % faster).
+//! (`conv_packed::runs_here`: most models 2-18 % faster, alternated).
 //!
 //! Sits between `cpu_gemm_packed.rs`'s blocks and the CPU's 256-bit vector units.
 
