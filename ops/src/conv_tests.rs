@@ -768,7 +768,8 @@ fn winograd_speed() {
             (v, u)
         });
         // W packed once for the packed GEMM path (where it runs; else its column repeats im2col).
-        let packed = cpu::packed::runs_here().then(|| packed_w(&w, c * 9, m));
+        let kept_w = ConstantWeight::default();
+        let packed = cpu::packed::runs_here().then(|| kept_w.packed(&g, &w));
         let best = best_times(reps, |k| {
             match (k, &packed) {
                 (1 | 2, _) => {
@@ -776,7 +777,7 @@ fn winograd_speed() {
                     cpu::winograd::winograd_path(*v, &g, &x, ab, Some(u), &mut out, 0..rows)
                 }
                 (3, Some(p)) => {
-                    let pab = (p, Some(b.as_slice()), Activation::Relu.into());
+                    let pab = (*p, Some(b.as_slice()), Activation::Relu.into());
                     cpu::packed::packed_path(&g, &x, pab, None, &mut out, 0..rows)
                 }
                 _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
@@ -846,8 +847,8 @@ fn depthwise_sums_taps_in_window_order() {
 }
 
 /// Convs whose W is kept packed (`conv_packed.rs`: constant W, at least 32 output channels (96
-/// strided) and K of 256, AVX-512 or Zen 1's AVX2) against the definition: a 1x1 read in place over two
-/// images, a strided 1x1 through im2col and a strided 3x3 (its im2col read in place,
+/// strided) and K of 256, AVX-512 or Zen 1's AVX2) against the definition: a 1x1 read in
+/// place over two images, a strided 1x1 through im2col and a strided 3x3 (its im2col read in place,
 /// `conv_implicit.rs`, as for every kernel of several taps here), magika's 5x1 shape (a
 /// one-column conv: through im2col), 40
 /// and 56 channels on 32-wide panels (a 1x1 and a padded 3x3), output channels that end
@@ -936,11 +937,11 @@ type OneGroupCase = (
 
 /// Convs of a kept W whose im2col the packed path reads in place (`conv_implicit.rs`: more
 /// than one tap, at least 8 input and 32 output channels, AVX-512 or Zen 1's AVX2) against
-/// the definition, with bias and Relu: the fewest input channels on rows of 30 pixels (three blocks a row),
-/// two images of 7-pixel rows (stores that would run past the band) with asymmetric pads, a
-/// dilated 5x5 ending mid-panel, a strided 3x5, and K in chunks (384 -> 64 3x3: a 884 KB
-/// panel in four chunks; 250 -> 50 on 12x13: three); on the global pool and on 7 threads
-/// (bands of one or two rows).
+/// the definition, with bias and Relu: the fewest input channels on rows of 30 pixels (three
+/// blocks a row), two images of 7-pixel rows (stores that would run past the band) with
+/// asymmetric pads, a dilated 5x5 ending mid-panel, a strided 3x5, and K in chunks (384 -> 64
+/// 3x3: a 884 KB panel in four chunks; 250 -> 50 on 12x13: three); on the global pool and on
+/// 7 threads (bands of one or two rows).
 #[test]
 fn implicit_im2col_matches_definition() {
     // On any AVX2 host as on Zen 1, where the path runs (`packed::runs_here`).
@@ -1487,19 +1488,19 @@ fn packed_speed() {
         let rows = m * g.oh;
         let mut out = vec![0.0f32; m * g.oh * g.ow];
         let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu.into());
-        let ckk = c * kh * kw;
-        let p = packed_w(&w, ckk, m);
+        let kept_w = ConstantWeight::default();
+        let p = kept_w.packed(&g, &w);
         let best = best_times(reps, |k| {
             match k {
                 1 => {
-                    let pab = (&p, Some(b.as_slice()), Activation::Relu.into());
+                    let pab = (p, Some(b.as_slice()), Activation::Relu.into());
                     cpu::packed::packed_path(&g, &x, pab, None, &mut out, 0..rows)
                 }
                 _ => cpu::gemm_path(&g, &x, ab, None, &mut out, 0..rows),
             }
             true
         });
-        let gf = 2.0 * (m * ckk * g.oh * g.ow) as f64 / 1e9;
+        let gf = 2.0 * (m * g.ckk() * g.oh * g.ow) as f64 / 1e9;
         let [tg, tp] = best;
         println!(
             "C {c:4} M {m:4} {kh}x{kw}/{s} {h:3}x{w_:<3} in place {:5} | im2col + gemm {:8.1} us {:4.0} GF/s | packed {:8.1} us {:4.0} GF/s x{:.2}",
@@ -1557,10 +1558,4 @@ fn best_times<const N: usize>(reps: usize, mut run: impl FnMut(usize) -> bool) -
         }
     }
     best
-}
-
-/// W (`M x ckk`, row-major) packed for the packed GEMM path, as a kept Conv packs it.
-fn packed_w(w: &[f32], ckk: usize, m: usize) -> crate::cpu_gemm_packed::PackedB {
-    let wt = crate::cpu_gemm::MatRef::row_major(w, 0, ckk).t();
-    crate::cpu_gemm_packed::PackedB::pack(wt, ckk, m)
 }
