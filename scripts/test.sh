@@ -5,31 +5,42 @@
 # when there is none.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Each step's line carries the seconds since the start, so a CI log shows where the time goes.
+step() { echo "test: $* [${SECONDS} s]"; }
+# The cargo profile of the build: `release` here, `ci` in CI (release with tract, a bench peer,
+# unoptimised: half the test build's CPU time otherwise; Cargo.toml), or TANDEM_TEST_PROFILE.
+profile="${TANDEM_TEST_PROFILE:-release}"
+if [ -z "${TANDEM_TEST_PROFILE:-}" ] && [ "${CI:-}" = "true" ]; then profile=ci; fi
 bash scripts/setup.sh
 . scripts/env.sh
 ensure_rust_components
-echo "test: cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all --check
-echo "test: cargo clippy"
-cargo clippy --release --workspace --all-targets -q -- -D warnings
-echo "test: cargo test"
-cargo test --release --workspace
-echo "test: MatMul, attention and Conv on Cpu adapters through storage buffers (TANDEM_GPU_TEXTURES=0)"
+step "cargo clippy"
+cargo clippy --profile "$profile" --workspace --all-targets -q -- -D warnings
+step "cargo test (profile $profile)"
+cargo test --profile "$profile" --workspace
+step "MatMul, attention and Conv on Cpu adapters through storage buffers (TANDEM_GPU_TEXTURES=0)"
 # `--workspace`, not `-p tandem`: one package alone resolves other features and rebuilt wgpu,
 # tandem and their dependencies (6 minutes of CI on a 2-core machine).
-TANDEM_GPU_TEXTURES=0 cargo test --release --workspace --test gpu_linalg --test fusion -- \
+TANDEM_GPU_TEXTURES=0 cargo test --profile "$profile" --workspace --test gpu_linalg --test fusion -- \
   matmul gemm attention::the_attention_op conv_gpu_
-echo "test: tandem-bench run --quick (magika on every placement and peer; docs/bench.md)"
+step "tandem-bench run --quick (magika on every placement and peer; docs/bench.md)"
 # Built for the whole workspace, so its dependencies have the features `cargo test` unified:
 # `cargo run -p tandem-bench` resolves them for that one package and rebuilt tract, wgpu and
 # ~100 other crates (15 minutes of CI on a 2-core machine).
-cargo build --release --workspace -q
-target/release/tandem-bench run --quick --out target/bench-quick
-echo "test: browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
+cargo build --profile "$profile" --workspace -q
+if [ "$profile" = ci ]; then
+  echo "note: tract is unoptimised in the ci profile: its times below check it runs, not its speed"
+fi
+"target/$profile/tandem-bench" run --quick --out target/bench-quick
+step "browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
 bash scripts/web.sh test
-# Bounded fuzzing (60 s over the cargo-fuzz targets, ~3 min cold build into runtime/fuzz/target):
-# in CI, or locally with TANDEM_FUZZ=1. Longer runs: bash scripts/fuzz.sh SECONDS.
+# Bounded fuzzing (60 s over the cargo-fuzz targets; a cold build of 5-9 min into
+# runtime/fuzz/target): in CI, or locally with TANDEM_FUZZ=1. Longer runs: bash scripts/fuzz.sh
+# SECONDS.
 if [ "${CI:-}" = "true" ] || [ "${TANDEM_FUZZ:-}" = "1" ]; then
-  echo "test: bounded fuzzing (scripts/fuzz.sh 60)"
+  step "bounded fuzzing (scripts/fuzz.sh 60)"
   bash scripts/fuzz.sh 60
 fi
+step "done"
