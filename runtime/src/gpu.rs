@@ -385,6 +385,16 @@ impl Gpu {
         self.cpu_adapter
     }
 
+    /// True when this adapter's shader threads take cores from `cpu_threads` threads of CPU
+    /// kernels running beside them: it runs shaders on the CPU, and the two together want more
+    /// threads than the machine has cores. Splitting a node across both then adds no compute,
+    /// and each part slows the other (magika's Conv split on lavapipe beside 2 kernel threads
+    /// on 2 cores: 24 ms for 91 % of its rows, 16 ms for all of them alone).
+    pub fn shares_cores_with(&self, cpu_threads: usize) -> bool {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.runs_on_cpu() && oversubscribed(cpu_threads, cpu_adapter_threads(cores), cores)
+    }
+
     /// True when per-dispatch times come from GPU timestamp queries.
     pub fn has_timestamps(&self) -> bool {
         self.timestamps
@@ -617,6 +627,21 @@ const UNIFORM_USAGE: wgpu::BufferUsages =
 
 /// A host tensor as the GPU's 4-byte elements. Fails (never truncates) for int64 values outside
 /// i32 and for f64 tensors, which the GPU path does not support.
+/// Threads a CPU adapter runs shaders on: llvmpipe's `LP_NUM_THREADS` (0 runs them on the
+/// submitting thread), else one per core, as llvmpipe and SwiftShader do by default.
+fn cpu_adapter_threads(cores: usize) -> usize {
+    std::env::var("LP_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(cores, |n| n.max(1))
+}
+
+/// True when `cpu_threads` kernel threads and `adapter_threads` shader threads want more than
+/// `cores` cores.
+fn oversubscribed(cpu_threads: usize, adapter_threads: usize, cores: usize) -> bool {
+    cpu_threads + adapter_threads > cores
+}
+
 pub fn to_gpu_bytes(t: &Tensor) -> std::result::Result<Vec<u8>, String> {
     Ok(match &t.data {
         Data::F32(v) => bytemuck::cast_slice(v).to_vec(),
@@ -695,5 +720,15 @@ mod tests {
         let ok = Tensor::i64(&[2], vec![-5, 7]);
         let back = from_gpu_bytes(&to_gpu_bytes(&ok).unwrap(), DType::I64, &[2]);
         assert_eq!(back, ok);
+    }
+
+    /// The co-execution bed of `tandem-bench coexec` (1 kernel thread, `LP_NUM_THREADS=1`, 2
+    /// cores) keeps its splits; a default session beside a default llvmpipe does not.
+    #[test]
+    fn threads_past_the_cores_oversubscribe() {
+        assert!(!oversubscribed(1, 1, 2));
+        assert!(oversubscribed(2, 2, 2));
+        assert!(oversubscribed(1, 2, 2));
+        assert!(!oversubscribed(8, 8, 16));
     }
 }

@@ -261,6 +261,19 @@ impl Session {
                 .iter()
                 .map(|w| format!("placement auto runs on the CPU only: {w}")),
         );
+        let threads = pool.current_num_threads();
+        let policy = match (options.placement, options.policy, gpu.as_deref()) {
+            (Placement::Auto, Policy::HeftSplit, Some(g)) if g.shares_cores_with(threads) => {
+                warnings.push(format!(
+                    "auto places whole nodes, no row splits: the GPU adapter ({}) runs its \
+                     shaders on this machine's cores, which the {threads} CPU kernel threads \
+                     already use (a split's two parts would slow each other)",
+                    g.adapter().name
+                ));
+                Policy::Heft
+            }
+            (_, p, _) => p,
+        };
         Ok(Session {
             graph,
             gpu: crate::recover::GpuSlot::new(gpu),
@@ -272,7 +285,7 @@ impl Session {
             pool,
             placement: options.placement,
             overrides: options.overrides,
-            policy: options.policy,
+            policy,
             costs,
             warnings,
             plans: Mutex::new(HashMap::new()),
@@ -287,6 +300,12 @@ impl Session {
 
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// The policy `auto` plans with: [`SessionOptions::policy`], or HEFT without row splits
+    /// where the GPU adapter shares this session's CPU cores ([`Gpu::shares_cores_with`]).
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
     /// The session's GPU now (after a device loss, the one that replaced it).

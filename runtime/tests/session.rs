@@ -169,6 +169,46 @@ fn every_placement_gives_the_reference_result() {
     }
 }
 
+/// An adapter that runs its shaders on the CPU's cores (lavapipe), beside a CPU pool that uses
+/// every core, gets no row splits in `auto`, and the session says why; a pool of one thread
+/// beside an adapter held to the other cores keeps them (the pure rule, on any machine).
+#[test]
+fn auto_does_not_split_across_an_adapter_on_the_same_cores() {
+    let (bytes, _) = mlp();
+    let g = gpu();
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let opts = SessionOptions::default()
+        .placement(Placement::Auto)
+        .gpu(g.clone());
+    let s = Session::new(bytes.as_slice(), opts).unwrap();
+    let shared = g.runs_on_cpu() && std::env::var_os("LP_NUM_THREADS").is_none();
+    assert_eq!(
+        g.shares_cores_with(cores),
+        g.runs_on_cpu(),
+        "{:?}",
+        g.adapter()
+    );
+    let warned = s.warnings().iter().any(|w| w.contains("no row splits"));
+    let policy = tandem::schedule::Policy::Heft;
+    if shared {
+        assert!(warned, "{:?}", s.warnings());
+        assert_eq!(s.policy(), policy);
+        let (_, report) = s.run_with_report(&[("x", x())]).unwrap();
+        assert!(
+            !report
+                .nodes
+                .iter()
+                .any(|n| matches!(n.ran, Ran::Split { .. })),
+            "{report}"
+        );
+    } else {
+        assert!(!warned, "{:?}", s.warnings());
+    }
+    let cpu = SessionOptions::default().placement(Placement::Cpu).gpu(g);
+    let s = Session::new(bytes.as_slice(), cpu).unwrap();
+    assert!(!s.warnings().iter().any(|w| w.contains("no row splits")));
+}
+
 /// A long stretch of GPU steps goes to the GPU in several batches (`Batch::is_full`), so that
 /// the GPU starts while the host records the rest; the report's GPU lane places each batch after
 /// the one before it, since the queue runs them in turn.
