@@ -384,11 +384,13 @@ mod tests {
     use tandem::import::proto::*;
     use tandem::{DType, Tensor};
 
-    /// y = x [64, 256] @ W [256, 256].
+    /// y = x [256, 512] @ W [512, 512]: 134 MFLOP, a few ms on the CPU and about 100 ms on
+    /// lavapipe, so a CPU run slowed by other tests' load (a 64 x 256 x 256 product was, into
+    /// looking slower than lavapipe: 1 CI run in 6) cannot teach the model otherwise.
     fn matmul_model() -> Vec<u8> {
         let w = Tensor::f32(
-            &[256, 256],
-            (0..256 * 256).map(|i| (i % 7) as f32 * 0.01).collect(),
+            &[512, 512],
+            (0..512 * 512).map(|i| (i % 7) as f32 * 0.01).collect(),
         );
         ModelProto {
             ir_version: 8,
@@ -406,8 +408,8 @@ mod tests {
                 }],
                 name: "mm".into(),
                 initializer: vec![tensor_proto("W", &w)],
-                input: vec![value_info("x", DType::F32, &[64, 256])],
-                output: vec![value_info("y", DType::F32, &[64, 256])],
+                input: vec![value_info("x", DType::F32, &[256, 512])],
+                output: vec![value_info("y", DType::F32, &[256, 512])],
                 ..Default::default()
             }),
             ..Default::default()
@@ -456,7 +458,10 @@ mod tests {
             .options(2, Some(gpu.clone()))
             .cost_model(Arc::new(gpu_believed_fast(&gpu, 1e11)));
         let session = Session::new(bytes.as_slice(), options).unwrap();
-        let x = Tensor::f32(&[64, 256], (0..64 * 256).map(|i| (i % 5) as f32).collect());
+        let x = Tensor::f32(
+            &[256, 512],
+            (0..256 * 512).map(|i| (i % 5) as f32).collect(),
+        );
         let args = [("x", x)];
         let on_gpu =
             |p: &tandem::plan::Plan| p.steps.iter().any(|s| s.device() == Some(Device::Gpu));
@@ -487,7 +492,7 @@ mod tests {
             .options(2, Some(gpu.clone()))
             .cost_model(Arc::new(gpu_believed_fast(&gpu, 1e11)));
         let session = Session::new(bytes.as_slice(), options).unwrap();
-        let args = [("x", Tensor::f32(&[64, 256], vec![1.0; 64 * 256]))];
+        let args = [("x", Tensor::f32(&[256, 512], vec![1.0; 256 * 512]))];
         session.run(&args).unwrap();
         let s = settle(&session, &args, 0.0).unwrap();
         assert_eq!((s.runs, s.held), (0, false), "{s:?}");
