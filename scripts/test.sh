@@ -23,8 +23,8 @@ cargo test --profile "$profile" --workspace
 step "MatMul, attention and Conv on Cpu adapters through storage buffers (TANDEM_GPU_TEXTURES=0)"
 # `--workspace`, not `-p tandem`: one package alone resolves other features and rebuilt wgpu,
 # tandem and their dependencies (6 minutes of CI on a 2-core machine).
-TANDEM_GPU_TEXTURES=0 cargo test --profile "$profile" --workspace --test gpu_linalg --test fusion -- \
-  matmul gemm attention::the_attention_op conv_gpu_
+TANDEM_GPU_TEXTURES=0 cargo test --profile "$profile" --workspace --test gpu_linalg \
+  --test fusion -- matmul gemm attention::the_attention_op conv_gpu_
 step "tandem-bench run --quick (magika on every placement and peer; docs/bench.md)"
 # Built for the whole workspace, so its dependencies have the features `cargo test` unified:
 # `cargo run -p tandem-bench` resolves them for that one package and rebuilt tract, wgpu and

@@ -625,8 +625,6 @@ const READ_USAGE: wgpu::BufferUsages =
 const UNIFORM_USAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
 
-/// A host tensor as the GPU's 4-byte elements. Fails (never truncates) for int64 values outside
-/// i32 and for f64 tensors, which the GPU path does not support.
 /// Threads a CPU adapter runs shaders on: llvmpipe's `LP_NUM_THREADS` (0 runs them on the
 /// submitting thread), else one per core, as llvmpipe and SwiftShader do by default.
 fn cpu_adapter_threads(cores: usize) -> usize {
@@ -642,6 +640,8 @@ fn oversubscribed(cpu_threads: usize, adapter_threads: usize, cores: usize) -> b
     cpu_threads + adapter_threads > cores
 }
 
+/// A host tensor as the GPU's 4-byte elements. Fails (never truncates) for int64 values outside
+/// i32 and for f64 tensors, which the GPU path does not support.
 pub fn to_gpu_bytes(t: &Tensor) -> std::result::Result<Vec<u8>, String> {
     Ok(match &t.data {
         Data::F32(v) => bytemuck::cast_slice(v).to_vec(),
