@@ -28,7 +28,6 @@ use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
 use crate::matmul::{check_f32, f32_in, f32_out, u32_of};
 use crate::shape::{broadcast_shapes, grid_1d, permuted, strides};
 use crate::{DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// How the scores are scaled before the mask: as the Div or Mul node the pass absorbed did.
@@ -446,7 +445,7 @@ impl Op for Attention {
         if rows.len() * g.sk * (g.d + g.dv) < SMALL_MACS || tasks.len() == 1 {
             tasks.into_iter().for_each(run);
         } else {
-            tasks.into_par_iter().for_each(run);
+            crate::parallel::for_each_item(tasks, run);
         }
         Ok(())
     }

@@ -28,7 +28,6 @@ use super::*;
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
 use crate::cpu_gemm_packed::PackedB;
 use crate::phase_planes::{copy_every, strided_copy};
-use rayon::prelude::*;
 
 #[path = "conv_winograd.rs"]
 pub(super) mod winograd;
@@ -108,12 +107,10 @@ pub(super) fn direct_path(
             (vr, first)
         })
         .collect();
-    dst.par_chunks_mut(per * ow)
-        .enumerate()
-        .for_each(|(ci, chunk)| {
-            direct_lines(g, (x, w, b), &taps, rows.start + ci * per, chunk);
-            epilogue(chunk, None, None, ep);
-        });
+    crate::parallel::for_each_chunk_mut(dst, per * ow, |ci, chunk| {
+        direct_lines(g, (x, w, b), &taps, rows.start + ci * per, chunk);
+        epilogue(chunk, None, None, ep);
+    });
 }
 
 crate::simd::kernel! {
@@ -185,10 +182,9 @@ pub(super) fn im2col(g: &Geom2, xg: &[f32], p0: usize, p1: usize, col: &mut [f32
 /// then reads).
 pub(super) fn im2col_par(g: &Geom2, xg: &[f32], p0: usize, p1: usize, col: &mut [f32]) {
     let per_c = g.kh * g.kw * (p1 - p0);
-    col[..g.cg * per_c]
-        .par_chunks_mut(per_c)
-        .enumerate()
-        .for_each(|(c, part)| im2col_channel(g, &xg[c * g.h * g.w..][..g.h * g.w], p0, p1, part));
+    crate::parallel::for_each_chunk_mut(&mut col[..g.cg * per_c], per_c, |c, part| {
+        im2col_channel(g, &xg[c * g.h * g.w..][..g.h * g.w], p0, p1, part)
+    });
 }
 
 crate::simd::kernel! {
@@ -555,7 +551,7 @@ pub(super) fn gemm_path(
         }
     };
     if tasks.len() >= threads && threads > 1 {
-        tasks.par_iter().for_each(|t| run(t, Threads::Single));
+        crate::parallel::for_each_ref(&tasks, |t| run(t, Threads::Single));
     } else {
         tasks.iter().for_each(|t| run(t, Threads::Pool));
     }
@@ -599,7 +595,7 @@ pub(super) fn tile_split(
             unsafe { gemm_block(g, (w, b, ep), z, optr, n, oc.clone(), pix.clone(), bm, th) };
         };
         if parts.len() >= threads && threads > 1 {
-            parts.par_iter().for_each(|p| one(p, Threads::Single));
+            crate::parallel::for_each_ref(&parts, |p| one(p, Threads::Single));
         } else {
             parts.iter().for_each(|p| one(p, Threads::Pool));
         }
@@ -843,9 +839,14 @@ pub fn conv_cpu(
     }
     if let Some(z) = z {
         let span = rows.start * g.ow..rows.end * g.ow;
-        out[span.clone()]
-            .par_chunks_mut(16_384)
-            .zip(z[span].par_chunks(16_384))
-            .for_each(|(o, z)| epilogue(o, None, Some(z), ep.from_residual()));
+        let z = &z[span.clone()];
+        crate::parallel::for_each_chunk_mut(&mut out[span], 16_384, |i, o| {
+            epilogue(
+                o,
+                None,
+                Some(&z[i * 16_384..][..o.len()]),
+                ep.from_residual(),
+            )
+        });
     }
 }

@@ -26,7 +26,6 @@ mod strided;
 use crate::lanes::{load_lanes, Avx2, Avx512, Lanes};
 use crate::shape::rows_by_block;
 use crate::simd::Level;
-use rayon::prelude::*;
 use std::ops::Range;
 use strided::Compiled as _;
 
@@ -79,7 +78,7 @@ pub(super) fn plane_path(
         let (pt, pl) = (g.pt as usize, g.pl as usize);
         let masks = strided::column_masks(k, (g.w, ow, pl), lanes);
         let geometry = (pt, pl, ow);
-        return pieces.into_par_iter().for_each(|(p, lines, dst)| {
+        return crate::parallel::for_each_item(pieces, |(p, lines, dst)| {
             let plane = Plane::of(g, x, (w, b), p);
             // SAFETY: `applies` checked the level's instructions and the geometry.
             unsafe {
@@ -94,7 +93,7 @@ pub(super) fn plane_path(
         });
     }
     let whole = tap_masks(k, (g.h, g.w), lanes, 0..g.oh);
-    pieces.into_par_iter().for_each(|(p, lines, dst)| {
+    crate::parallel::for_each_item(pieces, |(p, lines, dst)| {
         let plane = Plane::of(g, x, (w, b), p);
         let part;
         let masks = match lines == (0..g.oh) {

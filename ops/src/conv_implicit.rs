@@ -23,7 +23,6 @@ use super::{padded_plane, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::MatRef;
 use crate::cpu_gemm_packed::{taps_block, BlockOut, PackedB, TapSteps, CHUNK_BYTES};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Whether `TANDEM_CONV_IMPLICIT=0` turned this path off (read once).
@@ -124,41 +123,39 @@ pub(in crate::conv) fn implicit_path(
     let optr = OutPtr(out.as_mut_ptr(), out.len());
     let steps = TapSteps::new(&pd.offs, g.c, pplane);
     with_scratch(images.len() * g.c * pplane, |xp| {
-        xp.par_chunks_mut(pplane).enumerate().for_each(|(i, dst)| {
+        crate::parallel::for_each_chunk_mut(xp, pplane, |i, dst| {
             let src = &x[(images.start * g.c + i) * g.h * g.w..][..g.h * g.w];
             padded_plane(src, (g.h, g.w, g.pt, g.pl), (pd.wp, pd.hp), dst);
         });
         let xp = &*xp;
-        (0..images.len() * groups * bands)
-            .into_par_iter()
-            .for_each(|t| {
-                let (i, t) = (t / (groups * bands), t % (groups * bands));
-                let (group, band) = (t / bands, t % bands);
-                let n = images.start + i;
-                let ys = band * per_band..((band + 1) * per_band).min(g.oh);
-                let ps = group * per_group..((group + 1) * per_group).min(panels);
-                let at = Band {
-                    xp,
-                    x0: i * g.c * pplane,
-                    pplane,
-                    wp: pd.wp,
-                    steps: &steps,
-                    ys: ys.clone(),
-                };
-                with_tmp(ys.len() * g.ow * nr, |partial| {
-                    for p in ps {
-                        let ch = p * nr..((p + 1) * nr).min(g.m);
-                        let c0 = (n * g.m + ch.start) * plane;
-                        assert!(
-                            c0 + (ch.len() - 1) * plane + ys.end * g.ow <= optr.1,
-                            "Conv output band out of bounds"
-                        );
-                        band_product(g, w, p, &at, partial, (optr, c0));
-                        let pixels = (ys.start * g.ow, ys.len() * g.ow);
-                        finish_lines(g, optr, (n, ch), pixels, (b, z, ep));
-                    }
-                })
-            });
+        crate::parallel::for_each_index(images.len() * groups * bands, |t| {
+            let (i, t) = (t / (groups * bands), t % (groups * bands));
+            let (group, band) = (t / bands, t % bands);
+            let n = images.start + i;
+            let ys = band * per_band..((band + 1) * per_band).min(g.oh);
+            let ps = group * per_group..((group + 1) * per_group).min(panels);
+            let at = Band {
+                xp,
+                x0: i * g.c * pplane,
+                pplane,
+                wp: pd.wp,
+                steps: &steps,
+                ys: ys.clone(),
+            };
+            with_tmp(ys.len() * g.ow * nr, |partial| {
+                for p in ps {
+                    let ch = p * nr..((p + 1) * nr).min(g.m);
+                    let c0 = (n * g.m + ch.start) * plane;
+                    assert!(
+                        c0 + (ch.len() - 1) * plane + ys.end * g.ow <= optr.1,
+                        "Conv output band out of bounds"
+                    );
+                    band_product(g, w, p, &at, partial, (optr, c0));
+                    let pixels = (ys.start * g.ow, ys.len() * g.ow);
+                    finish_lines(g, optr, (n, ch), pixels, (b, z, ep));
+                }
+            })
+        });
     });
 }
 

@@ -44,7 +44,6 @@ use super::{epilogue, im2col, im2col_par, with_scratch, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::{MatRef, Threads};
 use crate::cpu_gemm_packed::{sgemm_packed_t, sgemm_packed_t_panels, PackedB};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Fewest output channels, and fewest `K = C * kh * kw`, where the packed path was measured
@@ -171,9 +170,7 @@ pub(in crate::conv) fn packed_path(
         with_a(g, xn, (p0, p1), false, product);
         finish_lines(g, optr, (n, ch), (p0, p1 - p0), (b, z, ep));
     };
-    (0..images.len() * tiles * groups)
-        .into_par_iter()
-        .for_each(task);
+    crate::parallel::for_each_index(images.len() * tiles * groups, task);
 }
 
 /// A small plane (at most [`WHOLE_PLANE_MAX`] pixels) of each image into `out`: per block of

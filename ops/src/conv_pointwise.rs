@@ -41,7 +41,6 @@ use super::taps::{
 use super::{packed::finish_lines, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::simd::Level;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Whether `TANDEM_CONV_POINTWISE=0` turned this path off (read once).
@@ -156,7 +155,7 @@ pub(in crate::conv) fn pointwise_path(
             }
         };
         let ke = InKernel::of(b, z, ep);
-        tasks.par_iter().for_each(|(n, oc, pix)| {
+        crate::parallel::for_each_ref(&tasks, |(n, oc, pix)| {
             let xn = &x[n * g.c * plane..][..g.c * plane];
             let (mb0, mb1) = (oc.start / MR, oc.end.div_ceil(MR));
             let first = (n * g.m + oc.start) * plane;

@@ -41,7 +41,6 @@ use super::{packed::finish_lines, padded_plane, rects, with_scratch, OutPtr};
 use crate::conv::{Activation, Epilogue, Geom2, Residual};
 use crate::phase_planes::{copy_every, inside_columns};
 use crate::simd::Level;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Output channels per kernel call (rows of accumulators).
@@ -269,11 +268,11 @@ pub(in crate::conv) fn taps_path(
                 wk
             }
         };
-        xp.par_chunks_mut(plane).enumerate().for_each(|(i, dst)| {
+        crate::parallel::for_each_chunk_mut(xp, plane, |i, dst| {
             l.fill(g, &x[(n_lo * g.c + i) * g.h * g.w..][..g.h * g.w], dst);
         });
         let xp = &*xp;
-        tasks.par_iter().for_each(|(n, oc, oy)| {
+        crate::parallel::for_each_ref(&tasks, |(n, oc, oy)| {
             let span = oy.len() * l.wp;
             let x0 = &xp[(n - n_lo) * g.c * plane + oy.start * l.wp..];
             let (mb0, mb1) = (oc.start / MR, oc.end.div_ceil(MR));
@@ -365,20 +364,18 @@ pub(in crate::conv) fn pack_weights(
     ocs: Range<usize>,
     wk: &mut [f32],
 ) {
-    wk.par_chunks_mut(c * taps * MR)
-        .enumerate()
-        .for_each(|(mb, blk)| {
-            for (ct, dst) in blk.chunks_exact_mut(MR).enumerate() {
-                for (i, d) in dst.iter_mut().enumerate() {
-                    let k = ocs.start + mb * MR + i;
-                    *d = if k < ocs.end {
-                        w[k * c * taps + ct]
-                    } else {
-                        0.0
-                    };
-                }
+    crate::parallel::for_each_chunk_mut(wk, c * taps * MR, |mb, blk| {
+        for (ct, dst) in blk.chunks_exact_mut(MR).enumerate() {
+            for (i, d) in dst.iter_mut().enumerate() {
+                let k = ocs.start + mb * MR + i;
+                *d = if k < ocs.end {
+                    w[k * c * taps + ct]
+                } else {
+                    0.0
+                };
             }
-        });
+        }
+    });
 }
 
 /// What [`tile`] applies of a conv's epilogue: the bias and a plain Relu, where those are all

@@ -15,7 +15,6 @@ use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
 use crate::matmul::{f32_in, f32_out};
 use crate::shape::grid_1d;
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// ConvTranspose with its attributes.
@@ -145,48 +144,45 @@ fn shapes<'a>(ins: &[&'a TensorMeta]) -> Vec<&'a [usize]> {
 /// channel of the chunk, already holding the bias).
 fn col2im(g: &Geom2, col: &[f32], planes: &mut [f32]) {
     let (kk, hw, opl) = (g.kh * g.kw, g.h * g.w, g.oh * g.ow);
-    planes
-        .par_chunks_mut(opl.max(1))
-        .enumerate()
-        .for_each(|(ci, plane)| {
-            // Kernel as wide as the stride, no column padding or dilation, every input column
-            // landing inside (the 2x2/2 upsampling of FPN and U-Net decoders): an output row
-            // takes its kernel row's kw columns interleaved, all in one sequential pass.
-            let tiled = g.kw == 2 && g.sw == 2 && g.dw == 1 && g.pl == 0 && g.ow >= g.w * 2;
-            for ki in 0..g.kh {
-                let hr = valid_range(g.h, g.sh, (ki * g.dh) as i64 - g.pt, g.oh);
-                if tiled {
-                    let row = |kj: usize| &col[(ci * kk + ki * g.kw + kj) * hw..][..hw];
-                    let (s0, s1) = (row(0), row(1));
-                    for ih in hr.clone() {
-                        let oh = ((ih * g.sh + ki * g.dh) as i64 - g.pt) as usize;
-                        let orow = &mut plane[oh * g.ow..][..2 * g.w];
-                        let (a, b) = (&s0[ih * g.w..][..g.w], &s1[ih * g.w..][..g.w]);
-                        for ((o, a), b) in orow.chunks_exact_mut(2).zip(a).zip(b) {
-                            o[0] += a;
-                            o[1] += b;
-                        }
+    crate::parallel::for_each_chunk_mut(planes, opl.max(1), |ci, plane| {
+        // Kernel as wide as the stride, no column padding or dilation, every input column
+        // landing inside (the 2x2/2 upsampling of FPN and U-Net decoders): an output row
+        // takes its kernel row's kw columns interleaved, all in one sequential pass.
+        let tiled = g.kw == 2 && g.sw == 2 && g.dw == 1 && g.pl == 0 && g.ow >= g.w * 2;
+        for ki in 0..g.kh {
+            let hr = valid_range(g.h, g.sh, (ki * g.dh) as i64 - g.pt, g.oh);
+            if tiled {
+                let row = |kj: usize| &col[(ci * kk + ki * g.kw + kj) * hw..][..hw];
+                let (s0, s1) = (row(0), row(1));
+                for ih in hr.clone() {
+                    let oh = ((ih * g.sh + ki * g.dh) as i64 - g.pt) as usize;
+                    let orow = &mut plane[oh * g.ow..][..2 * g.w];
+                    let (a, b) = (&s0[ih * g.w..][..g.w], &s1[ih * g.w..][..g.w]);
+                    for ((o, a), b) in orow.chunks_exact_mut(2).zip(a).zip(b) {
+                        o[0] += a;
+                        o[1] += b;
                     }
+                }
+                continue;
+            }
+            for kj in 0..g.kw {
+                let wr = valid_range(g.w, g.sw, (kj * g.dw) as i64 - g.pl, g.ow);
+                if wr.is_empty() {
                     continue;
                 }
-                for kj in 0..g.kw {
-                    let wr = valid_range(g.w, g.sw, (kj * g.dw) as i64 - g.pl, g.ow);
-                    if wr.is_empty() {
-                        continue;
-                    }
-                    let src = &col[(ci * kk + ki * g.kw + kj) * hw..][..hw];
-                    for ih in hr.clone() {
-                        let oh = ((ih * g.sh + ki * g.dh) as i64 - g.pt) as usize;
-                        let orow = &mut plane[oh * g.ow..][..g.ow];
-                        let ow0 = ((wr.start * g.sw + kj * g.dw) as i64 - g.pl) as usize;
-                        let srow = &src[ih * g.w..][..g.w];
-                        for (t, iw) in wr.clone().enumerate() {
-                            orow[ow0 + t * g.sw] += srow[iw];
-                        }
+                let src = &col[(ci * kk + ki * g.kw + kj) * hw..][..hw];
+                for ih in hr.clone() {
+                    let oh = ((ih * g.sh + ki * g.dh) as i64 - g.pt) as usize;
+                    let orow = &mut plane[oh * g.ow..][..g.ow];
+                    let ow0 = ((wr.start * g.sw + kj * g.dw) as i64 - g.pl) as usize;
+                    let srow = &src[ih * g.w..][..g.w];
+                    for (t, iw) in wr.clone().enumerate() {
+                        orow[ow0 + t * g.sw] += srow[iw];
                     }
                 }
             }
-        });
+        }
+    });
 }
 
 /// Output planes `rows` (`n * M + oc`) of a transposed convolution on the CPU (f32).
@@ -254,7 +250,7 @@ pub fn conv_transpose_cpu(
         col2im(g, &col, planes);
     };
     if tasks.len() >= threads && threads > 1 {
-        tasks.into_par_iter().for_each(|t| run(t, Threads::Single));
+        crate::parallel::for_each_item(tasks, |t| run(t, Threads::Single));
     } else {
         tasks.into_iter().for_each(|t| run(t, Threads::Pool));
     }

@@ -27,7 +27,6 @@
 use super::{epilogue, rects, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
-use rayon::prelude::*;
 use std::ops::Range;
 
 #[path = "conv_winograd_f2.rs"]
@@ -356,7 +355,7 @@ pub(in crate::conv) fn winograd_path(
                 })
             };
             if threads > 1 {
-                blocks.par_iter().for_each(run);
+                crate::parallel::for_each_ref(&blocks, run);
             } else {
                 blocks.iter().for_each(run);
             }
@@ -366,34 +365,32 @@ pub(in crate::conv) fn winograd_path(
             let tb = t.slots(tys.len());
             let vt = &mut vbuf[..g.c * points * tb];
             let cper = g.c.div_ceil(4 * threads);
-            vt.par_chunks_mut(points * tb * cper)
-                .enumerate()
-                .for_each(|(ci, chunk)| {
-                    with_tmp(v.tmp_len(&t, tys.len()), |tmp| {
-                        for (i, dst) in chunk.chunks_exact_mut(points * tb).enumerate() {
-                            let xp = &xn(*n)[(ci * cper + i) * g.h * g.w..][..g.h * g.w];
-                            v.input_channel(&t, xp, tys.clone(), dst, tmp);
-                        }
-                    })
-                });
+            crate::parallel::for_each_chunk_mut(vt, points * tb * cper, |ci, chunk| {
+                with_tmp(v.tmp_len(&t, tys.len()), |tmp| {
+                    for (i, dst) in chunk.chunks_exact_mut(points * tb).enumerate() {
+                        let xp = &xn(*n)[(ci * cper + i) * g.h * g.w..][..g.h * g.w];
+                        v.input_channel(&t, xp, tys.clone(), dst, tmp);
+                    }
+                })
+            });
             let vt = &*vt;
             let mm = &mut mbuf[..oc.len() * points * tb];
             let mp = OutPtr(mm.as_mut_ptr(), mm.len());
             let a0 = (oc.start - oc_lo) * points * g.c;
-            (0..points).into_par_iter().for_each(|p| {
+            crate::parallel::for_each_index(points, |p| {
                 // SAFETY: each point writes its own rows `[k][p][..]` of `mm`.
                 unsafe { point_gemm(u, a0, vt, (g.c, oc.len(), tb), (p, points), mp) };
             });
             let kper = oc.len().div_ceil(4 * threads);
-            mm.par_chunks(points * tb * kper)
-                .enumerate()
-                .for_each(|(i, chunk)| {
-                    let k0 = oc.start + i * kper;
-                    let ks = k0..(k0 + kper).min(oc.end);
-                    with_tmp(v.tmp_len(&t, tys.len()), |tmp| {
-                        outputs((*n, ks, tys, wr), chunk, tmp)
-                    })
-                });
+            let per = points * tb * kper;
+            crate::parallel::for_each_index(mm.len().div_ceil(per), |i| {
+                let chunk = &mm[i * per..((i + 1) * per).min(mm.len())];
+                let k0 = oc.start + i * kper;
+                let ks = k0..(k0 + kper).min(oc.end);
+                with_tmp(v.tmp_len(&t, tys.len()), |tmp| {
+                    outputs((*n, ks, tys, wr), chunk, tmp)
+                })
+            });
         }
     });
 }
@@ -417,12 +414,13 @@ pub(in crate::conv) fn transform_weights(
     u: &mut [f32],
 ) {
     let wk = &w[ocs.start * c * 9..ocs.end * c * 9];
-    u.par_chunks_mut(v.points() * c)
-        .zip(wk.par_chunks(9 * c))
-        .for_each(|(uk, gk)| match v {
+    crate::parallel::for_each_chunk_mut(u, v.points() * c, |k, uk| {
+        let gk = &wk[k * 9 * c..][..9 * c];
+        match v {
             Variant::F2 => f2::weights_of_channel(gk, uk),
             Variant::F4 => f4::weights_of_channel(gk, uk),
-        });
+        }
+    });
 }
 
 #[cfg(test)]

@@ -14,7 +14,6 @@
 //! `TANDEM_GEMM_DOT=0` sends everything back to the crate (for A/B timing in one build).
 
 use super::{MatRef, Threads};
-use rayon::prelude::*;
 
 /// Rows of A per tile.
 const MR: usize = 4;
@@ -277,9 +276,7 @@ pub(super) unsafe fn gemm_bt(
         }
     };
     if parallel(m, n, k, threads) {
-        (0..n.div_ceil(NB))
-            .into_par_iter()
-            .for_each(|t| block(t * NB, ((t + 1) * NB).min(n)));
+        crate::parallel::for_each_index(n.div_ceil(NB), |t| block(t * NB, ((t + 1) * NB).min(n)));
     } else {
         block(0, n);
     }

@@ -44,7 +44,6 @@
 use crate::cpu_gemm::{MatRef, Threads};
 use crate::kept::Kept;
 use crate::simd::Level;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -104,8 +103,7 @@ impl PackedB {
         // `nr` is a multiple of 16: whole lines.
         let mut lines = vec![Line([0.0; 16]); panels * k * nr / 16];
         let data: &mut [f32] = bytemuck::cast_slice_mut(&mut lines);
-        let panels_of = data.par_chunks_mut((k * nr).max(1)).enumerate();
-        panels_of.take(panels).for_each(|(p, panel)| {
+        crate::parallel::for_each_chunk_mut(data, (k * nr).max(1), |p, panel| {
             let cols = (n - p * nr).min(nr);
             for (kk, row) in panel.chunks_mut(nr).enumerate() {
                 let at = b.offset + kk * b.rs + p * nr * b.cs;
@@ -318,7 +316,7 @@ unsafe fn run<const T: bool>(
     };
     let tasks = panels * bands;
     if workers > 1 && tasks > 1 {
-        (0..tasks).into_par_iter().for_each(task);
+        crate::parallel::for_each_index(tasks, task);
     } else {
         (0..tasks).for_each(task);
     }

@@ -8,7 +8,6 @@
 
 use crate::{shape, Data, OpError, Result, TensorMeta};
 use half::f16;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Largest rank the GPU broadcast kernels index (dims packed as `array<vec4<u32>, 2>`).
@@ -204,9 +203,7 @@ pub(crate) fn par_map<T: Copy + Sync, U: Copy + Send>(
         run(src, dst);
     } else {
         let c = chunk_len(dst.len());
-        dst.par_chunks_mut(c)
-            .zip(src.par_chunks(c))
-            .for_each(|(d, s)| run(s, d));
+        crate::parallel::for_each_chunk_mut(dst, c, |i, d| run(&src[i * c..][..d.len()], d));
     }
 }
 
@@ -328,9 +325,7 @@ impl<const N: usize> Broadcast<N> {
             serial(out, base);
         } else {
             let c = chunk_len(out.len());
-            out.par_chunks_mut(c)
-                .enumerate()
-                .for_each(|(i, block)| serial(block, base + i * c));
+            crate::parallel::for_each_chunk_mut(out, c, |i, block| serial(block, base + i * c));
         }
     }
 }

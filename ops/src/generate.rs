@@ -6,13 +6,12 @@
 //! plan time; Constant's value is an attribute and is folded by the planner.
 
 use crate::movement::{
-    absent, check_gpu_size, first_axis, gpu_word, plan_value, row_elems, with_same_type, Elem,
-    SameTypeKernel,
+    absent, check_gpu_size, first_axis, for_each_chunk, gpu_word, plan_value, row_elems,
+    with_same_type, Elem, SameTypeKernel, PIECE,
 };
 use crate::pad::scalar_of;
 use crate::shape::grid_1d;
 use crate::{AttrValue, Attrs, DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Parameters of `generate.wgsl`.
@@ -217,9 +216,9 @@ struct Fill {
 impl SameTypeKernel for Fill {
     fn run<T: Elem>(&self, ins: &[&[T]], out: &mut [T]) -> Result<()> {
         let v = ins[0][0];
-        out[self.start..self.end]
-            .par_iter_mut()
-            .for_each(|o| *o = v);
+        for_each_chunk(&mut out[self.start..self.end], PIECE, |_, piece| {
+            piece.fill(v)
+        });
         Ok(())
     }
 }
@@ -531,11 +530,9 @@ struct TriKernel {
 
 impl SameTypeKernel for TriKernel {
     fn run<T: Elem>(&self, ins: &[&[T]], out: &mut [T]) -> Result<()> {
-        out[self.start..self.end]
-            .par_iter_mut()
-            .enumerate()
-            .for_each(|(t, o)| {
-                let v = self.start + t;
+        for_each_chunk(&mut out[self.start..self.end], PIECE, |c, piece| {
+            for (k, o) in piece.iter_mut().enumerate() {
+                let v = self.start + c * PIECE + k;
                 let diag = (v % self.cols) as i64 - ((v / self.cols) % self.rows) as i64;
                 *o = if self.eye {
                     if diag == self.k {
@@ -555,7 +552,8 @@ impl SameTypeKernel for TriKernel {
                         T::default()
                     }
                 };
-            });
+            }
+        });
         Ok(())
     }
 }

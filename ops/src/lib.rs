@@ -31,6 +31,7 @@ pub mod norm;
 pub mod norm_channel;
 mod op;
 pub mod pad;
+pub mod parallel;
 mod phase_planes;
 pub mod pool;
 pub mod reduce;

@@ -10,7 +10,6 @@ use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
 use crate::cpu_gemm_packed::{self as packed, KeptPacking};
 use crate::shape::{broadcast_shapes, permuted, row_len, rows_by_block};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
-use rayon::prelude::*;
 use std::ops::Range;
 
 #[path = "matmul_windows.rs"]
@@ -509,7 +508,7 @@ impl Op for MatMul {
             // Waking a worker costs more than the product (a decode step's attention heads).
             pieces.into_iter().for_each(|p| run(p, Threads::Single));
         } else if pieces.len() > 1 && pieces.len() >= threads {
-            pieces.into_par_iter().for_each(|p| run(p, Threads::Single));
+            crate::parallel::for_each_item(pieces, |p| run(p, Threads::Single));
         } else {
             pieces.into_iter().for_each(|p| run(p, Threads::Pool));
         }

@@ -6,7 +6,6 @@
 
 use crate::shape::grid_1d;
 use crate::{DType, Data, GpuKernel, OpError, Result, Tensor, TensorMeta};
-use rayon::prelude::*;
 
 /// Below this many output bytes a data movement kernel runs on the calling thread: handing
 /// work to a rayon worker (a wake-up, then a join) costs microseconds, more than copying this
@@ -48,9 +47,7 @@ pub fn for_each_chunk<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &m
     if run_inline::<T>(out.len()) {
         out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
     } else {
-        out.par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(i, c)| f(i, c));
+        crate::parallel::for_each_chunk_mut(out, chunk, f);
     }
 }
 
@@ -447,7 +444,7 @@ impl IndexMap {
         if inline {
             units.into_iter().for_each(unit);
         } else {
-            units.into_par_iter().for_each(unit);
+            crate::parallel::for_each_item(units, unit);
         }
     }
 

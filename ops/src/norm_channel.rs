@@ -323,7 +323,7 @@ impl Op for Lrn {
         let y = &mut y[rows.start * n..rows.end * n];
         let (before, after) = self.window();
         let k = self.alpha / self.size as f32;
-        y.par_chunks_mut(n).enumerate().for_each(|(i, yr)| {
+        crate::parallel::for_each_chunk_mut(y, n, |i, yr| {
             let row = rows.start + i;
             let (batch, ch) = (row / c, row % c);
             // Accumulate the square sum in y, then turn it into the output.

@@ -12,7 +12,6 @@ use crate::movement::{
 };
 use crate::shape::{grid_1d, normalize_axis, strides};
 use crate::{Attrs, DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
-use rayon::prelude::*;
 use std::ops::Range;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -211,10 +210,10 @@ impl SameTypeKernel for PadKernel<'_> {
         }
         let n = self.out_dims[r - 1];
         let chunk = n * (4096 / n.max(1)).max(1);
-        out[self.start..self.end]
-            .par_chunks_mut(chunk.max(1))
-            .enumerate()
-            .for_each(|(c, block)| {
+        crate::parallel::for_each_chunk_mut(
+            &mut out[self.start..self.end],
+            chunk.max(1),
+            |c, block| {
                 let mut j = self.start + c * chunk;
                 let mut k = 0;
                 while k < block.len() {
@@ -246,7 +245,8 @@ impl SameTypeKernel for PadKernel<'_> {
                     k += len;
                     j += len;
                 }
-            });
+            },
+        );
         Ok(())
     }
 }

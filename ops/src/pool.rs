@@ -349,15 +349,13 @@ impl Pool {
         let rows_per = (y.len() / w)
             .div_ceil(4 * rayon::current_num_threads())
             .max(1);
-        y.par_chunks_mut(rows_per * w)
-            .enumerate()
-            .for_each(|(ci, chunk)| {
-                let mut scratch = self.scratch(g);
-                for (r, out) in chunk.chunks_mut(w).enumerate() {
-                    let row = start / w + ci * rows_per + r;
-                    self.pool_row(x, g, row, out, &mut scratch);
-                }
-            });
+        crate::parallel::for_each_chunk_mut(y, rows_per * w, |ci, chunk| {
+            let mut scratch = self.scratch(g);
+            for (r, out) in chunk.chunks_mut(w).enumerate() {
+                let row = start / w + ci * rows_per + r;
+                self.pool_row(x, g, row, out, &mut scratch);
+            }
+        });
     }
 
     /// One output row, separably: the input rows of the window (along the outer axes) are

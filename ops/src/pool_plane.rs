@@ -106,9 +106,7 @@ impl Pool {
         if rows <= per {
             go(0, y);
         } else {
-            y.par_chunks_mut(per * ow)
-                .enumerate()
-                .for_each(|(ci, chunk)| go(ci, chunk));
+            crate::parallel::for_each_chunk_mut(y, per * ow, |ci, chunk| go(ci, chunk));
         }
     }
 

@@ -5,7 +5,6 @@
 //! Folds are zero-sized types monomorphised per element type, so inner loops carry no dispatch.
 
 use super::{Groups, ReduceKind};
-use rayon::prelude::*;
 use std::ops::{Add, Div, Mul, Sub};
 
 /// A fold: accumulator state, one step per input element, and the final value.
@@ -447,7 +446,7 @@ pub(super) fn fold<T: Copy + Send + Sync, F: Fold<T>>(
 ) {
     let ch = chunk_len(out.len());
     match g.fast() {
-        Some((_, n, 1)) => out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
+        Some((_, n, 1)) => crate::parallel::for_each_chunk_mut(out, ch, |ci, chunk| {
             for (k, o) in chunk.iter_mut().enumerate() {
                 let e = start + ci * ch + k;
                 *o = f.finish(fold_row(&x[e * n..(e + 1) * n], f), n);
@@ -457,7 +456,7 @@ pub(super) fn fold<T: Copy + Send + Sync, F: Fold<T>>(
         // inner loop reads contiguous input.
         Some((_, n, inner)) => {
             let ch = lane_chunk_len(out.len());
-            out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
+            crate::parallel::for_each_chunk_mut(out, ch, |ci, chunk| {
                 let mut states = Vec::with_capacity(chunk.len());
                 let mut done = 0;
                 while done < chunk.len() {
@@ -480,7 +479,7 @@ pub(super) fn fold<T: Copy + Send + Sync, F: Fold<T>>(
             let offs = g.reduced_offsets();
             let kept = g.kept_rev();
             let n = offs.len();
-            out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
+            crate::parallel::for_each_chunk_mut(out, ch, |ci, chunk| {
                 for (k, o) in chunk.iter_mut().enumerate() {
                     let base = base(&kept, start + ci * ch + k);
                     let mut s = f.init();
@@ -537,7 +536,7 @@ pub(super) fn arg_fold<T: Copy + PartialOrd + Send + Sync>(
     last: bool,
 ) {
     let ch = chunk_len(out.len());
-    out.par_chunks_mut(ch).enumerate().for_each(|(ci, chunk)| {
+    crate::parallel::for_each_chunk_mut(out, ch, |ci, chunk| {
         for (k, o) in chunk.iter_mut().enumerate() {
             let e = start + ci * ch + k;
             let base = (e / inner) * n * inner + e % inner;

@@ -12,7 +12,6 @@ use crate::movement::{
 use crate::pad::scalar_of;
 use crate::shape::{grid_1d, normalize_axis, strides};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
-use rayon::prelude::*;
 use std::ops::Range;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -484,10 +483,10 @@ impl Interp<'_> {
         let n = self.out_dims[r - 1];
         let chunk = n * (4096 / n.max(1)).max(1);
         let last = &self.tables[r - 1];
-        out[self.start..self.end]
-            .par_chunks_mut(chunk.max(1))
-            .enumerate()
-            .for_each(|(ci, block)| {
+        crate::parallel::for_each_chunk_mut(
+            &mut out[self.start..self.end],
+            chunk.max(1),
+            |ci, block| {
                 let mut combos = Combos::default();
                 let mut taps = Vec::new();
                 let mut j = self.start + ci * chunk;
@@ -517,7 +516,8 @@ impl Interp<'_> {
                     k += len;
                     j += len;
                 }
-            });
+            },
+        );
     }
 }
 
@@ -539,44 +539,41 @@ impl SameTypeKernel for Interp<'_> {
             .map(|t| t.as_ref().map(|(lt, _)| lt[0].0))
             .collect();
         let repeat = repeat_factor(&cols);
-        out[self.start..self.end]
-            .par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(ci, block)| {
-                let (mut j, mut k) = (self.start + ci * chunk, 0);
-                let mut coords = self.line_coords(j / n);
-                // The source line of the last whole line written in this block: upsampling
-                // along an outer axis repeats it, and a repeat is a copy.
-                let mut prev: Option<Option<usize>> = None;
-                while k < block.len() {
-                    let c0 = j % n;
-                    let len = (n - c0).min(block.len() - k);
-                    let base = self.nearest_base(&coords);
-                    if len == n && prev == Some(base) {
-                        block.copy_within(k - n..k, k);
-                    } else {
-                        let line = &mut block[k..k + len];
-                        match (base, repeat) {
-                            // Whole lines of an integer upsampling: each source value f times.
-                            (Some(b), Some((first, f))) if len == n => {
-                                repeat_each(line, &src[b + first..][..n.div_ceil(f)], f)
-                            }
-                            (Some(b), _) => {
-                                for (o, c) in line.iter_mut().zip(&cols[c0..c0 + len]) {
-                                    *o = c.map_or(fill, |c| src[b + c]);
-                                }
-                            }
-                            (None, _) => line.fill(fill),
+        crate::parallel::for_each_chunk_mut(&mut out[self.start..self.end], chunk, |ci, block| {
+            let (mut j, mut k) = (self.start + ci * chunk, 0);
+            let mut coords = self.line_coords(j / n);
+            // The source line of the last whole line written in this block: upsampling
+            // along an outer axis repeats it, and a repeat is a copy.
+            let mut prev: Option<Option<usize>> = None;
+            while k < block.len() {
+                let c0 = j % n;
+                let len = (n - c0).min(block.len() - k);
+                let base = self.nearest_base(&coords);
+                if len == n && prev == Some(base) {
+                    block.copy_within(k - n..k, k);
+                } else {
+                    let line = &mut block[k..k + len];
+                    match (base, repeat) {
+                        // Whole lines of an integer upsampling: each source value f times.
+                        (Some(b), Some((first, f))) if len == n => {
+                            repeat_each(line, &src[b + first..][..n.div_ceil(f)], f)
                         }
+                        (Some(b), _) => {
+                            for (o, c) in line.iter_mut().zip(&cols[c0..c0 + len]) {
+                                *o = c.map_or(fill, |c| src[b + c]);
+                            }
+                        }
+                        (None, _) => line.fill(fill),
                     }
-                    prev = (len == n).then_some(base);
-                    if c0 + len == n {
-                        self.next_line(&mut coords);
-                    }
-                    k += len;
-                    j += len;
                 }
-            });
+                prev = (len == n).then_some(base);
+                if c0 + len == n {
+                    self.next_line(&mut coords);
+                }
+                k += len;
+                j += len;
+            }
+        });
         Ok(())
     }
 }

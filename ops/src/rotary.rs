@@ -19,7 +19,6 @@ use crate::elementwise_common::{
 };
 use crate::{shape, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta};
 use half::f16;
-use rayon::prelude::*;
 use std::ops::{Add, Mul, Neg, Range};
 
 /// `out = x * cos + rotate(x, h) * sin` (see the module doc).
@@ -191,9 +190,7 @@ where
     if !head.is_empty() {
         one_row(q0, head, r.start - q0 * row);
     }
-    body.par_chunks_mut(row)
-        .enumerate()
-        .for_each(|(i, dst)| one_row(first_full + i, dst, 0));
+    crate::parallel::for_each_chunk_mut(body, row, |i, dst| one_row(first_full + i, dst, 0));
     if last_full * row < r.end {
         let tail_start = last_full * row - r.start;
         one_row(last_full, &mut out[tail_start..], 0);

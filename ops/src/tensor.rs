@@ -151,7 +151,6 @@ impl Data {
     /// Large tails are copied in parallel on the current rayon pool.
     pub fn append(&mut self, other: &Data) -> bool {
         fn extend<T: Copy + Send + Sync>(v: &mut Vec<T>, o: &[T]) {
-            use rayon::prelude::*;
             /// Elements of a piece copied by one task: 64 KB and up are worth a second thread.
             const PIECE: usize = 1 << 14;
             if o.len() < 2 * PIECE {
@@ -159,13 +158,15 @@ impl Data {
             }
             let old = v.len();
             v.reserve(o.len());
-            (v.spare_capacity_mut()[..o.len()].par_chunks_mut(PIECE))
-                .zip(o.par_chunks(PIECE))
-                .for_each(|(dst, src)| {
-                    for (d, s) in dst.iter_mut().zip(src) {
+            crate::parallel::for_each_chunk_mut(
+                &mut v.spare_capacity_mut()[..o.len()],
+                PIECE,
+                |i, dst| {
+                    for (d, s) in dst.iter_mut().zip(&o[i * PIECE..]) {
                         d.write(*s);
                     }
-                });
+                },
+            );
             // SAFETY: the `o.len()` elements past `old` were written just above.
             unsafe { v.set_len(old + o.len()) };
         }
