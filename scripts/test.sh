@@ -35,7 +35,7 @@ if [ "$profile" = ci ]; then
 fi
 "target/$profile/tandem-bench" run --quick --out target/bench-quick
 step "browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
-bash scripts/web.sh test
+TANDEM_TEST_PROFILE="$profile" bash scripts/web.sh test
 # Bounded fuzzing (60 s over the cargo-fuzz targets; a cold build of 5-9 min into
 # runtime/fuzz/target): in CI, or locally with TANDEM_FUZZ=1. Longer runs: bash scripts/fuzz.sh
 # SECONDS.

@@ -102,7 +102,14 @@ test_() {
     > web-demo/out/reference.json
   # Every kernel's WGSL, for Chrome's compiler (Tint) to check in browser.mjs.
   rm -rf web-demo/out/wgsl
-  cargo run --release -q -p tandem-shaders --example dump_wgsl -- web-demo/out/wgsl
+  # Under scripts/test.sh, the example its `cargo test` built just now (a release build of it
+  # here rebuilt naga, its dev-dependency, in CI's other profile: about 2 minutes).
+  local dump="target/${TANDEM_TEST_PROFILE:-}/examples/dump_wgsl"
+  if [ -n "${TANDEM_TEST_PROFILE:-}" ] && [ -x "$dump" ]; then
+    "$dump" web-demo/out/wgsl
+  else
+    cargo run --release -q -p tandem-shaders --example dump_wgsl -- web-demo/out/wgsl
+  fi
   local port=${PORT:-8089}
   PORT=$port serve >/dev/null 2>&1 &
   SERVER=$!
