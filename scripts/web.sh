@@ -102,8 +102,9 @@ test_() {
     > web-demo/out/reference.json
   # Every kernel's WGSL, for Chrome's compiler (Tint) to check in browser.mjs.
   rm -rf web-demo/out/wgsl
-  # Under scripts/test.sh, the example its `cargo test` built just now (a release build of it
-  # here rebuilt naga, its dev-dependency, in CI's other profile: about 2 minutes).
+  # Under scripts/test.sh, the example its `cargo test` built just now: a release build of it
+  # here rebuilt naga, its dev-dependency, in CI's other profile (naga alone took 95 s of a
+  # release test build's units on a 2-core host).
   local dump="target/${TANDEM_TEST_PROFILE:-}/examples/dump_wgsl"
   if [ -n "${TANDEM_TEST_PROFILE:-}" ] && [ -x "$dump" ]; then
     "$dump" web-demo/out/wgsl

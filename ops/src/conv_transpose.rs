@@ -144,7 +144,7 @@ fn shapes<'a>(ins: &[&'a TensorMeta]) -> Vec<&'a [usize]> {
 /// channel of the chunk, already holding the bias).
 fn col2im(g: &Geom2, col: &[f32], planes: &mut [f32]) {
     let (kk, hw, opl) = (g.kh * g.kw, g.h * g.w, g.oh * g.ow);
-    crate::parallel::for_each_chunk_mut(planes, opl.max(1), |ci, plane| {
+    crate::parallel::for_each_chunk_mut(planes, opl, |ci, plane| {
         // Kernel as wide as the stride, no column padding or dilation, every input column
         // landing inside (the 2x2/2 upsampling of FPN and U-Net decoders): an output row
         // takes its kernel row's kw columns interleaved, all in one sequential pass.

@@ -103,7 +103,7 @@ impl PackedB {
         // `nr` is a multiple of 16: whole lines.
         let mut lines = vec![Line([0.0; 16]); panels * k * nr / 16];
         let data: &mut [f32] = bytemuck::cast_slice_mut(&mut lines);
-        crate::parallel::for_each_chunk_mut(data, (k * nr).max(1), |p, panel| {
+        crate::parallel::for_each_chunk_mut(data, k * nr, |p, panel| {
             let cols = (n - p * nr).min(nr);
             for (kk, row) in panel.chunks_mut(nr).enumerate() {
                 let at = b.offset + kk * b.rs + p * nr * b.cs;

@@ -210,43 +210,38 @@ impl SameTypeKernel for PadKernel<'_> {
         }
         let n = self.out_dims[r - 1];
         let chunk = n * (4096 / n.max(1)).max(1);
-        crate::parallel::for_each_chunk_mut(
-            &mut out[self.start..self.end],
-            chunk.max(1),
-            |c, block| {
-                let mut j = self.start + c * chunk;
-                let mut k = 0;
-                while k < block.len() {
-                    let ci = j % n;
-                    let mut rem = j / n;
-                    let mut base = Some(0usize);
-                    for d in (0..r - 1).rev() {
-                        let cd = rem % self.out_dims[d];
-                        rem /= self.out_dims[d];
-                        let x =
-                            source(self.mode, cd as i64 - self.begin[d], self.in_dims[d] as i64);
-                        base = base.zip(x).map(|(b, x)| b + x * in_st[d]);
-                    }
-                    let len = (n - ci).min(block.len() - k);
-                    let seg = &mut block[k..k + len];
-                    match base {
-                        None => seg.iter_mut().for_each(|o| *o = value),
-                        Some(b) => {
-                            let in_n = self.in_dims[r - 1] as i64;
-                            for (t, o) in seg.iter_mut().enumerate() {
-                                let x = (ci + t) as i64 - self.begin[r - 1];
-                                *o = match source(self.mode, x, in_n) {
-                                    Some(x) => src[b + x],
-                                    None => value,
-                                };
-                            }
+        crate::parallel::for_each_chunk_mut(&mut out[self.start..self.end], chunk, |c, block| {
+            let mut j = self.start + c * chunk;
+            let mut k = 0;
+            while k < block.len() {
+                let ci = j % n;
+                let mut rem = j / n;
+                let mut base = Some(0usize);
+                for d in (0..r - 1).rev() {
+                    let cd = rem % self.out_dims[d];
+                    rem /= self.out_dims[d];
+                    let x = source(self.mode, cd as i64 - self.begin[d], self.in_dims[d] as i64);
+                    base = base.zip(x).map(|(b, x)| b + x * in_st[d]);
+                }
+                let len = (n - ci).min(block.len() - k);
+                let seg = &mut block[k..k + len];
+                match base {
+                    None => seg.iter_mut().for_each(|o| *o = value),
+                    Some(b) => {
+                        let in_n = self.in_dims[r - 1] as i64;
+                        for (t, o) in seg.iter_mut().enumerate() {
+                            let x = (ci + t) as i64 - self.begin[r - 1];
+                            *o = match source(self.mode, x, in_n) {
+                                Some(x) => src[b + x],
+                                None => value,
+                            };
                         }
                     }
-                    k += len;
-                    j += len;
                 }
-            },
-        );
+                k += len;
+                j += len;
+            }
+        });
         Ok(())
     }
 }

@@ -483,41 +483,37 @@ impl Interp<'_> {
         let n = self.out_dims[r - 1];
         let chunk = n * (4096 / n.max(1)).max(1);
         let last = &self.tables[r - 1];
-        crate::parallel::for_each_chunk_mut(
-            &mut out[self.start..self.end],
-            chunk.max(1),
-            |ci, block| {
-                let mut combos = Combos::default();
-                let mut taps = Vec::new();
-                let mut j = self.start + ci * chunk;
-                let mut coords = self.line_coords(j / n);
-                let mut k = 0;
-                while k < block.len() {
-                    let c0 = j % n;
-                    let len = (n - c0).min(block.len() - k);
-                    let inside = self.outer(&coords, &mut combos);
-                    for (t, o) in block[k..k + len].iter_mut().enumerate() {
-                        *o = match &last[c0 + t] {
-                            Some((lt, ln)) if inside => {
-                                taps.clear();
-                                for &(co, cw) in &combos.now {
-                                    for &(to, tw) in &lt[..*ln] {
-                                        taps.push((co + to, cw * tw));
-                                    }
+        crate::parallel::for_each_chunk_mut(&mut out[self.start..self.end], chunk, |ci, block| {
+            let mut combos = Combos::default();
+            let mut taps = Vec::new();
+            let mut j = self.start + ci * chunk;
+            let mut coords = self.line_coords(j / n);
+            let mut k = 0;
+            while k < block.len() {
+                let c0 = j % n;
+                let len = (n - c0).min(block.len() - k);
+                let inside = self.outer(&coords, &mut combos);
+                for (t, o) in block[k..k + len].iter_mut().enumerate() {
+                    *o = match &last[c0 + t] {
+                        Some((lt, ln)) if inside => {
+                            taps.clear();
+                            for &(co, cw) in &combos.now {
+                                for &(to, tw) in &lt[..*ln] {
+                                    taps.push((co + to, cw * tw));
                                 }
-                                value(&taps)
                             }
-                            _ => fill,
-                        };
-                    }
-                    if c0 + len == n {
-                        self.next_line(&mut coords);
-                    }
-                    k += len;
-                    j += len;
+                            value(&taps)
+                        }
+                        _ => fill,
+                    };
                 }
-            },
-        );
+                if c0 + len == n {
+                    self.next_line(&mut coords);
+                }
+                k += len;
+                j += len;
+            }
+        });
     }
 }
 
