@@ -12,6 +12,7 @@ use crate::machine::f32_peak;
 use crate::schema::GemmResult;
 use std::time::Instant;
 use tandem::cpu_info::CpuInfo;
+use tandem_ops::cpu_gemm::{crate_gemm, Parallelism};
 use tandem_ops::{registry, Attrs, DType, Tensor};
 
 fn fill(len: usize, seed: usize) -> Vec<f32> {
@@ -85,32 +86,21 @@ pub fn gemm_crate_gflops(n: usize, threads: usize, secs: f64) -> f64 {
     let (a, b) = (fill(n * n, 0), fill(n * n, 5));
     let mut c = vec![0.0f32; n * n];
     let par = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
+        Parallelism::Rayon(threads)
     } else {
-        gemm::Parallelism::None
+        Parallelism::None
     };
     let t = best_of(secs, || {
+        let rs = n as isize;
         // SAFETY: a, b, c are n x n row-major buffers of n*n floats (row stride n, col 1).
         unsafe {
-            gemm::gemm(
-                n,
-                n,
-                n,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
+            crate_gemm(
+                (n, n, n),
+                (c.as_mut_ptr(), 1, rs),
                 false,
-                a.as_ptr(),
-                1,
-                n as isize,
-                b.as_ptr(),
-                1,
-                n as isize,
-                0.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
+                (a.as_ptr(), 1, rs),
+                (b.as_ptr(), 1, rs),
+                (0.0, 1.0),
                 par,
             )
         }

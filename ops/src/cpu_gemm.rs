@@ -30,7 +30,7 @@
 //! comparison. The `gemm` crate wins every shape by 15-35 % (AVX-512 kernels, better packing
 //! and blocking for small M), so it is the one used here.
 
-use gemm::Parallelism;
+pub use gemm_common::Parallelism;
 
 #[path = "cpu_gemm_dot.rs"]
 mod dot;
@@ -204,27 +204,61 @@ unsafe fn gemm_ptr(
     };
     // SAFETY: forwarded from the caller's contract; A and B offsets are in bounds.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c,
-            c_cs as isize,
-            c_rs as isize,
+        crate_gemm(
+            (m, n, k),
+            (c, c_cs as isize, c_rs as isize),
             beta != 0.0,
-            a.data.as_ptr().add(a.offset),
-            a.cs as isize,
-            a.rs as isize,
-            b.data.as_ptr().add(b.offset),
-            b.cs as isize,
-            b.rs as isize,
-            beta,
-            alpha,
-            false,
-            false,
-            false,
+            (a.data.as_ptr().add(a.offset), a.cs as isize, a.rs as isize),
+            (b.data.as_ptr().add(b.offset), b.cs as isize, b.rs as isize),
+            (beta, alpha),
             par,
         );
+    }
+}
+
+/// The `gemm` crate's f32 product, `dst = alpha * dst + beta * lhs * rhs` (the crate's names:
+/// `(alpha, beta)` scale the old destination and the product), each matrix given as (pointer,
+/// column stride, row stride) and read only where `read_dst`. Calls the crate's f32 kernels
+/// (`gemm-f32`) without its front (`gemm::gemm`, which pulls in its f64, f16 and complex kernels
+/// too), doing what the front does for f32 with non-negative strides: a destination whose
+/// columns lie closer than its rows is handed over transposed (`C^T = B^T A^T`), the layout its
+/// micro-kernels prefer.
+///
+/// # Safety
+/// The crate's: every view of `m x n`, `m x k` and `k x n` elements with its strides lies in
+/// one allocation, strides are non-negative, and `dst` is not read or written elsewhere
+/// meanwhile.
+pub unsafe fn crate_gemm(
+    (m, n, k): (usize, usize, usize),
+    dst: (*mut f32, isize, isize),
+    read_dst: bool,
+    lhs: (*const f32, isize, isize),
+    rhs: (*const f32, isize, isize),
+    (alpha, beta): (f32, f32),
+    par: Parallelism,
+) {
+    let strides = [dst.1, dst.2, lhs.1, lhs.2, rhs.1, rhs.2];
+    debug_assert!(strides.iter().all(|&s| s >= 0), "negative stride");
+    let gemm = gemm_f32::gemm::f32::get_gemm_fn();
+    // SAFETY: the caller's contract, which the transposed call keeps (same views, strides
+    // swapped).
+    unsafe {
+        if dst.1 < dst.2 {
+            let (d, l, r) = (
+                (dst.0, dst.2, dst.1),
+                (rhs.0, rhs.2, rhs.1),
+                (lhs.0, lhs.2, lhs.1),
+            );
+            gemm(
+                n, m, k, d.0, d.1, d.2, read_dst, l.0, l.1, l.2, r.0, r.1, r.2, alpha, beta, false,
+                false, false, par,
+            )
+        } else {
+            gemm(
+                m, n, k, dst.0, dst.1, dst.2, read_dst, lhs.0, lhs.1, lhs.2, rhs.0, rhs.1, rhs.2,
+                alpha, beta, false, false, false, par,
+            )
+        }
     }
 }
 

@@ -253,7 +253,7 @@ fn bad_c_is_invalid() {
 fn gemm_speed() {
     let which = std::env::var("GEMM_SPEED").unwrap_or_default();
     if let Ok(v) = std::env::var("GEMM_RHS_PACK") {
-        gemm::set_rhs_packing_threshold(v.parse().unwrap());
+        gemm_common::gemm::set_rhs_packing_threshold(v.parse().unwrap());
     }
     let mut shapes: Vec<(usize, usize, usize)> = Vec::new();
     if which != "fc" {
