@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/fuzz.sh [SECONDS | --build-only]: a bounded run of tandem's cargo-fuzz targets
-# (runtime/fuzz), the seconds (default 60) split evenly over them:
+# scripts/fuzz.sh [SECONDS]: a bounded run of tandem's cargo-fuzz targets (runtime/fuzz), the
+# seconds (default 60) split evenly over them:
 #   load_and_plan    arbitrary bytes as a model: load, plan, run on the CPU
 #   generated_graph  bytes -> tandem::fuzzgen model: run on cpu, gpu and auto, outputs compared
 # Installs what it needs (nightly toolchain, cargo-fuzz), seeds the corpora
@@ -8,16 +8,13 @@
 # runs each target with -max_total_time, -rss_limit_mb=2048 and -timeout=10. A crash fails the
 # script; libFuzzer prints the input it saved under runtime/fuzz/artifacts/<target>/ (replay it
 # with `cd runtime && cargo +nightly fuzz run -O -s none <target> <file>`).
-# Longer runs: `bash scripts/fuzz.sh 3600`; the corpora grow across runs. `--build-only` stops
-# after the build (scripts/test.sh runs it in the background at the lowest priority).
+# Longer runs: `bash scripts/fuzz.sh 3600`; the corpora grow across runs.
 # In CI (CI=true) libFuzzer's seed is fixed (FUZZ_SEED, default 1) so a CI run is reproducible:
 # the same clone explores the same inputs, and a crash it reports replays here. Local runs draw
 # a random seed (set FUZZ_SEED to fix one) to explore new ground each time.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 total="${1:-60}"
-build_only=false
-if [ "$total" = --build-only ]; then build_only=true total=60; fi
 targets=(load_and_plan generated_graph)
 per=$(( total / ${#targets[@]} ))
 seed_arg=()
@@ -39,7 +36,6 @@ cd runtime
 start=$(date +%s)
 nice -n 10 cargo +nightly fuzz build -O -s none
 echo "fuzz: build took $(( $(date +%s) - start )) s"
-if [ "$build_only" = true ]; then exit 0; fi
 for t in "${targets[@]}"; do
   log="fuzz/artifacts/$t.log"
   mkdir -p "fuzz/artifacts/$t"
