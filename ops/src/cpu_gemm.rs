@@ -239,26 +239,22 @@ pub unsafe fn crate_gemm(
 ) {
     let strides = [dst.1, dst.2, lhs.1, lhs.2, rhs.1, rhs.2];
     debug_assert!(strides.iter().all(|&s| s >= 0), "negative stride");
+    let (m, n, dst, lhs, rhs) = if dst.1 < dst.2 {
+        fn t<P>((p, cs, rs): (P, isize, isize)) -> (P, isize, isize) {
+            (p, rs, cs)
+        }
+        (n, m, t(dst), t(rhs), t(lhs))
+    } else {
+        (m, n, dst, lhs, rhs)
+    };
     let gemm = gemm_f32::gemm::f32::get_gemm_fn();
     // SAFETY: the caller's contract, which the transposed call keeps (same views, strides
     // swapped).
     unsafe {
-        if dst.1 < dst.2 {
-            let (d, l, r) = (
-                (dst.0, dst.2, dst.1),
-                (rhs.0, rhs.2, rhs.1),
-                (lhs.0, lhs.2, lhs.1),
-            );
-            gemm(
-                n, m, k, d.0, d.1, d.2, read_dst, l.0, l.1, l.2, r.0, r.1, r.2, alpha, beta, false,
-                false, false, par,
-            )
-        } else {
-            gemm(
-                m, n, k, dst.0, dst.1, dst.2, read_dst, lhs.0, lhs.1, lhs.2, rhs.0, rhs.1, rhs.2,
-                alpha, beta, false, false, false, par,
-            )
-        }
+        gemm(
+            m, n, k, dst.0, dst.1, dst.2, read_dst, lhs.0, lhs.1, lhs.2, rhs.0, rhs.1, rhs.2,
+            alpha, beta, false, false, false, par,
+        )
     }
 }
 
