@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# scripts/fuzz.sh [SECONDS]: a bounded run of tandem's cargo-fuzz targets (runtime/fuzz), the
+# scripts/fuzz.sh [SECONDS]: a bounded run of tandem's libFuzzer targets (runtime/fuzz), the
 # seconds (default 60) split evenly over them:
 #   load_and_plan    arbitrary bytes as a model: load, plan, run on the CPU
 #   generated_graph  bytes -> tandem::fuzzgen model: run on cpu, gpu and auto, outputs compared
-# Installs what it needs (nightly toolchain, cargo-fuzz), seeds the corpora
-# (runtime/fuzz/seed.sh), builds once into runtime/fuzz/target (not the shared target/), then
-# runs each target with -max_total_time, -rss_limit_mb=2048 and -timeout=10. A crash fails the
-# script; libFuzzer prints the input it saved under runtime/fuzz/artifacts/<target>/ (replay it
-# with `cd runtime && cargo +nightly fuzz run -O -s none <target> <file>`).
+# Stable Rust, no cargo-fuzz: the targets are a workspace member built in the test build's
+# profile and target dir (TANDEM_TEST_PROFILE, as scripts/test.sh picks it: ci when CI=true,
+# else release), so every dependency is the test build's; scripts/fuzz_rustc.sh, cargo's
+# RUSTC_WORKSPACE_WRAPPER, adds libFuzzer's coverage instrumentation to tandem, tandem-ops and
+# the targets alone (docs/bench.md, "CI's fuzz build"). Seeds the corpora
+# (runtime/fuzz/seed.sh), then runs each target with -max_total_time, -rss_limit_mb=2048 and
+# -timeout=10. A crash fails the script; libFuzzer prints the input it saved under
+# runtime/fuzz/artifacts/<target>/ (replay it: `target/<profile>/<target> <file>`, after this
+# script's build).
 # Longer runs: `bash scripts/fuzz.sh 3600`; the corpora grow across runs.
 # In CI (CI=true) libFuzzer's seed is fixed (FUZZ_SEED, default 1) so a CI run is reproducible:
 # the same clone explores the same inputs, and a crash it reports replays here. Local runs draw
@@ -22,26 +26,24 @@ if [ -n "${FUZZ_SEED:-}" ] || [ "${CI:-}" = true ]; then
   seed_arg=(-seed="${FUZZ_SEED:-1}")
 fi
 [ "$per" -ge 1 ] || per=1
+profile="${TANDEM_TEST_PROFILE:-release}"
+if [ -z "${TANDEM_TEST_PROFILE:-}" ] && [ "${CI:-}" = "true" ]; then profile=ci; fi
 . scripts/env.sh
-if ! rustup toolchain list | grep -q '^nightly'; then
-  rustup toolchain install nightly --profile minimal
-fi
-if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-  cargo install cargo-fuzz --locked --debug  # 21 s instead of 34 s; it only drives cargo
-fi
 bash runtime/fuzz/seed.sh
-cd runtime
-# No sanitizer: tandem is Rust (ASan doubles the build and the run for the few unsafe blocks of
-# the CPU kernels; add `-s address` for a long local run).
+# No sanitizer: tandem is Rust (ASan, which needs nightly, doubles the build and the run for the
+# few unsafe blocks of the CPU kernels). `--workspace` with the targets named: features resolve
+# as in the test build (one package alone resolves others and rebuilds wgpu).
 start=$(date +%s)
-nice -n 10 cargo +nightly fuzz build -O -s none
+RUSTC_WORKSPACE_WRAPPER="$PWD/scripts/fuzz_rustc.sh" \
+  cargo build --profile "$profile" --workspace "${targets[@]/#/--bin=}"
 echo "fuzz: build took $(( $(date +%s) - start )) s"
 for t in "${targets[@]}"; do
-  log="fuzz/artifacts/$t.log"
-  mkdir -p "fuzz/artifacts/$t"
+  log="runtime/fuzz/artifacts/$t.log"
+  mkdir -p "runtime/fuzz/artifacts/$t"
   status=0
-  cargo +nightly fuzz run -O -s none "$t" -- -max_total_time="$per" -rss_limit_mb=2048 \
-    -timeout=10 -print_final_stats=1 "${seed_arg[@]}" >"$log" 2>&1 || status=$?
+  "target/$profile/$t" -artifact_prefix="runtime/fuzz/artifacts/$t/" -max_total_time="$per" \
+    -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "${seed_arg[@]}" \
+    "runtime/fuzz/corpus/$t" >"$log" 2>&1 || status=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
   echo "fuzz: $t: $execs executions in ${per} s, exit $status"
   if [ "$status" -ne 0 ]; then

@@ -36,11 +36,11 @@ fi
 "target/$profile/tandem-bench" run --quick --out target/bench-quick
 step "browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
 TANDEM_TEST_PROFILE="$profile" bash scripts/web.sh test
-# Bounded fuzzing (60 s over the cargo-fuzz targets; a cold build of 5-9 min into
-# runtime/fuzz/target): in CI, or locally with TANDEM_FUZZ=1. Longer runs: bash scripts/fuzz.sh
-# SECONDS.
+# Bounded fuzzing (60 s over the libFuzzer targets of runtime/fuzz, built on this profile's
+# dependencies with tandem and tandem-ops instrumented): in CI, or locally with TANDEM_FUZZ=1.
+# Longer runs: bash scripts/fuzz.sh SECONDS.
 if [ "${CI:-}" = "true" ] || [ "${TANDEM_FUZZ:-}" = "1" ]; then
   step "bounded fuzzing (scripts/fuzz.sh 60)"
-  bash scripts/fuzz.sh 60
+  TANDEM_TEST_PROFILE="$profile" bash scripts/fuzz.sh 60
 fi
 step "done"
