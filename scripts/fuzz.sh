@@ -7,11 +7,11 @@
 # profile and target dir (TANDEM_TEST_PROFILE, as scripts/test.sh picks it: ci when CI=true,
 # else release), so every dependency is the test build's; scripts/fuzz_rustc.sh, cargo's
 # RUSTC_WORKSPACE_WRAPPER, adds libFuzzer's coverage instrumentation to tandem, tandem-ops and
-# the targets alone (docs/bench.md, "CI's fuzz build"). Seeds the corpora
-# (runtime/fuzz/seed.sh), then runs each target with -max_total_time, -rss_limit_mb=2048 and
-# -timeout=10. A crash fails the script; libFuzzer prints the input it saved under
-# runtime/fuzz/artifacts/<target>/ (replay it: `target/<profile>/<target> <file>`, after this
-# script's build).
+# the targets alone (docs/bench.md, "CI: the fuzz targets on the test build's dependencies").
+# Seeds the corpora (runtime/fuzz/seed.sh), then runs each target with -max_total_time,
+# -rss_limit_mb=2048 and -timeout=10. A crash fails the script; libFuzzer prints the input it
+# saved under runtime/fuzz/artifacts/<target>/ (replay it: `target/<profile>/<target> <file>`,
+# after this script's build).
 # Longer runs: `bash scripts/fuzz.sh 3600`; the corpora grow across runs.
 # In CI (CI=true) libFuzzer's seed is fixed (FUZZ_SEED, default 1) so a CI run is reproducible:
 # the same clone explores the same inputs, and a crash it reports replays here. Local runs draw

@@ -3,7 +3,8 @@
 # for workspace members only; it adds libFuzzer's coverage instrumentation (the flags cargo-fuzz
 # gives every crate) to tandem, tandem-ops and the fuzz targets and runs rustc unchanged for the
 # rest. Dependencies are thus the test build's own, already built in the same target dir and
-# profile, where cargo-fuzz rebuilt each of them instrumented (docs/bench.md, "CI's fuzz build").
+# profile, where cargo-fuzz rebuilt each of them instrumented (docs/bench.md, "CI: the fuzz
+# targets on the test build's dependencies").
 set -euo pipefail
 rustc="$1"
 shift
