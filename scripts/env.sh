@@ -12,3 +12,15 @@ ensure_rust_components() {
     fi
   done
 }
+# The cargo profile of the test build, which scripts/test.sh and scripts/fuzz.sh share: `release`
+# here, `ci` in CI (release with tract, a bench peer, unoptimised: half the test build's CPU time
+# otherwise; Cargo.toml), or TANDEM_TEST_PROFILE.
+test_profile() {
+  if [ -n "${TANDEM_TEST_PROFILE:-}" ]; then
+    echo "$TANDEM_TEST_PROFILE"
+  elif [ "${CI:-}" = "true" ]; then
+    echo ci
+  else
+    echo release
+  fi
+}

@@ -4,8 +4,8 @@
 #   load_and_plan    arbitrary bytes as a model: load, plan, run on the CPU
 #   generated_graph  bytes -> tandem::fuzzgen model: run on cpu, gpu and auto, outputs compared
 # Stable Rust, no cargo-fuzz: the targets are a workspace member built in the test build's
-# profile and target dir (TANDEM_TEST_PROFILE, as scripts/test.sh picks it: ci when CI=true,
-# else release), so every dependency is the test build's; scripts/fuzz_rustc.sh, cargo's
+# profile and target dir (`test_profile` of scripts/env.sh: ci when CI=true, else release, or
+# TANDEM_TEST_PROFILE), so every dependency is the test build's; scripts/fuzz_rustc.sh, cargo's
 # RUSTC_WORKSPACE_WRAPPER, adds libFuzzer's coverage instrumentation to tandem, tandem-ops and
 # the targets alone (docs/bench.md, "CI: the fuzz targets on the test build's dependencies").
 # Seeds the corpora (runtime/fuzz/seed.sh), then runs each target with -max_total_time,
@@ -26,9 +26,8 @@ if [ -n "${FUZZ_SEED:-}" ] || [ "${CI:-}" = true ]; then
   seed_arg=(-seed="${FUZZ_SEED:-1}")
 fi
 [ "$per" -ge 1 ] || per=1
-profile="${TANDEM_TEST_PROFILE:-release}"
-if [ -z "${TANDEM_TEST_PROFILE:-}" ] && [ "${CI:-}" = "true" ]; then profile=ci; fi
 . scripts/env.sh
+profile=$(test_profile)
 bash runtime/fuzz/seed.sh
 # No sanitizer: tandem is Rust (ASan, which needs nightly, doubles the build and the run for the
 # few unsafe blocks of the CPU kernels). `--workspace` with the targets named: features resolve

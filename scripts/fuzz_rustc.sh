@@ -8,14 +8,11 @@
 set -euo pipefail
 rustc="$1"
 shift
-crate=""
-prev=""
-for a in "$@"; do
-  if [ "$prev" = "--crate-name" ]; then crate="$a"; break; fi
-  prev="$a"
-done
-case "$crate" in
-  tandem | tandem_ops | load_and_plan | generated_graph)
+# Cargo names the package in the environment of each of its rustc calls; a build script (tandem
+# has one) links no libFuzzer and stays uninstrumented.
+case "${CARGO_PKG_NAME:-}:${CARGO_CRATE_NAME:-}" in
+  *:build_script_*) exec "$rustc" "$@" ;;
+  tandem:* | tandem-ops:* | tandem-fuzz:*)
     exec "$rustc" "$@" -Cpasses=sancov-module \
       -Cllvm-args=-sanitizer-coverage-level=4 \
       -Cllvm-args=-sanitizer-coverage-inline-8bit-counters \

@@ -7,12 +7,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Each step's line carries the seconds since the start, so a CI log shows where the time goes.
 step() { echo "test: $* [${SECONDS} s]"; }
-# The cargo profile of the build: `release` here, `ci` in CI (release with tract, a bench peer,
-# unoptimised: half the test build's CPU time otherwise; Cargo.toml), or TANDEM_TEST_PROFILE.
-profile="${TANDEM_TEST_PROFILE:-release}"
-if [ -z "${TANDEM_TEST_PROFILE:-}" ] && [ "${CI:-}" = "true" ]; then profile=ci; fi
 bash scripts/setup.sh
 . scripts/env.sh
+profile=$(test_profile)
 ensure_rust_components
 step "cargo fmt --check"
 cargo fmt --all --check
