@@ -472,7 +472,7 @@ pub struct Conv {
 }
 
 /// What the CPU derives from a constant W and keeps (shared by clones of the op): W's
-/// Winograd transform (`[M][16][C]`) and W packed for `conv_packed.rs`, each made by the first
+/// Winograd transform (laid out as `winograd::weights_len` says) and W packed for `conv_packed.rs`, each made by the first
 /// call whose path uses it. Only for a W that cannot change between runs: a model constant,
 /// never a fed input.
 #[derive(Clone, Default, Debug)]
@@ -489,10 +489,10 @@ impl ConstantWeight {
     /// racing first calls each compute it and one result is kept), then the kept one.
     fn winograd(&self, g: &Geom2, w: &[f32]) -> &[f32] {
         let v = cpu::winograd::Variant::of(g);
-        let len = g.m * v.points() * g.c;
+        let len = cpu::winograd::weights_len(v, g, g.m);
         let u = self.winograd[v as usize].get_or_make(|| {
             let mut u = vec![0.0; len];
-            cpu::winograd::transform_weights(v, w, g.c, 0..g.m, &mut u);
+            cpu::winograd::transform_weights(v, g, w, 0..g.m, &mut u);
             u
         });
         assert_eq!(

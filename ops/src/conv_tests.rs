@@ -590,8 +590,8 @@ fn winograd_variant_case(
     let (xs, m, pads) = ([g.n, g.c, g.h, g.w], g.m, [g.pt, g.pl]);
     // W transformed per call, and kept for all output channels (ranges that start
     // mid-channel read the kept rows from an offset).
-    let mut all = vec![0.0f32; m * v.points() * g.c];
-    cpu::winograd::transform_weights(v, w, g.c, 0..m, &mut all);
+    let mut all = vec![0.0f32; cpu::winograd::weights_len(v, g, m)];
+    cpu::winograd::transform_weights(v, g, w, 0..m, &mut all);
     // Default blocks, then one tile row per block (one task per block).
     let budgets = [None, Some(1)];
     let runs = cuts
@@ -629,7 +629,7 @@ fn winograd_variant_case(
 /// Winograd F(2x2, 3x3) and F(4x4, 3x3) against the f64 definition: sizes that are not
 /// multiples of the tile, pads 0, 1, asymmetric and larger than the kernel, two images, up to
 /// 256 input channels, every activation, with and without bias, row ranges cut mid-tile and
-/// mid-channel.
+/// mid-channel; a plane whose point GEMMs run on the taps kernel (`winograd::tiled`).
 #[test]
 fn winograd_matches_f64_definition() {
     let acts = [
@@ -651,6 +651,9 @@ fn winograd_matches_f64_definition() {
         ([2, 17, 6, 1], 4, [1, 0, 1, 2]),
         ([1, 256, 12, 9], 20, [1, 1, 1, 1]),
         ([2, 64, 15, 14], 33, [1, 0, 0, 1]),
+        // 210 tile slots at F(4x4, 3x3): the point GEMMs on the taps kernel (AVX-512),
+        // output channels in two blocks of 8 and one of 4.
+        ([1, 16, 54, 56], 20, [1, 1, 1, 1]),
     ];
     for (i, &(xs, m, pads)) in cases.iter().enumerate() {
         for bias in [true, false] {
@@ -763,8 +766,8 @@ fn winograd_speed() {
         let mut out = vec![0.0f32; m * hw * hw];
         let ab = (w.as_slice(), Some(b.as_slice()), Activation::Relu.into());
         let kept = [Variant::F2, Variant::F4].map(|v| {
-            let mut u = vec![0.0f32; m * c * v.points()];
-            cpu::winograd::transform_weights(v, &w, c, 0..m, &mut u);
+            let mut u = vec![0.0f32; cpu::winograd::weights_len(v, &g, m)];
+            cpu::winograd::transform_weights(v, &g, &w, 0..m, &mut u);
             (v, u)
         });
         // W packed once for the packed GEMM path (where it runs; else its column repeats im2col).
@@ -1302,8 +1305,8 @@ fn taps_speed() {
         let bl = blocks.len() - cpu::taps::MR;
         cpu::taps::pack_weights(&w, c, k * k, 0..m, &mut blocks[..bl]);
         let wino = cpu::winograd::supports(&g).then(|| {
-            let mut u = vec![0.0f32; m * c * Variant::F4.points()];
-            cpu::winograd::transform_weights(Variant::F4, &w, c, 0..m, &mut u);
+            let mut u = vec![0.0f32; cpu::winograd::weights_len(Variant::F4, &g, m)];
+            cpu::winograd::transform_weights(Variant::F4, &g, &w, 0..m, &mut u);
             u
         });
         let wb = (w.as_slice(), Some(blocks.as_slice()));

@@ -6,13 +6,14 @@
 //! and thinner GEMMs lose (docs/bench.md, "Winograd F(4x4, 3x3) on large planes").
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the shared CPU GEMM
-//! (`cpu_gemm.rs`); the variants' transforms sit below it. The weights are transformed
-//! (`U = G g G^T`, one value per transform point and (oc, c), layout `[oc][point][c]`) once
-//! per call, or once for good where the op keeps them (a constant W,
-//! `Conv::with_constant_weight`); then per image, in blocks of tile rows (bounded scratch):
-//! the input transform (`V = B^T d B`, layout `[c][point][slot]`), one GEMM per transform point
-//! `M[p] = U[p] (K x C) x V[p] (C x slots)`, and the output transform (`Y = A^T M A`) with the
-//! bias and the fused activation. Large planes run one block per task (all of it on one
+//! (`cpu_gemm.rs`) or the taps path's kernel (`conv_taps.rs`, [`tiled`]); the variants'
+//! transforms sit below it. The weights are transformed (`U = G g G^T`, one value per
+//! transform point and (oc, c), layout `[oc][point][c]`, or `[point][block][c][8]` for the taps
+//! kernel: [`weights_len`]) once per call, or once for good where the op keeps them (a
+//! constant W, `Conv::with_constant_weight`); then per image, in blocks of tile rows (bounded
+//! scratch): the input transform (`V = B^T d B`, layout `[c][point][slot]`), one GEMM per
+//! transform point `M[p] = U[p] (K x C) x V[p] (C x slots)`, and the output transform
+//! (`Y = A^T M A`) with the bias and the fused activation. Large planes run one block per task (all of it on one
 //! thread); small ones parallelise each phase of a block (channels, points, output channels).
 //! A row range (`(n, oc, oh)` lines) becomes the rectangles of `conv_cpu::rects`; each is
 //! computed from the tiles overlapping its output rows and writes only the rows inside it, so
@@ -24,6 +25,7 @@
 //! only (checked against an f64 loop in the tests; F(4x4, 3x3)'s coefficients up to 8 round a
 //! few times more than F(2x2, 3x3)'s 0, +-1 and 1/2).
 
+use super::taps::{tile, InKernel, TileOut, MR, NP};
 use super::{epilogue, rects, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
@@ -294,9 +296,10 @@ pub(in crate::conv) fn winograd_path(
     let oc_lo = blocks.iter().map(|k| k.1.start).min().unwrap_or(0);
     let oc_hi = blocks.iter().map(|k| k.1.end).max().unwrap_or(0);
     let optr = OutPtr(out.as_mut_ptr(), out.len());
+    let tiles = tiled(v, g);
     let ulen = match kept {
         Some(_) => 0,
-        None => (oc_hi - oc_lo) * points * g.c,
+        None => weights_len(v, g, oc_hi - oc_lo),
     };
     let many = blocks.len() >= 2 * threads || threads == 1;
     let tb_max = blocks.iter().map(|k| t.slots(k.2.len())).max().unwrap_or(0);
@@ -308,11 +311,12 @@ pub(in crate::conv) fn winograd_path(
     with_scratch(ulen + vshared + mshared, |buf| {
         let (own, rest) = buf.split_at_mut(ulen);
         let (vbuf, mbuf) = rest.split_at_mut(vshared);
-        let u: &[f32] = match kept {
-            Some(all) => &all[oc_lo * points * g.c..oc_hi * points * g.c],
+        // U and its first output channel.
+        let u: (&[f32], usize) = match kept {
+            Some(all) => (all, 0),
             None => {
-                transform_weights(v, w, g.c, oc_lo..oc_hi, own);
-                own
+                transform_weights(v, g, w, oc_lo..oc_hi, own);
+                (own, oc_lo)
             }
         };
         let xn = |n: usize| &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
@@ -345,11 +349,10 @@ pub(in crate::conv) fn winograd_path(
                         let xp = &xn(*n)[c * g.h * g.w..][..g.h * g.w];
                         v.input_channel(&t, xp, tys.clone(), dst, tmp);
                     }
-                    let a0 = (oc.start - oc_lo) * points * g.c;
                     let mp = OutPtr(mm.as_mut_ptr(), mm.len());
                     for p in 0..points {
                         // SAFETY: `mm` is this task's own buffer.
-                        unsafe { point_gemm(u, a0, vt, (g.c, oc.len(), tb), (p, points), mp) };
+                        unsafe { point_product(tiles, u, vt, (g.c, oc, tb), (p, points), mp) };
                     }
                     outputs((*n, oc.clone(), tys, wr), mm, tmp);
                 })
@@ -376,10 +379,9 @@ pub(in crate::conv) fn winograd_path(
             let vt = &*vt;
             let mm = &mut mbuf[..oc.len() * points * tb];
             let mp = OutPtr(mm.as_mut_ptr(), mm.len());
-            let a0 = (oc.start - oc_lo) * points * g.c;
             crate::parallel::for_each_index(points, |p| {
                 // SAFETY: each point writes its own rows `[k][p][..]` of `mm`.
-                unsafe { point_gemm(u, a0, vt, (g.c, oc.len(), tb), (p, points), mp) };
+                unsafe { point_product(tiles, u, vt, (g.c, oc, tb), (p, points), mp) };
             });
             let kper = oc.len().div_ceil(4 * threads);
             let per = points * tb * kper;
@@ -404,23 +406,84 @@ fn block_floats() -> usize {
     BLOCK_FLOATS
 }
 
-/// `u[k][p][c] = (G g G^T)[p]` of variant `v` for output channels `ocs` of `w`
-/// (`[M][C][3][3]`); parallel over channels.
+/// Whether the GEMM of each transform point of `g` runs on the taps path's kernel
+/// (`conv_taps.rs`'s `tile`: 8 output channels x 48 slots in registers over all input
+/// channels, V's rows read in place, the sums stored straight into M's rows) with U in its
+/// blocks of output channels, rather than on the `gemm` crate, which packs U and V on every
+/// call: AVX-512, at most [`MAX_TILED_CHANNELS`] input channels, blocks whose slots fill at
+/// least [`MIN_TILED_SHARE`] of the kernel's runs of 48, `TANDEM_WINOGRAD_TILES=0` turning it
+/// off (read once). Those GEMMs are thin (K is the input channels: 16 to 64 in squeezenet,
+/// whose Winograd convs spent most of their time in the crate's micro-kernel): on AMD Zen 4,
+/// the models' nodes alternated run by run, squeezenet's 16 -> 64 on 55x55 and 32 -> 128 on
+/// 27x27 took 0.89-0.93x of the crate's time, vgg19's 128 -> 128 on 112x112 0.95x.
+pub(in crate::conv) fn tiled(v: Variant, g: &Geom2) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // The slots of a whole image's block ([`winograd_path`]'s plan, without the test hook).
+    let (t, points) = (v.tile(), v.points());
+    let row_slots = g.ow.div_ceil(t) + 1;
+    let rows = (BLOCK_FLOATS / (points * (g.c + g.m) * row_slots)).clamp(1, g.oh.div_ceil(t));
+    let slots = rows * row_slots;
+    g.c <= MAX_TILED_CHANNELS
+        && (slots as f64) >= MIN_TILED_SHARE * slots.next_multiple_of(NP) as f64
+        && crate::simd::avx512()
+        && *ON.get_or_init(|| std::env::var("TANDEM_WINOGRAD_TILES").as_deref() != Ok("0"))
+}
+
+/// Most input channels where [`tiled`] holds: the kernel reads a run of 48 slots of V over
+/// all of them for each block of 8 output channels, 24 KB at 128 channels (in a 32 KB L1).
+/// vgg19's 256 -> 256 on 56x56 took 1.08x the crate's time.
+const MAX_TILED_CHANNELS: usize = 128;
+
+/// Least share of the kernel's positions a block's slots fill where [`tiled`] holds. Below,
+/// squeezenet's 64 -> 256 on 13x13 (56 slots: 48 and 8) took 1.05-1.10x the crate's time,
+/// vgg19's 512 -> 512 on 28x28 (blocks of 60 slots) about 1.2x.
+const MIN_TILED_SHARE: f64 = 0.8;
+
+/// Floats of U for `ocs` output channels of `g`: `[oc][p][c]`, or where [`tiled`]
+/// `[p][block][c][MR]` (blocks of `MR` channels from the first, the last padded with zeros)
+/// and `MR` more (a range that starts mid-block reads its block from an offset).
+pub(in crate::conv) fn weights_len(v: Variant, g: &Geom2, ocs: usize) -> usize {
+    match tiled(v, g) {
+        true => v.points() * ocs.div_ceil(MR) * g.c * MR + MR,
+        false => ocs * v.points() * g.c,
+    }
+}
+
+/// U (`(G g G^T)[p]`, laid out as [`weights_len`] says) of variant `v` for output channels
+/// `ocs` of `w` (`[M][C][3][3]`); parallel over channels.
 pub(in crate::conv) fn transform_weights(
     v: Variant,
+    g: &Geom2,
     w: &[f32],
-    c: usize,
     ocs: Range<usize>,
     u: &mut [f32],
 ) {
+    let c = g.c;
     let wk = &w[ocs.start * c * 9..ocs.end * c * 9];
-    crate::parallel::for_each_chunk_mut(u, v.points() * c, |k, uk| {
-        let gk = &wk[k * 9 * c..][..9 * c];
-        match v {
-            Variant::F2 => f2::weights_of_channel(gk, uk),
-            Variant::F4 => f4::weights_of_channel(gk, uk),
+    let per_channel = |dst: &mut [f32]| {
+        crate::parallel::for_each_chunk_mut(dst, v.points() * c, |k, uk| {
+            let gk = &wk[k * 9 * c..][..9 * c];
+            match v {
+                Variant::F2 => f2::weights_of_channel(gk, uk),
+                Variant::F4 => f4::weights_of_channel(gk, uk),
+            }
+        })
+    };
+    if !tiled(v, g) {
+        return per_channel(&mut u[..ocs.len() * v.points() * c]);
+    }
+    let mut rows = vec![0.0; ocs.len() * v.points() * c];
+    per_channel(&mut rows);
+    let blocks = ocs.len().div_ceil(MR);
+    u.fill(0.0);
+    for (k, uk) in rows.chunks_exact(v.points() * c).enumerate() {
+        for (p, ukp) in uk.chunks_exact(c).enumerate() {
+            let blk = (p * blocks + k / MR) * c * MR + k % MR;
+            for (ci, &x) in ukp.iter().enumerate() {
+                u[blk + ci * MR] = x;
+            }
         }
-    });
+    }
 }
 
 #[cfg(test)]
@@ -459,6 +522,89 @@ fn interleave(a: &[f32], b: &[f32], dst: &mut [f32]) {
 fn rows_mut<const N: usize>(buf: &mut [f32], stride: usize, len: usize) -> [&mut [f32]; N] {
     let mut rows = buf.chunks_mut(stride);
     std::array::from_fn(|_| &mut rows.next().expect("N rows")[..len])
+}
+
+/// `mm[k - oc.start][p][slot] = sum_c U[k][p][c] * v[c][p][slot]` for output channels `oc`
+/// and `tb` slots, on this thread: [`point_tiles`] where `tiles` ([`tiled`]), else
+/// [`point_gemm`]. `u` holds U from output channel `u.1` on, laid out as [`weights_len`] says.
+///
+/// # Safety
+/// As [`point_gemm`].
+unsafe fn point_product(
+    tiles: bool,
+    (u, u0): (&[f32], usize),
+    v: &[f32],
+    (c, oc, tb): (usize, &Range<usize>, usize),
+    (p, points): (usize, usize),
+    mm: OutPtr,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match tiles {
+            true => point_tiles((u, u0), v, (c, oc, tb), (p, points), mm),
+            false => point_gemm(
+                u,
+                (oc.start - u0) * points * c,
+                v,
+                (c, oc.len(), tb),
+                (p, points),
+                mm,
+            ),
+        }
+    }
+}
+
+/// [`point_product`] on the taps kernel: each block of up to `MR` output channels (cut where
+/// `oc` starts or ends inside one) over the slots in runs of `NP`.
+///
+/// # Safety
+/// As [`point_gemm`]; AVX-512 present ([`tiled`]), `u` in its blocks.
+unsafe fn point_tiles(
+    (u, u0): (&[f32], usize),
+    v: &[f32],
+    (c, oc, tb): (usize, &Range<usize>, usize),
+    (p, points): (usize, usize),
+    mm: OutPtr,
+) {
+    let ld = points * tb;
+    let block = c * MR;
+    let blocks = (u.len() - MR) / (points * block);
+    assert!(
+        oc.start >= u0 && oc.end - u0 <= blocks * MR && (c - 1) * ld + p * tb + tb <= v.len(),
+        "Winograd point {p}: channels {oc:?} of U from {u0} ({blocks} blocks), V of {}",
+        v.len()
+    );
+    assert!(
+        oc.len() * ld <= mm.1,
+        "Winograd point {p}: M of {} floats",
+        mm.1
+    );
+    let plain = InKernel::of(None, None, Epilogue::default());
+    let mut k = oc.start;
+    while k < oc.end {
+        let (mb, off) = ((k - u0) / MR, (k - u0) % MR);
+        let ks = k..(u0 + (mb + 1) * MR).min(oc.end);
+        let wb = &u[(p * blocks + mb) * block + off..][..block];
+        for s in (0..tb).step_by(NP) {
+            let to = TileOut::of(&ks, ld, (tb - s).min(NP), plain, None);
+            // SAFETY: AVX-512 ([`tiled`]); V's rows `c` at stride `ld` from slot `p tb + s` are
+            // read at fewer than `tb - s` slots, M's rows `ks` at stride `ld` written at as
+            // many, both in bounds (checked above); the caller gives this call those rows.
+            unsafe {
+                let x = v.as_ptr().add(p * tb + s);
+                tile(
+                    x,
+                    ld,
+                    c,
+                    &[0],
+                    wb,
+                    mm.ptr().add((k - oc.start) * ld + p * tb + s),
+                    to,
+                )
+            };
+        }
+        k = ks.end;
+    }
 }
 
 /// GEMM of transform point `p` (of `points`):
