@@ -492,15 +492,22 @@ pub(in crate::conv) unsafe fn tile(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract.
     unsafe {
-        // Every lane of every load inside the positions: plain loads (module docs).
+        // Every lane of every load inside the positions: plain loads (module docs). A short
+        // tile (a line's last) runs only the vectors its positions reach.
         let full = to.positions >= NP;
-        match (offs, crate::simd::avx512(), full) {
-            ([0], true, true) => avx512::tile::<true, true>(x, plane, c, offs, wb, out, to),
-            ([0], true, false) => avx512::tile::<true, false>(x, plane, c, offs, wb, out, to),
-            (_, true, true) => avx512::tile::<false, true>(x, plane, c, offs, wb, out, to),
-            (_, true, false) => avx512::tile::<false, false>(x, plane, c, offs, wb, out, to),
-            ([0], false, _) => avx2::tile::<true>(x, plane, c, offs, wb, out, to),
-            (_, false, _) => avx2::tile::<false>(x, plane, c, offs, wb, out, to),
+        let vectors = to.positions.div_ceil(16);
+        let a = (x, plane, c, offs, wb, out, to);
+        match (offs, crate::simd::avx512(), full, vectors) {
+            ([0], true, true, _) => avx512::tile::<true, true, NV>(a),
+            ([0], true, false, ..=1) => avx512::tile::<true, false, 1>(a),
+            ([0], true, false, 2) => avx512::tile::<true, false, 2>(a),
+            ([0], true, false, _) => avx512::tile::<true, false, NV>(a),
+            (_, true, true, _) => avx512::tile::<false, true, NV>(a),
+            (_, true, false, ..=1) => avx512::tile::<false, false, 1>(a),
+            (_, true, false, 2) => avx512::tile::<false, false, 2>(a),
+            (_, true, false, _) => avx512::tile::<false, false, NV>(a),
+            ([0], false, ..) => avx2::tile::<true>(x, plane, c, offs, wb, out, to),
+            (_, false, ..) => avx2::tile::<false>(x, plane, c, offs, wb, out, to),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -520,41 +527,44 @@ mod avx2;
 mod avx512 {
     #[cfg(doc)]
     use super::MIN_ROW;
-    use super::{RowGaps, TileOut, MR, NP, NV};
+    use super::{RowGaps, TileOut, MR, NP};
     use std::arch::x86_64::*;
 
     /// Output rows a vector of 16 line positions touches at most, on rows of at least
     /// [`MIN_ROW`] positions.
     const SEGMENTS: usize = 3;
 
-    /// `MR x 16 NV` outputs: `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`,
-    /// of which the first `to.rows` rows and `to.positions` columns are read and stored at
-    /// stride `to.ld`, columns in the gaps skipped ([`TileOut`], [`RowGaps`]).
-    /// `FULL`: `to.positions` is at least `16 NV`, and the loads are not masked.
+    /// `MR x 16 V` outputs (`V` at most `NV` vectors: a short tile computes fewer):
+    /// `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`, of which the first
+    /// `to.rows` rows and `to.positions` columns are read and stored at stride `to.ld`, columns
+    /// in the gaps skipped ([`TileOut`], [`RowGaps`]). `FULL`: `to.positions` is at least
+    /// `16 V`, and the loads are not masked.
     ///
     /// # Safety
-    /// AVX-512F present; `x` readable at `c plane + offs[t] + j` for every `c`, `t`,
-    /// `j < positions.min(16 NV)`; `out` writable at `i ld` + where column
-    /// `j < positions.min(16 NV)` goes (`j`, or `at + j - r (wp - ow)` with gaps, for the
-    /// columns not in a gap) for `i < rows.min(MR)`; with gaps, rows of at least [`MIN_ROW`]
-    /// positions; a bias readable at `i < rows.min(MR)`.
+    /// AVX-512F present; `to.positions` at most `16 V` unless `V` is `NV`; `x` readable at
+    /// `c plane + offs[t] + j` for every `c`, `t`, `j < positions.min(16 V)`; `out` writable at
+    /// `i ld` + where column `j < positions.min(16 V)` goes (`j`, or `at + j - r (wp - ow)` with
+    /// gaps, for the columns not in a gap) for `i < rows.min(MR)`; with gaps, rows of at least
+    /// [`MIN_ROW`] positions; a bias readable at `i < rows.min(MR)`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile<const ONE: bool, const FULL: bool>(
-        x: *const f32,
-        plane: usize,
-        c: usize,
-        offs: &[usize],
-        wb: &[f32],
-        out: *mut f32,
-        to: TileOut,
+    pub(super) unsafe fn tile<const ONE: bool, const FULL: bool, const V: usize>(
+        (x, plane, c, offs, wb, out, to): (
+            *const f32,
+            usize,
+            usize,
+            &[usize],
+            &[f32],
+            *mut f32,
+            TileOut,
+        ),
     ) {
-        let masks: [__mmask16; NV] = std::array::from_fn(|v| {
+        let masks: [__mmask16; V] = std::array::from_fn(|v| {
             let n = to.positions.saturating_sub(16 * v).min(16);
             ((1u32 << n) - 1) as __mmask16
         });
         // Loops over all `MR` rows, rows past `to.rows` skipped inside: a loop of `to.rows`
         // steps would index the accumulators at run time, which LLVM then keeps in memory.
-        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        let mut acc = [[_mm512_setzero_ps(); V]; MR];
         for (i, acc) in acc.iter_mut().enumerate() {
             for acc in acc.iter_mut() {
                 if let (true, Some(b)) = (i < to.rows, to.bias) {
@@ -570,7 +580,7 @@ mod avx512 {
             for &o in offs {
                 let xs = xc.add(o);
                 _mm_prefetch::<_MM_HINT_T0>(xs.wrapping_add(2 * NP).cast());
-                let mut xv = [_mm512_setzero_ps(); NV];
+                let mut xv = [_mm512_setzero_ps(); V];
                 for (v, xv) in xv.iter_mut().enumerate() {
                     *xv = match FULL {
                         true => _mm512_loadu_ps(xs.add(16 * v)),
@@ -589,7 +599,7 @@ mod avx512 {
         // Where each vector goes: at most `SEGMENTS` runs of lanes (one per output row it
         // touches), each a mask and the address of lane 0. Fixed-size loops below keep the
         // accumulators in registers.
-        let mut segs = [[(0 as __mmask16, out); SEGMENTS]; NV];
+        let mut segs = [[(0 as __mmask16, out); SEGMENTS]; V];
         match to.gaps {
             None => {
                 for (v, segs) in segs.iter_mut().enumerate() {

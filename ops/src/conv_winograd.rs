@@ -411,8 +411,8 @@ fn block_floats() -> usize {
 /// channels, V's rows read in place, the sums stored straight into M's rows) with U in its
 /// blocks of output channels, rather than on the `gemm` crate, which packs U and V on every
 /// call: AVX-512, at most [`MAX_TILED_CHANNELS`] input channels, blocks whose slots fill at
-/// least [`MIN_TILED_SHARE`] of the kernel's runs of 48, `TANDEM_WINOGRAD_TILES=0` turning it
-/// off (read once). Those GEMMs are thin (K is the input channels: 16 to 64 in squeezenet,
+/// least [`MIN_TILED_SHARE`] of the kernel's vectors of 16, `TANDEM_WINOGRAD_TILES=0` turning
+/// it off (read once). Those GEMMs are thin (K is the input channels: 16 to 64 in squeezenet,
 /// whose Winograd convs spent most of their time in the crate's micro-kernel): on AMD Zen 4,
 /// the models' nodes alternated run by run, squeezenet's 16 -> 64 on 55x55 and 32 -> 128 on
 /// 27x27 took 0.89-0.93x of the crate's time, vgg19's 128 -> 128 on 112x112 0.95x.
@@ -424,7 +424,7 @@ pub(in crate::conv) fn tiled(v: Variant, g: &Geom2) -> bool {
     let rows = (BLOCK_FLOATS / (points * (g.c + g.m) * row_slots)).clamp(1, g.oh.div_ceil(t));
     let slots = rows * row_slots;
     g.c <= MAX_TILED_CHANNELS
-        && (slots as f64) >= MIN_TILED_SHARE * slots.next_multiple_of(NP) as f64
+        && (slots as f64) >= MIN_TILED_SHARE * slots.next_multiple_of(16) as f64
         && crate::simd::avx512()
         && *ON.get_or_init(|| std::env::var("TANDEM_WINOGRAD_TILES").as_deref() != Ok("0"))
 }
@@ -434,9 +434,10 @@ pub(in crate::conv) fn tiled(v: Variant, g: &Geom2) -> bool {
 /// vgg19's 256 -> 256 on 56x56 took 1.08x the crate's time.
 const MAX_TILED_CHANNELS: usize = 128;
 
-/// Least share of the kernel's positions a block's slots fill where [`tiled`] holds. Below,
-/// squeezenet's 64 -> 256 on 13x13 (56 slots: 48 and 8) took 1.05-1.10x the crate's time,
-/// vgg19's 512 -> 512 on 28x28 (blocks of 60 slots) about 1.2x.
+/// Least share of the kernel's positions a block's slots fill where [`tiled`] holds (a
+/// block's last tile computes only the vectors its slots reach: squeezenet's 64 -> 256 on
+/// 13x13, 56 slots, runs 48 and 16 of them). Before the short tiles did, 56 slots as 48 and 48
+/// took 1.05-1.10x the crate's time, vgg19's blocks of 60 slots about 1.2x.
 const MIN_TILED_SHARE: f64 = 0.8;
 
 /// Floats of U for `ocs` output channels of `g`: `[oc][p][c]`, or where [`tiled`]
