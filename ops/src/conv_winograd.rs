@@ -414,8 +414,10 @@ fn block_floats() -> usize {
 /// least [`MIN_TILED_SHARE`] of the kernel's vectors of 16, `TANDEM_WINOGRAD_TILES=0` turning
 /// it off (read once). Those GEMMs are thin (K is the input channels: 16 to 64 in squeezenet,
 /// whose Winograd convs spent most of their time in the crate's micro-kernel): on AMD Zen 4,
-/// the models' nodes alternated run by run, squeezenet's 16 -> 64 on 55x55 and 32 -> 128 on
-/// 27x27 took 0.89-0.93x of the crate's time, vgg19's 128 -> 128 on 112x112 0.95x.
+/// the models' nodes alternated process by process, squeezenet's 16 -> 64 on 55x55 and
+/// 32 -> 128 on 27x27 took 0.88-0.95x of the crate's time, 64 -> 256 on 13x13 0.93-0.95x,
+/// resnet50's 64 -> 64 on 56x56 and 128 -> 128 on 28x28 0.90-0.98x, vgg19's 128 -> 128 on
+/// 112x112 0.95x (docs/bench.md, "Winograd's point GEMMs on the taps kernel").
 pub(in crate::conv) fn tiled(v: Variant, g: &Geom2) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // The slots of a whole image's block ([`winograd_path`]'s plan, without the test hook).
@@ -437,7 +439,7 @@ const MAX_TILED_CHANNELS: usize = 128;
 /// Least share of the kernel's positions a block's slots fill where [`tiled`] holds (a
 /// block's last tile computes only the vectors its slots reach: squeezenet's 64 -> 256 on
 /// 13x13, 56 slots, runs 48 and 16 of them). Before the short tiles did, 56 slots as 48 and 48
-/// took 1.05-1.10x the crate's time, vgg19's blocks of 60 slots about 1.2x.
+/// took 1.06-1.13x the crate's time, vgg19's blocks of 60 slots 1.19x.
 const MIN_TILED_SHARE: f64 = 0.8;
 
 /// Floats of U for `ocs` output channels of `g`: `[oc][p][c]`, or where [`tiled`]
