@@ -472,9 +472,9 @@ pub struct Conv {
 }
 
 /// What the CPU derives from a constant W and keeps (shared by clones of the op): W's
-/// Winograd transform (laid out as `winograd::weights_len` says) and W packed for `conv_packed.rs`, each made by the first
-/// call whose path uses it. Only for a W that cannot change between runs: a model constant,
-/// never a fed input.
+/// Winograd transform (laid out as `winograd::weights_len` says) and W packed for
+/// `conv_packed.rs`, each made by the first call whose path uses it. Only for a W that cannot
+/// change between runs: a model constant, never a fed input.
 #[derive(Clone, Default, Debug)]
 pub struct ConstantWeight {
     /// Transformed weights per Winograd variant (`Variant as usize`).
