@@ -13,8 +13,9 @@
 //! constant W, `Conv::with_constant_weight`); then per image, in blocks of tile rows (bounded
 //! scratch): the input transform (`V = B^T d B`, layout `[c][point][slot]`), one GEMM per
 //! transform point `M[p] = U[p] (K x C) x V[p] (C x slots)`, and the output transform
-//! (`Y = A^T M A`) with the bias and the fused activation. Large planes run one block per task (all of it on one
-//! thread); small ones parallelise each phase of a block (channels, points, output channels).
+//! (`Y = A^T M A`) with the bias and the fused activation. Large planes run one block per
+//! task (all of it on one thread); small ones parallelise each phase of a block (channels,
+//! points, output channels).
 //! A row range (`(n, oc, oh)` lines) becomes the rectangles of `conv_cpu::rects`; each is
 //! computed from the tiles overlapping its output rows and writes only the rows inside it, so
 //! CPU/GPU row splits see the same values as a whole run.
