@@ -8,7 +8,7 @@
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the shared CPU GEMM
 //! (`cpu_gemm.rs`) or the taps path's kernel (`conv_taps.rs`, [`tiled`]); the variants'
 //! transforms sit below it. The weights are transformed (`U = G g G^T`, one value per
-//! transform point and (oc, c), layout `[oc][point][c]`, or `[point][block][c][8]` for the taps
+//! transform point and (oc, c), layout `[oc][point][c]`, or `[block][point][c][8]` for the taps
 //! kernel: [`weights_len`]) once per call, or once for good where the op keeps them (a
 //! constant W, `Conv::with_constant_weight`); then per image, in blocks of tile rows (bounded
 //! scratch): the input transform (`V = B^T d B`, layout `[c][point][slot]`), one GEMM per
@@ -26,7 +26,7 @@
 //! only (checked against an f64 loop in the tests; F(4x4, 3x3)'s coefficients up to 8 round a
 //! few times more than F(2x2, 3x3)'s 0, +-1 and 1/2).
 
-use super::taps::{tile, InKernel, TileOut, MR, NP};
+use super::taps::{pack_weights, tile, InKernel, TileOut, MR, NP};
 use super::{epilogue, rects, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Epilogue, Geom2};
 use crate::cpu_gemm::{sgemm_raw, MatRef, Threads};
@@ -444,8 +444,9 @@ const MAX_TILED_CHANNELS: usize = 128;
 const MIN_TILED_SHARE: f64 = 0.8;
 
 /// Floats of U for `ocs` output channels of `g`: `[oc][p][c]`, or where [`tiled`]
-/// `[p][block][c][MR]` (blocks of `MR` channels from the first, the last padded with zeros)
-/// and `MR` more (a range that starts mid-block reads its block from an offset).
+/// `[block][p][c][MR]` (`[oc][p][c]` in the taps kernel's blocks of `MR` channels from the
+/// first, the last padded with zeros: `taps::pack_weights`) and `MR` more (a range that starts
+/// mid-block reads its block from an offset).
 pub(in crate::conv) fn weights_len(v: Variant, g: &Geom2, ocs: usize) -> usize {
     match tiled(v, g) {
         true => v.points() * ocs.div_ceil(MR) * g.c * MR + MR,
@@ -478,16 +479,10 @@ pub(in crate::conv) fn transform_weights(
     }
     let mut rows = vec![0.0; ocs.len() * v.points() * c];
     per_channel(&mut rows);
-    let blocks = ocs.len().div_ceil(MR);
-    u.fill(0.0);
-    for (k, uk) in rows.chunks_exact(v.points() * c).enumerate() {
-        for (p, ukp) in uk.chunks_exact(c).enumerate() {
-            let blk = (p * blocks + k / MR) * c * MR + k % MR;
-            for (ci, &x) in ukp.iter().enumerate() {
-                u[blk + ci * MR] = x;
-            }
-        }
-    }
+    // Each output channel's row `[p][c]` as the taps of one input channel.
+    let packed = ocs.len().div_ceil(MR) * v.points() * c * MR;
+    pack_weights(&rows, v.points() * c, 1, 0..ocs.len(), &mut u[..packed]);
+    u[packed..].fill(0.0);
 }
 
 #[cfg(test)]
@@ -588,7 +583,7 @@ unsafe fn point_tiles(
     while k < oc.end {
         let (mb, off) = ((k - u0) / MR, (k - u0) % MR);
         let ks = k..(u0 + (mb + 1) * MR).min(oc.end);
-        let wb = &u[(p * blocks + mb) * block + off..][..block];
+        let wb = &u[(mb * points + p) * block + off..][..block];
         for s in (0..tb).step_by(NP) {
             let to = TileOut::of(&ks, ld, (tb - s).min(NP), plain, None);
             // SAFETY: AVX-512 ([`tiled`]); V's rows `c` at stride `ld` from slot `p tb + s` are
