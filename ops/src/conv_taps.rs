@@ -1,7 +1,7 @@
 //! Conv as a sum over its taps of shifted input lines, for stride-1 convs of few input
 //! channels (squeezenet's 16 -> 64 3x3 on 55x55, yolov8n's 16- and 32-channel 3x3 convs,
-//! inception_v1's 5x5 ones) and strided convs of large kernels (alexnet's 3 -> 64 11x11/4,
-//! 7x7/2 first convs), on AVX-512, and on AVX2 through `conv_taps_avx2.rs`'s kernel (fewer
+//! inception_v1's 5x5 ones) and strided convs of few input channels (first convs: 3x3/2,
+//! 7x7/2, alexnet's 11x11/4; yolov8n's 16 -> 32 3x3/2), on AVX-512, and on AVX2 through `conv_taps_avx2.rs`'s kernel (fewer
 //! convs: [`MAX_OUT_CHANNELS_AVX2`], [`MIN_STRIDED_TAPS_AVX2`]); elsewhere these stay on
 //! im2col + GEMM.
 //!
@@ -71,8 +71,13 @@ const MIN_PIXEL_TAPS: usize = 3600;
 /// alexnet's 3 -> 64 11x11/4 on 224x224 0.86-1.00 ms against 1.42-1.53 (in the model 1.57-1.70
 /// against 2.10-2.48). 7x7/2 first convs were even until the kernel stored straight into the
 /// output; since, 3 -> 64 on 224x224 runs 0.88-0.90x of im2col's time and 3 -> 96 0.96-1.04x.
-/// 3x3/2 ones stay off: 3 -> 64 on 224x224 1.07-1.16x, 3 -> 16 on 320x320 0.98-0.99x.
-const MIN_STRIDED_TAPS: usize = 49;
+/// 3x3/2 ones lost (3 -> 64 on 224x224 1.07-1.16x) while each tile stored to every output
+/// plane of its task; with spans ([`SPAN_BYTES`]) they win in the models (AMD Zen 4, 2
+/// threads, the two alternated process by process, medians of 8 rounds): squeezenet's 3 -> 64
+/// 0.45 -> 0.35 ms, shufflenet's 3 -> 24 (pad 1) 0.164 -> 0.146, yolov8n's 16 -> 32 on
+/// 160x160 0.550 -> 0.467; yolov8n's 3 -> 16 on 320x320 and 32 -> 64 on 80x80 and ppocr_det's
+/// first conv even (0.98-1.04x).
+const MIN_STRIDED_TAPS: usize = 9;
 
 /// Output channels (at most, stride 1) and taps (at least, strided) where the AVX2 kernel
 /// (`conv_taps_avx2.rs`) was measured faster than im2col + the `gemm` crate (AMD Zen 3, 2
@@ -166,6 +171,18 @@ impl Lines {
         }
     }
 
+    /// A task's `positions` in spans of whole tiles whose input lines (every channel's phase
+    /// planes from the span's first position to its last plus the taps' overhang) fit in
+    /// [`SPAN_BYTES`], at least one tile each.
+    fn spans(&self, c: usize, positions: usize) -> impl Iterator<Item = (usize, usize)> {
+        let overhang = self.offs.iter().map(|o| o % (self.hp * self.wp)).max();
+        let per_plane = SPAN_BYTES / 4 / (c * self.phases).max(1);
+        let span = (per_plane.saturating_sub(overhang.unwrap_or(0)) / NP * NP).max(NP);
+        (0..positions)
+            .step_by(span)
+            .map(move |s0| (s0, (s0 + span).min(positions)))
+    }
+
     /// Floats per input channel: its phase planes, then zeros for the reads of the last
     /// positions past them (a tile's `NP` and a row's worth of column offsets).
     fn channel(&self) -> usize {
@@ -200,6 +217,16 @@ impl Lines {
     }
 }
 
+/// Bytes of input lines a span of a task's positions reads ([`Lines::spans`]): every block of
+/// output channels runs over a whole span before the next block, so that each block's stores
+/// are long runs of its `MR` output planes, while the span's input stays in L2 (a quarter of
+/// Zen 4's). Tile by tile, each tile's stores went to every output plane of the task: the
+/// 7x7/2 first convs took 1.06-1.11x the time in the models (AMD Zen 4, 2 threads, the two
+/// alternated process by process, medians of 6 rounds: resnet50's 1.43 -> 1.32 ms,
+/// inception_v1's 1.45 -> 1.31, zfnet512's 3 -> 96 1.94 -> 1.80); convs of stride 1 were
+/// even (16 -> 32 5x5 on 80x80, 32 -> 96 on 160x160: 0.98-1.02x).
+const SPAN_BYTES: usize = 256 << 10;
+
 /// Line positions a task covers at least (where the rectangle has them): fewer leave most of
 /// a task to its last, partly empty, `NP` positions.
 const MIN_TASK_POSITIONS: usize = 8 * NP;
@@ -211,9 +238,9 @@ const MIN_TASK_POSITIONS: usize = 8 * NP;
 ///
 /// The padded planes of each image the range touches are made first (parallel over
 /// channels); then tasks of output rows x blocks of `MR` channels, about four per thread,
-/// each computing its positions `NP` at a time for every block of its channels (the plane's
-/// floats they read stay in L1 across blocks), the kernel storing each row's first `ow`
-/// positions straight into the output ([`RowGaps`]).
+/// each running every block of its channels over a span of its positions ([`Lines::spans`],
+/// the input lines in L2) `NP` at a time, the kernel storing each row's first `ow` positions
+/// straight into the output ([`RowGaps`]).
 pub(in crate::conv) fn taps_path(
     g: &Geom2,
     x: &[f32],
@@ -282,30 +309,33 @@ pub(in crate::conv) fn taps_path(
                 first + (oc.len() - 1) * g.oh * g.ow + len <= optr.1,
                 "taps: output block out of bounds"
             );
-            for t in (0..span).step_by(NP) {
+            for (s0, s1) in l.spans(g.c, span) {
                 for mb in mb0..mb1 {
                     let (ks, wb) = block_in(wk, g.c * taps * MR, mb, oc);
-                    let gaps = RowGaps {
-                        wp: l.wp,
-                        ow: g.ow,
-                        at: t,
-                    };
-                    let to = TileOut::of(&ks, g.oh * g.ow, (span - t).min(NP), ke, Some(gaps));
-                    // SAFETY: AVX2 or AVX-512 present (`applies`); every plane has `NP` +
-                    // the largest offset floats past its last row's positions; the output rows
-                    // `ks` of the task's output rows are in bounds (checked above) and
-                    // written by this task only (tasks are distinct (image, channels, rows)
-                    // blocks), the kernel storing the first `ow` of each row's positions.
-                    unsafe {
-                        tile(
-                            x0.as_ptr().add(t),
-                            plane,
-                            g.c,
-                            &l.offs,
-                            wb,
-                            optr.ptr().add(first + (ks.start - oc.start) * g.oh * g.ow),
-                            to,
-                        )
+                    for t in (s0..s1).step_by(NP) {
+                        let gaps = RowGaps {
+                            wp: l.wp,
+                            ow: g.ow,
+                            at: t,
+                        };
+                        let to = TileOut::of(&ks, g.oh * g.ow, (span - t).min(NP), ke, Some(gaps));
+                        // SAFETY: AVX2 or AVX-512 present (`applies`); every plane has `NP` +
+                        // the largest offset floats past its last row's positions; the output
+                        // rows `ks` of the task's output rows are in bounds (checked above)
+                        // and written by this task only (tasks are distinct (image, channels,
+                        // rows) blocks), the kernel storing the first `ow` of each row's
+                        // positions.
+                        unsafe {
+                            tile(
+                                x0.as_ptr().add(t),
+                                plane,
+                                g.c,
+                                &l.offs,
+                                wb,
+                                optr.ptr().add(first + (ks.start - oc.start) * g.oh * g.ow),
+                                to,
+                            )
+                        }
                     }
                 }
             }
@@ -315,6 +345,12 @@ pub(in crate::conv) fn taps_path(
             }
         });
     });
+}
+
+/// [`Lines::spans`] of `positions` of a task of `g`, for the tests.
+#[cfg(test)]
+pub(in crate::conv) fn spans_of(g: &Geom2, positions: usize) -> Vec<(usize, usize)> {
+    Lines::of(g).spans(g.c, positions).collect()
 }
 
 /// (image, output channels, pixels) per rectangle of output lines `rows` (`(n, oc, oh)`),

@@ -1004,10 +1004,11 @@ fn implicit_im2col_cases() {
 /// The taps path (`conv_taps.rs`) through `Op::cpu`, whole and in two row ranges that cut
 /// through a channel, against the definition: 3x3 and 5x5, a 3x5 kernel, dilation, asymmetric
 /// and no pads, channel counts not a multiple of the kernel's 8, several images, planes of one
-/// task and of several; strided kernels of 49 taps or more (phase planes): alexnet's first
-/// conv, with dilation, strides not dividing the kernel, unequal strides, pads. The AVX2
-/// kernel takes the cases marked so (at most 32 output channels at stride 1, 100 taps
-/// strided); the others run it on AVX-512 only.
+/// task and of several; strided kernels (phase planes): alexnet's first conv, with dilation,
+/// strides not dividing the kernel, unequal strides, pads, a 3x3/2 first conv, and 32
+/// channels whose tasks run in several spans of positions. The AVX2 kernel takes the cases
+/// marked so (at most 32 output channels at stride 1, 100 taps strided); the others run it
+/// on AVX-512 only.
 #[test]
 fn taps_path_matches_definition() {
     let cases: &[(OneGroupCase, bool)] = &[
@@ -1071,6 +1072,14 @@ fn taps_path_matches_definition() {
             ([1, 3, 45, 47], 24, [7, 7], [2, 2], [1, 1], [3, 3, 3, 3]),
             false,
         ),
+        (
+            ([1, 3, 224, 224], 64, [3, 3], [2, 2], [1, 1], [0, 0, 0, 0]),
+            false,
+        ),
+        (
+            ([1, 32, 120, 200], 16, [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
+            false,
+        ),
     ];
     let acts = [Activation::None, Activation::Relu, Activation::Sigmoid];
     for (i, &((xs, m, k, s, d, pads), avx2)) in cases.iter().enumerate() {
@@ -1096,15 +1105,22 @@ fn taps_path_matches_definition() {
             activated_case(&op, xs, m, k, s, d, pads, bias);
         }
     }
+    // The 32-channel case's spans: whole tiles, in order, covering a task's positions, its
+    // 8 rows of 101 line positions in more than one.
+    let op = Conv::plain(&conv_attrs(1, [2, 2], [1, 1], [1, 1, 1, 1])).unwrap();
+    let (g, _) = op.geom(&[&[1, 32, 120, 200], &[16, 32, 3, 3]]).unwrap();
+    let spans = cpu::taps::spans_of(&g, 8 * 101);
+    assert!(spans.len() > 1, "{spans:?}");
+    assert_eq!((spans[0].0, spans[spans.len() - 1].1), (0, 8 * 101));
+    for pair in spans.windows(2) {
+        assert_eq!(pair[0].1, pair[1].0);
+        assert_eq!((pair[0].1 - pair[0].0) % 48, 0, "{spans:?}");
+    }
     // Both residuals, on a plane where a kept W takes this path too.
     residual_cases([2, 8, 41, 40], 20, [3, 3], [1, 1, 1, 1]);
-    // Measured slower here than im2col + GEMM: 3x3/2 first convs, few channels at stride
-    // 1; rows of under 8 line positions (a vector would touch more than 3 rows).
-    for (xs, m, k, s) in [
-        ([1, 3, 224, 224], 64, 3, 2),
-        ([1, 3, 224, 224], 64, 3, 1),
-        ([1, 8, 150, 5], 16, 3, 1),
-    ] {
+    // Measured slower here than im2col + GEMM: few channels at stride 1; rows of under 8
+    // line positions (a vector would touch more than 3 rows).
+    for (xs, m, k, s) in [([1, 3, 224, 224], 64, 3, 1), ([1, 8, 150, 5], 16, 3, 1)] {
         let op = Conv::plain(&conv_attrs(1, [s, s], [1, 1], [1, 1, 1, 1])).unwrap();
         let (g, _) = op.geom(&[&xs, &[m, xs[1], k, k]]).unwrap();
         assert!(!cpu::taps::applies(&g, false), "{xs:?} m {m} k {k} s {s}");
