@@ -11,8 +11,8 @@
 //! AVX2 and AVX-512 (`conv_depthwise.rs`; `TANDEM_CONV_DEPTHWISE=0` turns it off).
 //! 3x3 stride-1 convs with enough channels take Winograd F(4x4, 3x3) or F(2x2, 3x3) instead
 //! (`conv_winograd.rs`, [`winograd::applies`]; `TANDEM_CONV_WINOGRAD=0` turns it off),
-//! convs of few channels (stride 1, or a strided kernel of 49 taps) the sum over taps of
-//! shifted input lines (`conv_taps.rs`, [`taps::applies`]; `TANDEM_CONV_TAPS=0`), and other
+//! convs of few channels (stride 1 or strided; on AVX2 strided from 100 taps) the sum over
+//! taps of shifted input lines (`conv_taps.rs`, [`taps::applies`]; `TANDEM_CONV_TAPS=0`), and other
 //! convs of a constant W with many output channels the GEMM on W packed once
 //! (`conv_packed.rs`, [`packed::applies`]; AVX-512, and AVX2 on Zen 1), which reads the
 //! im2col of a kernel of several taps in place (`conv_implicit.rs`; `TANDEM_CONV_IMPLICIT=0`).

@@ -1,9 +1,9 @@
 //! Conv as a sum over its taps of shifted input lines, for stride-1 convs of few input
 //! channels (squeezenet's 16 -> 64 3x3 on 55x55, yolov8n's 16- and 32-channel 3x3 convs,
 //! inception_v1's 5x5 ones) and strided convs of few input channels (first convs: 3x3/2,
-//! 7x7/2, alexnet's 11x11/4; yolov8n's 16 -> 32 3x3/2), on AVX-512, and on AVX2 through `conv_taps_avx2.rs`'s kernel (fewer
-//! convs: [`MAX_OUT_CHANNELS_AVX2`], [`MIN_STRIDED_TAPS_AVX2`]); elsewhere these stay on
-//! im2col + GEMM.
+//! 7x7/2, alexnet's 11x11/4; yolov8n's 16 -> 32 3x3/2), on AVX-512, and on AVX2 through
+//! `conv_taps_avx2.rs`'s kernel (fewer convs: [`MAX_OUT_CHANNELS_AVX2`],
+//! [`MIN_STRIDED_TAPS_AVX2`]); elsewhere these stay on im2col + GEMM.
 //!
 //! The input planes are copied zero-padded to `wp = ow + (kw - 1) dw` columns, so output
 //! pixel `(oy, ox)` sits at line position `p = oy wp + ox` and tap `(a, b)` reads the padded
