@@ -73,7 +73,7 @@ const MIN_PIXEL_TAPS: usize = 3600;
 /// output; since, 3 -> 64 on 224x224 runs 0.88-0.90x of im2col's time and 3 -> 96 0.96-1.04x.
 /// 3x3/2 ones lost (3 -> 64 on 224x224 1.07-1.16x) while each tile stored to every output
 /// plane of its task; with spans ([`SPAN_BYTES`]) they win in the models (AMD Zen 4, 2
-/// threads, the two alternated process by process, medians of 8 rounds): squeezenet's 3 -> 64
+/// threads, the two alternated process by process, medians of 6-8 rounds): squeezenet's 3 -> 64
 /// 0.45 -> 0.35 ms, shufflenet's 3 -> 24 (pad 1) 0.164 -> 0.146, yolov8n's 16 -> 32 on
 /// 160x160 0.550 -> 0.467; yolov8n's 3 -> 16 on 320x320 and 32 -> 64 on 80x80 and ppocr_det's
 /// first conv even (0.98-1.04x).
