@@ -279,7 +279,8 @@ mod tests {
     #[test]
     fn few_channel_convs_get_the_taps_variant() {
         // conv_taps.rs takes stride-1 group-1 2-D convs of 8 to 32 input and at most 96 output
-        // channels (on AVX2 at most 32), with output pixels x taps from 3600;
+        // channels (on AVX2 at most 32), and on AVX-512 strided ones of at most 32 input
+        // channels (on AVX2 from 100 taps), with output pixels x taps from 3600;
         // TANDEM_CONV_TAPS=0 turns it off (then they are im2col's). A kept W of 32 output
         // channels or more on a plane under 40x40 takes the packed path's im2col read in
         // place instead (`kxk`, AVX-512 or Zen 1).
@@ -308,7 +309,12 @@ mod tests {
             let small = if kept && implicit { "kxk" } else { wide_taps };
             assert_eq!(conv_variant(32, 96, 20, 1, kept), small, "kept {kept}");
             assert_eq!(conv_variant(32, 96, 19, 1, kept), "kxk", "3x3 on 19x19");
-            assert_eq!(conv_variant(16, 16, 40, 2, kept), "kxk", "stride 2");
+            assert_eq!(conv_variant(16, 16, 40, 2, kept), wide_taps, "stride 2");
+            assert_eq!(
+                conv_variant(64, 16, 40, 2, kept),
+                "kxk",
+                "stride 2, 64 inputs"
+            );
             let wide = if kept && winograd { "winograd" } else { "kxk" };
             assert_eq!(conv_variant(32, 128, 27, 1, kept), wide, "128 outputs");
             assert_eq!(conv_variant(4, 16, 40, 1, kept), "kxk", "4 inputs");
