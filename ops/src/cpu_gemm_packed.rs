@@ -323,10 +323,11 @@ unsafe fn run<const T: bool>(
 /// Blocks of rows per band of a product of `blocks` blocks of rows and `panels` panels on
 /// `workers` threads: bands enough for four tasks (a panel x a band) a worker, or the fewest
 /// more (up to one a block) that make the tasks a multiple of the workers, so that none runs a
-/// task more than the others (where no count of bands does, the first). Squeezenet's last conv (169 pixels x 21 panels of 48 channels, 2 threads)
-/// ran as 21 tasks, 11 on one thread and 10 on the other; as 42, 0.869 -> 0.800 ms in the model
-/// (AMD Zen 4, the two alternated process by process, medians of 10 rounds), the other models'
-/// products within noise (resnet50, densenet121, inception_v2, magika, minilm, prefill).
+/// task more than the others (where no count of bands does, the first). Squeezenet's last
+/// conv (169 pixels x 21 panels of 48 channels, 2 threads) ran as 21 tasks, 11 on one thread
+/// and 10 on the other; as 42, 0.869 -> 0.800 ms in the model (AMD Zen 4, the two alternated
+/// process by process, medians of 10 rounds), the other models' products within noise
+/// (resnet50, densenet121, inception_v2, magika, minilm, prefill).
 fn band_blocks(blocks: usize, panels: usize, workers: usize) -> usize {
     let first = (4 * workers).div_ceil(panels).clamp(1, blocks);
     (first..=blocks)
