@@ -227,6 +227,31 @@ struct Tiles {
 }
 
 impl Tiles {
+    /// The tile grid of variant `v` over `g`'s output.
+    fn of(v: Variant, g: &Geom2) -> Tiles {
+        Tiles {
+            h: g.h,
+            w: g.w,
+            pt: g.pt,
+            pl: g.pl,
+            ow: g.ow,
+            tw: g.ow.div_ceil(v.tile()),
+        }
+    }
+
+    /// Tile rows per block (at least one, at most `tile_rows`): as many as keep V and M of
+    /// `c` input and `m` output channels over `points` transform points within `budget`
+    /// floats.
+    fn block_rows(
+        &self,
+        budget: usize,
+        points: usize,
+        (c, m): (usize, usize),
+        tile_rows: usize,
+    ) -> usize {
+        (budget / (points * (c + m) * self.row_slots())).clamp(1, tile_rows)
+    }
+
     /// Slots per tile row: `tw + 1` (the last is padding, so every transform is one pass over
     /// the whole block; its GEMM column is ignored).
     fn row_slots(&self) -> usize {
@@ -263,14 +288,7 @@ pub(in crate::conv) fn winograd_path(
 ) {
     debug_assert!(supports(g));
     let (tile, points) = (v.tile(), v.points());
-    let t = Tiles {
-        h: g.h,
-        w: g.w,
-        pt: g.pt,
-        pl: g.pl,
-        ow: g.ow,
-        tw: g.ow.div_ceil(tile),
-    };
+    let t = Tiles::of(v, g);
     let threads = rayon::current_num_threads().max(1);
     let img_rows = g.m * g.oh;
     let budget = block_floats();
@@ -284,7 +302,7 @@ pub(in crate::conv) fn winograd_path(
         for r in rects(g, 0, q) {
             let orow = r.pix.start / g.ow..r.pix.end / g.ow;
             let tys = orow.start / tile..orow.end.div_ceil(tile);
-            let bt = (budget / (points * (g.c + r.oc.len()) * t.row_slots())).clamp(1, tys.len());
+            let bt = t.block_rows(budget, points, (g.c, r.oc.len()), tys.len());
             let mut ty = tys.start;
             while ty < tys.end {
                 let te = (ty + bt).min(tys.end);
@@ -422,10 +440,14 @@ fn block_floats() -> usize {
 pub(in crate::conv) fn tiled(v: Variant, g: &Geom2) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // The slots of a whole image's block ([`winograd_path`]'s plan, without the test hook).
-    let (t, points) = (v.tile(), v.points());
-    let row_slots = g.ow.div_ceil(t) + 1;
-    let rows = (BLOCK_FLOATS / (points * (g.c + g.m) * row_slots)).clamp(1, g.oh.div_ceil(t));
-    let slots = rows * row_slots;
+    let t = Tiles::of(v, g);
+    let rows = t.block_rows(
+        BLOCK_FLOATS,
+        v.points(),
+        (g.c, g.m),
+        g.oh.div_ceil(v.tile()),
+    );
+    let slots = t.slots(rows);
     g.c <= MAX_TILED_CHANNELS
         && (slots as f64) >= MIN_TILED_SHARE * slots.next_multiple_of(16) as f64
         && crate::simd::avx512()
