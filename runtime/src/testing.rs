@@ -8,7 +8,7 @@ use crate::gpu::{Gpu, GpuTensor};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use tandem_ops::shape::{row_count, row_len};
-use tandem_ops::{Data, GpuKernel, Op, Tensor, TensorMeta, Work};
+use tandem_ops::{registry, AttrValue, Attrs, Data, GpuKernel, Op, Tensor, TensorMeta, Work};
 
 /// The GPU shared by all tests of a process. Panics if no adapter exists: in CI a missing
 /// adapter is a failure, never a skip.
@@ -20,6 +20,31 @@ pub fn gpu() -> Arc<Gpu> {
         }))
     })
     .clone()
+}
+
+/// Operator `name` of `opset` with `attrs`, as the registry builds it; panics where it
+/// refuses them (a test's own mistake).
+pub fn op(name: &str, opset: i64, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
+    let a = attrs
+        .iter()
+        .fold(Attrs::new(opset), |a, (k, v)| a.with(k, v.clone()));
+    registry::build(name, &a).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A deterministic f32 tensor of `shape`: element `i` is a 12-bit multiplicative hash of `i`
+/// and `seed` (0 to 4095) times `step`, plus `low`.
+pub fn hashed(shape: &[usize], seed: u32, low: f32, step: f32) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v = (0..n)
+        .map(|i| {
+            let h = (i as u32)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(40503))
+                >> 20;
+            h as f32 * step + low
+        })
+        .collect();
+    Tensor::f32(shape, v)
 }
 
 /// Plan-time metas of `ins`, every input marked constant (so ops can read shape-like inputs).

@@ -4,16 +4,8 @@
 //! Every expected output is built here by a naive per-coordinate reference (`build`), then the
 //! op runs on the CPU, on the GPU (lavapipe in CI) and split across both at odd rows.
 
-use tandem::testing::{assert_close, check_all_placements, run_cpu, run_gpu};
-use tandem_ops::{registry, AttrValue, Attrs, DType, Data, Op, Tensor};
-
-fn op(name: &str, opset: i64, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
-    let mut a = Attrs::new(opset);
-    for (k, v) in attrs {
-        a = a.with(k, v.clone());
-    }
-    registry::build(name, &a).unwrap()
-}
+use tandem::testing::{assert_close, check_all_placements, op, run_cpu, run_gpu};
+use tandem_ops::{AttrValue, DType, Data, Tensor};
 
 /// f32 values that are distinct and not multiples of anything in particular.
 fn fill(shape: &[usize]) -> Tensor {

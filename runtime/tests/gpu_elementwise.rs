@@ -8,32 +8,11 @@
 #![allow(clippy::type_complexity)] // tables of test cases
 
 use std::ops::Range;
-use tandem::testing::{assert_close, check_all_placements, run_gpu, run_split};
-use tandem_ops::{
-    registry, shape, AttrValue, Attrs, DType, Data, GpuKernel, Op, Tensor, TensorMeta,
-};
+use tandem::testing::{assert_close, check_all_placements, hashed, op, run_gpu, run_split};
+use tandem_ops::{shape, AttrValue, DType, Data, GpuKernel, Op, Tensor, TensorMeta};
 
 fn fill(shape: &[usize], seed: u32) -> Tensor {
-    let n: usize = shape.iter().product();
-    let v = (0..n)
-        .map(|i| {
-            ((i as u32)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed.wrapping_mul(40503))
-                >> 20) as f32
-                / 512.0
-                - 4.0
-        })
-        .collect();
-    Tensor::f32(shape, v)
-}
-
-fn op(name: &str, opset: i64, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
-    let mut a = Attrs::new(opset);
-    for (k, v) in attrs {
-        a = a.with(k, v.clone());
-    }
-    registry::build(name, &a).unwrap()
+    hashed(shape, seed, -4.0, 1.0 / 512.0)
 }
 
 fn float(v: f32) -> AttrValue {

@@ -3,31 +3,16 @@
 //! Each case is computed by a naive nested-loop reference written here, then by the op on the
 //! CPU, on the GPU (lavapipe in CI) and split across both at an odd row.
 
-use tandem::testing::{check_all_placements, gpu};
+use tandem::testing::{self, check_all_placements, gpu, hashed};
 use tandem_ops::gemm_op::Gemm;
-use tandem_ops::{registry, AttrValue, Attrs, Op, Tensor};
+use tandem_ops::{AttrValue, Attrs, Op, Tensor};
 
 fn fill(shape: &[usize], seed: u32) -> Tensor {
-    let n: usize = shape.iter().product();
-    let v = (0..n)
-        .map(|i| {
-            ((i as u32)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed.wrapping_mul(40503))
-                >> 20) as f32
-                / 4096.0
-                - 0.5
-        })
-        .collect();
-    Tensor::f32(shape, v)
+    hashed(shape, seed, -0.5, 1.0 / 4096.0)
 }
 
 fn op(name: &str, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
-    let mut a = Attrs::new(17);
-    for (k, v) in attrs {
-        a = a.with(k, v.clone());
-    }
-    registry::build(name, &a).unwrap()
+    testing::op(name, 17, attrs)
 }
 
 // ---------------------------------------------------------------- MatMul / Gemm

@@ -7,31 +7,13 @@
 //! are deliberately not multiples of the workgroup size.
 
 use tandem::testing::{
-    assert_close, check_all_placements, run_cpu, run_gpu, try_run_gpu_rows, FirstOutputs,
+    assert_close, check_all_placements, hashed, op, run_cpu, run_gpu, try_run_gpu_rows,
+    FirstOutputs,
 };
-use tandem_ops::{registry, AttrValue, Attrs, Op, Tensor};
+use tandem_ops::{AttrValue, Tensor};
 
 fn fill(shape: &[usize], seed: u32) -> Tensor {
-    let n: usize = shape.iter().product();
-    let v = (0..n)
-        .map(|i| {
-            ((i as u32)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed.wrapping_mul(40503))
-                >> 20) as f32
-                / 512.0
-                - 4.0
-        })
-        .collect();
-    Tensor::f32(shape, v)
-}
-
-fn op(name: &str, opset: i64, attrs: &[(&str, AttrValue)]) -> Box<dyn Op> {
-    let mut a = Attrs::new(opset);
-    for (k, v) in attrs {
-        a = a.with(k, v.clone());
-    }
-    registry::build(name, &a).unwrap()
+    hashed(shape, seed, -4.0, 1.0 / 512.0)
 }
 
 fn int(v: i64) -> AttrValue {
