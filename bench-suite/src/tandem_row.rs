@@ -379,7 +379,7 @@ pub fn timeline(r: &RunReport) -> Vec<Span> {
 mod tests {
     use super::*;
     use prost::Message;
-    use tandem::cost::{AdapterKey, CostModel, CpuKey, EntryKey, Sample};
+    use tandem::cost::CostModel;
     use tandem::fuzzgen::{tensor_proto, value_info};
     use tandem::import::proto::*;
     use tandem::{DType, Tensor};
@@ -421,30 +421,10 @@ mod tests {
     /// GPU: a plan made from it puts the product on lavapipe (about 1 GFLOP/s), and the runs
     /// that miss teach it otherwise.
     fn gpu_believed_fast(gpu: &Gpu, cpu_flops: f64) -> CostModel {
-        let mut model = CostModel::unmeasured(
-            Some(AdapterKey::from_desc(gpu.adapter())),
-            CpuKey::detect(2),
-        );
+        let mut model = tandem::testing::matmul_believed(gpu, 2, 1.0 / cpu_flops, 1e-12);
         // GPU node times are learnt from timestamp queries, which lavapipe has.
         assert!(gpu.has_timestamps(), "{:?}", gpu.adapter());
         model.gpu_timestamps = true;
-        for (device, per_flop) in [(Device::Cpu, 1.0 / cpu_flops), (Device::Gpu, 1e-12)] {
-            let samples: Vec<Sample> = [1e6, 4e6, 1.6e7, 6.4e7]
-                .iter()
-                .map(|&flops| Sample {
-                    flops,
-                    bytes: flops / 64.0,
-                    seconds: flops * per_flop + 1e-6,
-                    rows: 0.0,
-                })
-                .collect();
-            let key = EntryKey {
-                op: "MatMul".into(),
-                dtype: DType::F32,
-                device,
-            };
-            model.add_calibration(key, &samples);
-        }
         model
     }
 

@@ -4,7 +4,9 @@
 //! Sits between operator tests (`runtime/tests/gpu_*.rs`, conformance, models) and the executor's
 //! building blocks ([`crate::gpu`]). Functions panic with a message on failure: they are for tests.
 
+use crate::cost::{AdapterKey, CostModel, CpuKey, EntryKey, Sample};
 use crate::gpu::{Gpu, GpuTensor};
+use crate::{DType, Device};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use tandem_ops::shape::{row_count, row_len};
@@ -45,6 +47,40 @@ pub fn hashed(shape: &[usize], seed: u32, low: f32, step: f32) -> Tensor {
         })
         .collect();
     Tensor::f32(shape, v)
+}
+
+/// A cost model for `gpu`'s adapter and `threads` CPU threads that believes MatMul takes
+/// `cpu_per_flop` seconds a FLOP on the CPU and `gpu_per_flop` on the GPU (and 1 us a call),
+/// from four calibration samples on each: a plan made from it puts products where a test
+/// wants them, whatever the devices really do.
+pub fn matmul_believed(
+    gpu: &Gpu,
+    threads: usize,
+    cpu_per_flop: f64,
+    gpu_per_flop: f64,
+) -> CostModel {
+    let model = CostModel::unmeasured(
+        Some(AdapterKey::from_desc(gpu.adapter())),
+        CpuKey::detect(threads),
+    );
+    for (device, per_flop) in [(Device::Cpu, cpu_per_flop), (Device::Gpu, gpu_per_flop)] {
+        let samples: Vec<Sample> = [1e6, 4e6, 1.6e7, 6.4e7]
+            .iter()
+            .map(|&flops| Sample {
+                flops,
+                bytes: flops / 64.0,
+                seconds: flops * per_flop + 1e-6,
+                rows: 0.0,
+            })
+            .collect();
+        let key = EntryKey {
+            op: "MatMul".into(),
+            dtype: DType::F32,
+            device,
+        };
+        model.add_calibration(key, &samples);
+    }
+    model
 }
 
 /// Plan-time metas of `ins`, every input marked constant (so ops can read shape-like inputs).

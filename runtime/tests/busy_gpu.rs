@@ -4,7 +4,7 @@
 
 use prost::Message;
 use std::sync::Arc;
-use tandem::cost::{CostModel, CpuKey, EntryKey, Sample};
+use tandem::cost::CostModel;
 use tandem::gpu::{Gpu, GpuTensor};
 use tandem::import::proto::*;
 use tandem::report::Ran;
@@ -68,28 +68,7 @@ fn matmul_model() -> Vec<u8> {
 
 /// A model in which MatMul runs 1 GFLOP/s on the CPU and 1 TFLOP/s on the GPU.
 fn gpu_favoured(gpu: &Gpu) -> CostModel {
-    let model = CostModel::unmeasured(
-        Some(tandem::cost::AdapterKey::from_desc(gpu.adapter())),
-        CpuKey::detect(1),
-    );
-    for (device, per_flop) in [(Device::Cpu, 1e-9), (Device::Gpu, 1e-12)] {
-        let samples: Vec<Sample> = [1e6, 4e6, 1.6e7, 6.4e7]
-            .iter()
-            .map(|&flops| Sample {
-                flops,
-                bytes: flops / 64.0,
-                seconds: flops * per_flop + 1e-6,
-                rows: 0.0,
-            })
-            .collect();
-        let key = EntryKey {
-            op: "MatMul".into(),
-            dtype: DType::F32,
-            device,
-        };
-        model.add_calibration(key, &samples);
-    }
-    model
+    tandem::testing::matmul_believed(gpu, 1, 1e-9, 1e-12)
 }
 
 /// The other user's work: a 1024^3 MatMul submitted to `gpu` `repeats` times in one batch
