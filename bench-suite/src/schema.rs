@@ -157,6 +157,8 @@ impl Row {
             let samples = a.samples_ms.iter().copied().chain(b.samples_ms).collect();
             let mut pooled = Latency::from_samples(samples, rule);
             pooled.round_p50_ms = [&a.round_p50_ms[..], &b.round_p50_ms].concat();
+            // Capped where a round stopped at its share's cap.
+            pooled.capped |= a.capped || b.capped;
             self.throughput_per_s = Some(pooled.throughput());
             self.latency = Some(pooled);
         }
@@ -307,6 +309,12 @@ mod tests {
             (1.0, 3.0, 5.0, 4)
         );
         assert!(!l.capped, "four samples meet the whole rule's four");
+        // A round stopped at its cap leaves the pooled row capped, however many samples.
+        let mut short = timed(vec![2.0], 80.0, 1e-6, "c");
+        short.latency.as_mut().unwrap().capped = true;
+        let mut other = timed(vec![1.0; 4], 80.0, 1e-6, "d");
+        other.pool(short, 1, &rule);
+        assert!(other.latency.as_ref().unwrap().capped);
         assert_eq!(
             l.round_p50_ms,
             vec![1.0, 3.0],

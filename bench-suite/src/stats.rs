@@ -38,6 +38,16 @@ impl RunRule {
         }
     }
 
+    /// True when a loop under this rule that stopped after `iters` iterations stopped at the
+    /// hard cap: before `min_iters`, or before `min_secs` where the cap comes first. Once
+    /// `min_iters` are done, a loop stops at `min_secs` or at a cap no sooner, either way with
+    /// both minimums met: the count alone tells. The samples' sum cannot: it leaves out the
+    /// untimed work between runs (preparing inputs), so a row that ran its whole `min_secs`
+    /// looked capped whenever that work outweighed the last run's overshoot.
+    pub fn stopped_by_cap(&self, iters: usize) -> bool {
+        iters < self.min_iters || self.max_secs < self.min_secs
+    }
+
     /// True when a loop that has done `iters` iterations in `elapsed` should stop.
     pub fn done(&self, iters: usize, elapsed: Duration) -> bool {
         let s = elapsed.as_secs_f64();
@@ -120,7 +130,7 @@ impl Latency {
             mean_ms: if n == 0 { f64::NAN } else { sum / n as f64 },
             min_ms: sorted.first().copied().unwrap_or(f64::NAN),
             max_ms: sorted.last().copied().unwrap_or(f64::NAN),
-            capped: n < rule.min_iters || sum / 1e3 < rule.min_secs,
+            capped: rule.stopped_by_cap(n),
             samples_ms,
             round_p50_ms: vec![percentile(&sorted, 0.50)],
         }
@@ -189,6 +199,32 @@ mod tests {
         assert_eq!(l.samples_ms, vec![4.0, 1.0, 3.0, 2.0]);
         assert!(!l.capped);
         assert!(Latency::from_samples(vec![1.0], &rule).capped);
+    }
+
+    #[test]
+    fn capped_means_the_cap_stopped_the_loop_not_a_short_sum() {
+        // 200 runs of 2 ms under a rule of 10 runs and 0.5 s: the loop ran its 0.5 s, a
+        // fifth of it preparing inputs between runs, so the timed sum (0.4 s) falls short of
+        // the seconds without any cap.
+        let rule = RunRule {
+            min_iters: 10,
+            min_secs: 0.5,
+            max_secs: 30.0,
+        };
+        assert!(!Latency::from_samples(vec![2.0; 200], &rule).capped);
+        assert!(!Latency::from_samples(vec![1.0; 10], &rule).capped);
+        assert!(Latency::from_samples(vec![4.0; 9], &rule).capped);
+        // A cap below the seconds wanted stops every loop short of them.
+        let short = RunRule {
+            max_secs: 0.2,
+            ..rule
+        };
+        assert!(Latency::from_samples(vec![4.0; 200], &short).capped);
+        // The rule's own loop agrees: one that met both minimums is not capped, one stopped
+        // at the cap is.
+        let ms = Duration::from_millis;
+        assert!(rule.done(200, ms(500)) && !rule.stopped_by_cap(200));
+        assert!(rule.done(3, ms(30_000)) && rule.stopped_by_cap(3));
     }
 
     #[test]
