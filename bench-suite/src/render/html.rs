@@ -48,7 +48,7 @@ pub fn page(r: &Report) -> String {
     );
     s += "<h2>Summary</h2>";
     s += &table(&tables::summary(&r.models));
-    s += "<h3>tandem cpu / peer (geometric mean of the rounds' own medians; left of 1x: tandem faster)</h3>";
+    s += "<h3>tandem cpu / peer (each row's fastest round; left of 1x: tandem faster)</h3>";
     s += &svg::ratio_chart(r);
     s += &table(&tables::cold_starts(r));
     let misses = tables::misses(&r.models);

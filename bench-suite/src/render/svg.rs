@@ -292,7 +292,8 @@ pub fn timeline(r: &Row, top: &[String]) -> String {
     s + "</svg>"
 }
 
-/// Per model, tandem cpu / peer ratio of their centers (`Latency::center_ms`) as bars around the 1.0 line (log scale).
+/// Per model, tandem cpu / peer ratio of their centers (`Latency::center_ms`: fastest rounds)
+/// as bars around the 1.0 line (log scale).
 pub fn ratio_chart(r: &Report) -> String {
     let peers = ["onnxruntime", "tract"];
     let data: Vec<(String, Vec<Option<f64>>)> = r
