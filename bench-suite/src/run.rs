@@ -75,8 +75,8 @@ pub struct Args {
     /// Rows of a model take turns this many times, each turn with its share of the run rule
     /// (iterations, seconds and caps divided), and pool their samples: a host whose speed
     /// drifts over minutes (a shared VM's 2x swings) then slows every row alike, not the row
-    /// that ran during the slow minute. Cold start, where nodes ran and per-op times come
-    /// from the first turn. `--quick` takes at most 2.
+    /// that ran during the slow minute. Cold start comes from the first turn, where nodes ran
+    /// and per-op times from the fastest. `--quick` takes at most 2.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Folder for report.json, report.md, report.html.
@@ -277,7 +277,6 @@ fn bench_model(
                 reference.as_ref(),
                 threads,
                 &cpu_share,
-                round == 0,
                 work,
             );
             if reference.is_none() {

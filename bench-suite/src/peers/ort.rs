@@ -40,8 +40,8 @@ struct DriverOut {
     op_times: Vec<OpTime>,
 }
 
-/// Profiled runs for onnxruntime's per-op times: the rule's run count (of the first round's
-/// share, `run --rounds`), within 3..=10 (each is a run beyond the timed ones, in a second
+/// Profiled runs for onnxruntime's per-op times: the rule's run count (of a round's share,
+/// `run --rounds`), within 3..=10 (each is a run beyond the timed ones, in a second
 /// session).
 fn profile_runs(rule: &RunRule) -> usize {
     rule.min_iters.clamp(3, 10)
@@ -85,18 +85,18 @@ pub(crate) fn fill_timing(
 }
 
 /// Measure `model` on onnxruntime with `threads` intra-op threads. Returns the row and
-/// onnxruntime's outputs (the reference where the model has no stored one); its per-op times
-/// where `profile`. `work` is a scratch folder for the .npy files.
+/// onnxruntime's outputs (the reference where the model has no stored one) and its per-op times
+/// (each round's: the report keeps the fastest round's, `Row::pool`). `work` is a scratch
+/// folder for the .npy files.
 pub fn bench(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
     threads: usize,
     rule: &RunRule,
-    profile: bool,
     work: &Path,
 ) -> (Row, Option<Named>) {
-    match run(model, inputs, reference, threads, rule, profile, work) {
+    match run(model, inputs, reference, threads, rule, work) {
         Ok(r) => r,
         Err(e) => (Row::failed("onnxruntime", "cpu", "?", e), None),
     }
@@ -108,7 +108,6 @@ fn run(
     reference: Option<&Named>,
     threads: usize,
     rule: &RunRule,
-    profile: bool,
     work: &Path,
 ) -> Result<(Row, Option<Named>), String> {
     let out_dir = work.join("ort_out");
@@ -122,10 +121,7 @@ fn run(
         .args(["--secs", &rule.min_secs.to_string()])
         .args(["--max-secs", &rule.max_secs.to_string()])
         .args(["--threads", &threads.to_string()])
-        .args([
-            "--profile-runs",
-            &(usize::from(profile) * profile_runs(rule)).to_string(),
-        ]);
+        .args(["--profile-runs", &profile_runs(rule).to_string()]);
     for (name, p) in write_npys(inputs, &work.join("in"))? {
         cmd.arg("--input").arg(format!("{name}={}", p.display()));
     }
