@@ -111,6 +111,11 @@ pub struct Row {
     pub nodes: Option<NodeSummary>,
     /// tandem auto only: the plan's predicted makespan, ms (compare with `latency.p50_ms`).
     pub predicted_ms: Option<f64>,
+    /// tandem auto only: what the cost model predicts after the row's runs, having learnt
+    /// from them (`Session::plan_now`; the plan in use keeps its first prediction until runs
+    /// miss it by half). Reports from before it existed read as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_now_ms: Option<f64>,
     /// tandem only: time per op type in the median run, largest first.
     pub op_times: Vec<OpTime>,
     /// tandem only: the median run's CPU / GPU / transfer timeline.
@@ -136,6 +141,7 @@ impl Row {
             max_abs_diff: None,
             nodes: None,
             predicted_ms: None,
+            predicted_now_ms: None,
             op_times: Vec::new(),
             timeline: Vec::new(),
             notes: Vec::new(),
@@ -165,6 +171,7 @@ impl Row {
             self.nodes = later.nodes.or(self.nodes.take());
             self.timeline = later.timeline;
             self.predicted_ms = later.predicted_ms.or(self.predicted_ms);
+            self.predicted_now_ms = later.predicted_now_ms.or(self.predicted_now_ms);
         }
         if let (Some(a), Some(b)) = (&self.latency, later.latency) {
             let samples = a.samples_ms.iter().copied().chain(b.samples_ms).collect();

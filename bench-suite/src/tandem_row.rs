@@ -220,6 +220,9 @@ fn bench_inner(
     if let Ok(plan) = session.plan(&args) {
         row.predicted_ms = plan.predicted.map(|s| s * 1e3);
     }
+    if let Ok(plan) = session.plan_now(&args) {
+        row.predicted_now_ms = plan.predicted.map(|s| s * 1e3);
+    }
     row.gpu_buffers_mib = session
         .gpu()
         .map(|g| g.pooled_bytes() as f64 / (1024.0 * 1024.0));

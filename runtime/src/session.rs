@@ -636,6 +636,31 @@ impl Session {
         key: Vec<Vec<usize>>,
         by_value: bool,
     ) -> Result<Arc<Plan>> {
+        let plan = Arc::new(self.make_plan(ordered, by_value)?);
+        crate::recover::log_limit_fallbacks(&self.graph, &plan);
+        let mut plans = self.plans.lock().unwrap();
+        // A re-plan (the old plan is stale) that changed no placement doubles the misses the
+        // next one needs.
+        let same_replans = match plans.get(&key) {
+            Some(old) if old.stale && old.plan.same_placement(&plan) => old.same_replans + 1,
+            _ => 0,
+        };
+        plans.insert(
+            key,
+            CachedPlan {
+                plan: plan.clone(),
+                misses: 0,
+                runs: 0,
+                same_replans,
+                stale: false,
+            },
+        );
+        Ok(plan)
+    }
+
+    /// A plan for `ordered` from the cost model as it stands (the contents of shape-like
+    /// inputs read where `by_value`), neither cached nor logged.
+    fn make_plan(&self, ordered: &[Tensor], by_value: bool) -> Result<Plan> {
         let metas: Vec<TensorMeta> = ordered
             .iter()
             .map(|t| {
@@ -660,31 +685,20 @@ impl Session {
         if let Some(cap) = self.limits.gpu_memory {
             crate::limits::fit_gpu_memory(&mut plan, &self.graph, cap);
         }
-        crate::recover::log_limit_fallbacks(&self.graph, &plan);
-        let plan = Arc::new(plan);
-        let mut plans = self.plans.lock().unwrap();
-        // A re-plan (the old plan is stale) that changed no placement doubles the misses the
-        // next one needs.
-        let same_replans = match plans.get(&key) {
-            Some(old) if old.stale && old.plan.same_placement(&plan) => old.same_replans + 1,
-            _ => 0,
-        };
-        plans.insert(
-            key,
-            CachedPlan {
-                plan: plan.clone(),
-                misses: 0,
-                runs: 0,
-                same_replans,
-                stale: false,
-            },
-        );
         Ok(plan)
     }
 
     /// The plan for named inputs (for `--explain` and tools).
     pub fn plan(&self, inputs: &[(&str, Tensor)]) -> Result<Arc<Plan>> {
         self.plan_for(&self.order_inputs(copied(inputs))?)
+    }
+
+    /// The plan the cost model would make for named inputs now, with what it has learnt from
+    /// this session's runs, leaving the cached one in use: that one is rebuilt only after runs
+    /// that missed its prediction by more than [`REPLAN_MARGIN`], so its `predicted` can date
+    /// from the first run. For reports that set prediction against measurement.
+    pub fn plan_now(&self, inputs: &[(&str, Tensor)]) -> Result<Plan> {
+        self.make_plan(&self.order_inputs(copied(inputs))?, self.by_value())
     }
 
     /// Check the given inputs against the model and put them in the model's order.

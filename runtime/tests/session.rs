@@ -625,3 +625,56 @@ fn concats_append_only_to_inputs_nobody_reads_later() {
         }
     }
 }
+
+/// `plan_now` plans with what the session has learnt, leaving the plan in use in place: a cost
+/// model that believes the CPU does 0.1 GFLOP/s (and the GPU 1 MFLOP/s) predicts y = x [64,
+/// 256] @ W [256, 256] at 168 ms on the CPU; after two runs that took a small part of that (any
+/// CPU does 16.8 MFLOP far faster), fewer misses than a re-plan needs, the plan in use still
+/// predicts 168 ms and the plan now a small part of it.
+#[test]
+fn plan_now_predicts_from_what_the_runs_taught() {
+    let w: Vec<f32> = (0..256 * 256).map(|i| (i % 7) as f32 * 0.01).collect();
+    let wt = TensorProto {
+        dims: vec![256, 256],
+        data_type: data_type::FLOAT,
+        name: "W".into(),
+        raw_data: Some(w.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        ..Default::default()
+    };
+    let bytes = model_shaped(
+        vec![node("MatMul", "mm", &["x", "W"], &["y"])],
+        vec![wt],
+        &[64, 256],
+        &[64, 256],
+    );
+    let g = gpu();
+    let believed = tandem::testing::matmul_believed(&g, 1, 1e-8, 1e-6);
+    let opts = SessionOptions::default()
+        .placement(Placement::Auto)
+        .cpu_threads(1)
+        .gpu(g)
+        .cost_model(Arc::new(believed));
+    let s = Session::new(bytes.as_slice(), opts).unwrap();
+    let x = Tensor::f32(&[64, 256], (0..64 * 256).map(|i| (i % 5) as f32).collect());
+    let inputs = [("x", x)];
+    let first = s.plan(&inputs).unwrap();
+    let predicted = first.predicted.expect("auto plans predict");
+    assert!(predicted > 0.1, "believed 168 ms, predicted {predicted} s");
+    let now = s.plan_now(&inputs).unwrap();
+    assert_eq!(now.predicted, Some(predicted), "nothing learnt yet");
+    let mut took = 0.0f64;
+    for _ in 0..2 {
+        let (_, report) = s.run_with_report(&inputs).unwrap();
+        took = took.max(report.total.as_secs_f64());
+    }
+    assert_eq!(s.plan(&inputs).unwrap().predicted, Some(predicted));
+    let learnt = s.plan_now(&inputs).unwrap().predicted.unwrap();
+    assert!(
+        learnt < predicted / 4.0 && took < predicted / 4.0,
+        "first {predicted} s, now {learnt} s, runs up to {took} s"
+    );
+    // The plan in use is the session's own business: asking leaves it cached.
+    let cached = s.plan(&inputs).unwrap();
+    s.plan_now(&inputs).unwrap();
+    assert!(Arc::ptr_eq(&cached, &s.plan(&inputs).unwrap()));
+}
