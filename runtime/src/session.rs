@@ -696,7 +696,8 @@ impl Session {
     /// The plan the cost model would make for named inputs now, with what it has learnt from
     /// this session's runs, leaving the cached one in use: that one is rebuilt only after runs
     /// that missed its prediction by more than [`REPLAN_MARGIN`], so its `predicted` can date
-    /// from the first run. For reports that set prediction against measurement.
+    /// from the first run. For reports that set prediction against measurement; it does a
+    /// plan's whole work, constant folding included, every call.
     pub fn plan_now(&self, inputs: &[(&str, Tensor)]) -> Result<Plan> {
         self.make_plan(&self.order_inputs(copied(inputs))?, self.by_value())
     }
