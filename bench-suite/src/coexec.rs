@@ -462,10 +462,10 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
         let gpu_ms = time_session(&session(Placement::Gpu)?, &named, 1, &slow)?;
         // SESSIONS CPU-only and SESSIONS auto sessions run in rounds ([`round_order`]). A/A =
         // the geometric mean of the second half of one placement's sessions over the first
-        // half's: the noise floor of comparing two such pools. Auto's first LEARN_FIRST runs
-        // refine the cost model on every run (and may re-plan); steady state, which is timed,
-        // is what a user sees after them: learning 1 run in LEARN_EVERY, and any re-plan the
-        // misses still cause.
+        // half's: the noise floor of comparing two such pools. Auto's first runs, past the
+        // WARM_UP_RUNS, refine the cost model on every run (LEARN_FIRST of them; they may
+        // re-plan); steady state, which is timed, is what a user sees after them: learning 1
+        // run in LEARN_EVERY, and any re-plan the misses still cause.
         let mut sessions = Vec::with_capacity(2 * SESSIONS);
         for p in [Placement::Cpu, Placement::Auto] {
             for _ in 0..SESSIONS {
@@ -476,7 +476,7 @@ fn models(a: &Args, gpu: &Arc<Gpu>, model: &Arc<CostModel>) -> Result<serde_json
             s.run(&named)?;
         }
         for s in &sessions[SESSIONS..] {
-            for _ in 0..tandem::session::LEARN_FIRST {
+            for _ in 0..tandem::session::WARM_UP_RUNS + tandem::session::LEARN_FIRST {
                 s.run(&named)?;
             }
         }

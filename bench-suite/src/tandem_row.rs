@@ -152,6 +152,9 @@ fn bench_inner(
         .run_with_report(&args)
         .map_err(|e| format!("first run: {e}"))?;
     let first_run_ms = t.elapsed().as_secs_f64() * 1e3;
+    // The first plan's prediction, from the profile as this process found it (the plan in use
+    // at the end may be a re-plan made from the row's own runs).
+    let first_predicted = session.plan(&args).ok().and_then(|p| p.predicted);
     let mut row = Row::failed(
         "tandem",
         &target.placement(),
@@ -217,9 +220,7 @@ fn bench_inner(
         why.dedup();
         row.notes.extend(why);
     }
-    if let Ok(plan) = session.plan(&args) {
-        row.predicted_ms = plan.predicted.map(|s| s * 1e3);
-    }
+    row.predicted_ms = first_predicted.map(|s| s * 1e3);
     row.gpu_buffers_mib = session
         .gpu()
         .map(|g| g.pooled_bytes() as f64 / (1024.0 * 1024.0));
@@ -236,6 +237,12 @@ fn bench_inner(
     if row.predicted_ms.is_some() {
         if let Ok(plan) = session.plan_now(&args) {
             row.predicted_now_ms = plan.predicted.map(|s| s * 1e3);
+        }
+        // What the runs taught goes back to the profile, as `tandem run` saves it: the next
+        // round's first plan (and the next process's) starts from it.
+        if let Err(e) = session.save_cost_profile() {
+            row.notes
+                .push(format!("what the runs taught is not saved: {e}"));
         }
     }
     Ok(row)

@@ -93,6 +93,11 @@ struct RunArgs {
     /// are fused into the Conv at load time), and nodes that repeat an earlier one's work.
     #[arg(long)]
     no_fuse: bool,
+    /// auto's cost profile: read from this file (calibrated into it if it holds none for this
+    /// adapter and CPU), and what the runs taught saved back to it. Default: $TANDEM_PROFILE,
+    /// else one per adapter and CPU in the cache directory.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
 }
 
 fn main() {
@@ -194,7 +199,10 @@ fn session_options(
 }
 
 fn run(a: &RunArgs) -> Result<()> {
-    let opts = session_options(&a.placement, &a.force, a.threads)?.fuse(!a.no_fuse);
+    let mut opts = session_options(&a.placement, &a.force, a.threads)?.fuse(!a.no_fuse);
+    if let Some(p) = &a.profile {
+        opts = opts.cost_profile(p);
+    }
     let session = Session::new(a.model.as_path(), opts)?;
     for w in session.warnings() {
         eprintln!("note: {w}");
@@ -267,6 +275,14 @@ fn run(a: &RunArgs) -> Result<()> {
                 n.fallback.as_deref().unwrap_or("")
             );
         }
+    }
+    match session.save_cost_profile() {
+        Ok(Some(file)) => println!(
+            "cost profile: what the runs taught saved to {}",
+            file.display()
+        ),
+        Ok(None) => {}
+        Err(e) => eprintln!("note: what the runs taught is not saved: {e}"),
     }
     if let Some(file) = &a.trace {
         std::fs::write(file, tandem::trace::chrome_trace(&report))

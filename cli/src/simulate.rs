@@ -161,12 +161,13 @@ pub fn run(a: &SimulateArgs) -> Result<()> {
 fn export(out: &std::path::Path) -> Result<()> {
     let gpu = tandem::gpu::Gpu::new().ok();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (model, warning) = tandem::cost::CostModel::load_or_calibrate(
-        gpu.as_ref(),
-        threads,
-        None,
-        std::time::Duration::from_secs(10),
-    );
+    let tandem::cost::LoadedProfile { model, warning, .. } =
+        tandem::cost::CostModel::load_or_calibrate(
+            gpu.as_ref(),
+            threads,
+            None,
+            std::time::Duration::from_secs(10),
+        );
     if let Some(w) = warning {
         eprintln!("note: cost profile: {w}");
     }

@@ -4,7 +4,7 @@
 //! planner and executor. A `Session` is `Send + Sync`: plans are cached per input-shape
 //! signature behind a lock, runs share the GPU and the constant uploads.
 
-use crate::cost::CostModel;
+use crate::cost::{CostModel, ProfileError};
 use crate::exec::{self, GpuConstants};
 use crate::gpu::Gpu;
 use crate::graph::{Dim, Graph};
@@ -13,7 +13,7 @@ use crate::report::RunReport;
 use crate::schedule::Policy;
 use crate::{import, Error, Result};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tandem_ops::{Tensor, TensorMeta};
 
@@ -21,7 +21,7 @@ mod cache;
 mod handoff;
 mod spin;
 use cache::{learns_from_run, uses_gpu, CachedPlan};
-pub use cache::{LEARN_EVERY, LEARN_FIRST};
+pub use cache::{LEARN_EVERY, LEARN_FIRST, WARM_UP_RUNS};
 
 /// How a session is set up.
 #[derive(Debug, Clone)]
@@ -35,8 +35,11 @@ pub struct SessionOptions {
     /// (`auto` opens one if the machine has any, and runs on the CPU alone otherwise).
     pub gpu: Option<Arc<Gpu>>,
     /// The cost model `auto` plans with; when `None`, the profile saved for this adapter and CPU
-    /// is loaded (see `cost::CostModel::for_session`).
+    /// is loaded (see [`CostModel::load_or_calibrate`]).
     pub cost_model: Option<Arc<CostModel>>,
+    /// The file of that profile (default: `$TANDEM_PROFILE`, else one per adapter and CPU in
+    /// the platform cache directory); see [`SessionOptions::cost_profile`].
+    pub cost_profile: Option<PathBuf>,
     /// The scheduling policy of `auto` (default HEFT with row splits).
     pub policy: Policy,
     /// Time `auto` may spend calibrating when no saved profile fits this adapter and CPU.
@@ -58,6 +61,7 @@ impl Default for SessionOptions {
             cpu_threads: None,
             gpu: None,
             cost_model: None,
+            cost_profile: None,
             policy: Policy::HeftSplit,
             calibration_budget: std::time::Duration::from_secs(10),
             max_gpu_memory: None,
@@ -119,6 +123,15 @@ impl SessionOptions {
         self
     }
 
+    /// Read `auto`'s cost profile from `path` (calibrating and saving one there if it holds
+    /// none for this adapter and CPU), and save what runs teach to it
+    /// ([`Session::save_cost_profile`]): for an app that keeps its own files, or a machine
+    /// without a cache directory (where every process would calibrate again).
+    pub fn cost_profile(mut self, path: impl Into<PathBuf>) -> Self {
+        self.cost_profile = Some(path.into());
+        self
+    }
+
     /// Refuse, with `Error::ResourceLimit` and before allocating, a run whose host working set
     /// (inputs + constants + peak live intermediates, from the plan) exceeds `bytes`. The
     /// host buffers a session keeps for reuse between runs stay within what is left of `bytes`
@@ -160,6 +173,10 @@ pub struct Session {
     overrides: Vec<(Selector, Device)>,
     policy: Policy,
     costs: Option<Arc<CostModel>>,
+    /// The file `costs` was loaded from (or calibrated into), where it is saved again.
+    profile_file: Option<PathBuf>,
+    /// Observations this session's runs gave `costs` (nothing to save while 0).
+    observations: std::sync::atomic::AtomicUsize,
     warnings: Vec<String>,
     plans: Mutex<HashMap<Vec<Vec<usize>>, CachedPlan>>,
     /// Set once a plan needed the contents of small integer inputs (see `plan_for`).
@@ -242,17 +259,20 @@ impl Session {
         };
         let pool = cpu_pool(options.cpu_threads.unwrap_or(0))?;
         let mut warnings = Vec::new();
+        let mut profile_file = None;
         let costs = match (options.placement, options.cost_model) {
             (_, Some(c)) => Some(c),
             (Placement::Auto, None) => {
-                let (model, warning) = CostModel::load_or_calibrate(
+                let loaded = CostModel::load_or_calibrate(
                     gpu.as_deref(),
                     pool.current_num_threads(),
-                    None,
+                    options.cost_profile.as_deref(),
                     options.calibration_budget,
                 );
-                warnings.extend(warning.map(|w| format!("cost profile: {w}")));
-                Some(Arc::new(model))
+                let warning = loaded.warning.map(|w| format!("cost profile: {w}"));
+                warnings.extend(warning);
+                profile_file = loaded.path;
+                Some(Arc::new(loaded.model))
             }
             _ => None,
         };
@@ -287,6 +307,8 @@ impl Session {
             overrides: options.overrides,
             policy,
             costs,
+            profile_file,
+            observations: Default::default(),
             warnings,
             plans: Mutex::new(HashMap::new()),
             plans_by_value: Default::default(),
@@ -327,6 +349,26 @@ impl Session {
     /// The cost model `auto` plans with.
     pub fn cost_model(&self) -> Option<&Arc<CostModel>> {
         self.costs.as_ref()
+    }
+
+    /// Save the cost model, with what this session's runs taught it (each entry's latest run
+    /// observations), to the profile file it was loaded from, so the next session's first plan
+    /// starts from them: the calibration may have been measured while the machine was busy, or
+    /// in a context runs do not share. Returns the file, or `None` where there is nothing to
+    /// save: the session did not load its cost model from a file (placement other than
+    /// `auto`, a model given by the caller, no cache directory), or its runs taught nothing
+    /// yet (a plan's warm-up runs do not teach), which leaves the file as another process may
+    /// have saved it meanwhile. Sessions of one profile that save in turn keep the last one's
+    /// lessons; the write is atomic.
+    pub fn save_cost_profile(&self) -> Result<Option<PathBuf>, ProfileError> {
+        let (Some(costs), Some(file)) = (&self.costs, &self.profile_file) else {
+            return Ok(None);
+        };
+        if self.observations.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return Ok(None);
+        }
+        costs.save(file)?;
+        Ok(Some(file.clone()))
     }
 
     /// CPU threads used by kernels.
@@ -516,10 +558,11 @@ impl Session {
         Ok(Arc::new(busy))
     }
 
-    /// Feed the run's measured times to the cost model (every run of a plan at first, then one
-    /// in [`LEARN_EVERY`]); mark the plan stale after [`REPLAN_AFTER`] consecutive runs (times
-    /// 2 per earlier re-plan that changed nothing) that missed its prediction by more than
-    /// [`REPLAN_MARGIN`], so the next run plans again with what was learnt.
+    /// Feed the run's measured times to the cost model (after a plan's [`WARM_UP_RUNS`], its
+    /// next [`LEARN_FIRST`] runs, then one in [`LEARN_EVERY`]); mark the plan stale after
+    /// [`REPLAN_AFTER`] consecutive runs past the warm-up (times 2 per earlier re-plan that
+    /// changed nothing) that missed its prediction by more than [`REPLAN_MARGIN`], so the next
+    /// run plans again with what was learnt.
     fn learn(&self, key: &[Vec<usize>], plan: &Arc<Plan>, report: &RunReport) {
         let (Some(costs), Some(predicted)) = (&self.costs, plan.predicted) else {
             return;
@@ -529,7 +572,8 @@ impl Session {
         let run = match self.plans.lock().unwrap().get_mut(key) {
             // The cached plan: count the run and the miss.
             Some(c) if Arc::ptr_eq(&c.plan, plan) => {
-                c.misses = if missed { c.misses + 1 } else { 0 };
+                let warm = c.runs >= WARM_UP_RUNS;
+                c.misses = if missed && warm { c.misses + 1 } else { 0 };
                 if c.misses >= REPLAN_AFTER << c.same_replans.min(20) {
                     c.stale = true;
                 }
@@ -537,10 +581,11 @@ impl Session {
                 c.runs - 1
             }
             // A plan made around a busy GPU (not cached) or one replaced meanwhile: it learns.
-            _ => 0,
+            _ => WARM_UP_RUNS,
         };
         if learns_from_run(run) {
-            costs.observe_report(&self.graph, plan, report);
+            let taken = costs.observe_report(&self.graph, plan, report);
+            (self.observations).fetch_add(taken, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

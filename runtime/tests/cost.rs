@@ -198,6 +198,43 @@ fn observations_refine_the_entry() {
     assert!(m.node_time(&q2, Device::Cpu, 1.0) > 0.004);
 }
 
+/// A shape seen in runs is answered with its own measured time, whatever the runs of other
+/// shapes (another model's nodes of the same op kind) taught the rest of the curve; shapes never
+/// seen still follow the corrected curve.
+#[test]
+fn a_shape_seen_in_runs_is_answered_with_its_own_times() {
+    let (m, cpu, _) = synthetic(None);
+    let curve = |n: u64| cpu.time((2 * n * n * n) as f64, (12 * n * n) as f64);
+    let q = |n: u64| query("MatMul", 2 * n * n * n, 12 * n * n);
+    // One model's product runs at 1.1x the calibration...
+    for t in [1.1, 1.2, 1.1] {
+        m.observe(&q(100), Device::Cpu, t * curve(100));
+    }
+    // ...then another model's eight shapes at 3x, often enough to own the entry's correction.
+    for n in [40u64, 60, 80, 120, 140, 160, 180, 220] {
+        for _ in 0..4 {
+            m.observe(&q(n), Device::Cpu, 3.0 * curve(n));
+        }
+    }
+    let seen = m.node_time(&q(100), Device::Cpu, 1.0);
+    assert!(
+        close(seen, 1.1 * curve(100), 1e-9),
+        "{seen} vs {}",
+        curve(100)
+    );
+    let unseen = m.node_time(&q(300), Device::Cpu, 1.0);
+    assert!(unseen > 2.0 * curve(300), "{unseen} vs {}", curve(300));
+    // The answer is part of what a saved profile keeps.
+    let path = tmp("seen-shapes");
+    m.save(&path).unwrap();
+    let back = CostModel::load(&path, None, &cpu_key()).unwrap();
+    assert!(close(
+        back.node_time(&q(100), Device::Cpu, 1.0),
+        seen,
+        1e-12
+    ));
+}
+
 #[test]
 fn profile_round_trip() {
     let path = tmp("round-trip");
@@ -291,7 +328,9 @@ fn load_or_calibrate_recalibrates_a_corrupt_profile_and_saves_a_good_one() {
     let path = tmp("recalibrate");
     std::fs::write(&path, "{ not json").unwrap();
     let budget = Duration::from_millis(300);
-    let (m, warning) = CostModel::load_or_calibrate(None, 1, Some(&path), budget);
+    let loaded = CostModel::load_or_calibrate(None, 1, Some(&path), budget);
+    assert_eq!(loaded.path.as_deref(), Some(path.as_path()));
+    let (m, warning) = (loaded.model, loaded.warning);
     let w = warning.expect("a corrupt profile is reported");
     assert!(w.contains("corrupt") && w.contains("saved"), "{w}");
     assert!(m.adapter.is_none() && m.cpu.threads == 1);
@@ -299,8 +338,9 @@ fn load_or_calibrate_recalibrates_a_corrupt_profile_and_saves_a_good_one() {
     let t = m.node_time(&q, Device::Cpu, 1.0);
     assert!(t.is_finite() && t > 0.0);
     // The rewritten profile loads without a warning.
-    let (again, warning) = CostModel::load_or_calibrate(None, 1, Some(&path), budget);
-    assert!(warning.is_none(), "{warning:?}");
+    let again = CostModel::load_or_calibrate(None, 1, Some(&path), budget);
+    assert!(again.warning.is_none(), "{:?}", again.warning);
+    let again = again.model;
     // JSON keeps f64 to within an ulp, which the refit may amplify a little.
     assert!(close(again.node_time(&q, Device::Cpu, 1.0), t, 1e-6));
 }
@@ -534,8 +574,11 @@ fn a_profile_of_other_cpu_kernels_is_stale_and_recalibrated() {
         Err(ProfileError::Mismatch { what, .. }) => assert!(what.contains("CPU kernels"), "{what}"),
         other => panic!("a stale profile must not load: {other:?}"),
     }
-    let (fresh, warning) =
-        CostModel::load_or_calibrate(None, 1, Some(&path), Duration::from_millis(300));
+    let tandem::cost::LoadedProfile {
+        model: fresh,
+        warning,
+        ..
+    } = CostModel::load_or_calibrate(None, 1, Some(&path), Duration::from_millis(300));
     let w = warning.expect("a stale profile is reported");
     assert!(w.contains("CPU kernels") && w.contains("calibrated"), "{w}");
     assert_eq!(fresh.cpu_kernels, tandem::cost::keys::cpu_kernels_hash());

@@ -626,13 +626,8 @@ fn concats_append_only_to_inputs_nobody_reads_later() {
     }
 }
 
-/// `plan_now` plans with what the session has learnt, leaving the plan in use in place: a cost
-/// model that believes the CPU does 0.1 GFLOP/s (and the GPU 1 MFLOP/s) predicts y = x [64,
-/// 256] @ W [256, 256] at 168 ms on the CPU; after two runs that took a small part of that (any
-/// CPU does 16.8 MFLOP far faster), fewer misses than a re-plan needs, the plan in use still
-/// predicts 168 ms and the plan now a small part of it.
-#[test]
-fn plan_now_predicts_from_what_the_runs_taught() {
+/// y = x [64, 256] @ W [256, 256] (16.8 MFLOP) and an x.
+fn product_64x256x256() -> (Vec<u8>, Tensor) {
     let w: Vec<f32> = (0..256 * 256).map(|i| (i % 7) as f32 * 0.01).collect();
     let wt = TensorProto {
         dims: vec![256, 256],
@@ -647,6 +642,86 @@ fn plan_now_predicts_from_what_the_runs_taught() {
         &[64, 256],
         &[64, 256],
     );
+    let x = Tensor::f32(&[64, 256], (0..64 * 256).map(|i| (i % 5) as f32).collect());
+    (bytes, x)
+}
+
+/// `Session::save_cost_profile` writes what the runs taught to the profile the session loaded,
+/// and the next session's first plan predicts from it; sessions with nothing to save write
+/// nothing.
+#[test]
+fn a_saved_cost_profile_carries_what_the_runs_taught_to_the_next_session() {
+    let dir = std::env::temp_dir().join(format!("tandem-learnt-{}", std::process::id()));
+    let path = dir.join("profile.json");
+    let (bytes, x) = product_64x256x256();
+    let g = gpu();
+    // A profile that believes the product takes 168 ms on the CPU, as one calibrated while the
+    // machine was busy might.
+    tandem::testing::matmul_believed(&g, 1, 1e-8, 1e-6)
+        .save(&path)
+        .unwrap();
+    let opts = SessionOptions::default()
+        .placement(Placement::Auto)
+        .cpu_threads(1)
+        .gpu(g.clone())
+        .cost_profile(&path);
+    let inputs = [("x", x)];
+    let s = Session::new(bytes.as_slice(), opts.clone()).unwrap();
+    let loaded = !s.warnings().iter().any(|w| w.starts_with("cost profile"));
+    assert!(loaded, "the profile loads as saved: {:?}", s.warnings());
+    let believed = s.plan(&inputs).unwrap().predicted.unwrap();
+    assert!(believed > 0.1, "believed 168 ms, predicted {believed} s");
+    for _ in 0..tandem::session::WARM_UP_RUNS + 1 {
+        s.run(&inputs).unwrap();
+    }
+    let learnt = s.plan_now(&inputs).unwrap().predicted.unwrap();
+    let saved = s.save_cost_profile().unwrap();
+    assert_eq!(saved.as_deref(), Some(path.as_path()));
+    drop(s);
+    let next = Session::new(bytes.as_slice(), opts).unwrap();
+    let first = next.plan(&inputs).unwrap().predicted.unwrap();
+    assert!(
+        first < believed / 4.0,
+        "the profile believed {believed} s; the next session's first plan predicts {first} s"
+    );
+    // Saving and loading lose nothing: the next session predicts what this one had learnt.
+    assert!(
+        (first - learnt).abs() <= 1e-9 * learnt,
+        "learnt {learnt} s, the next session predicts {first} s"
+    );
+    // A session whose runs taught nothing (a plan's warm-up runs do not) leaves the file alone.
+    let before = std::fs::read(&path).unwrap();
+    for _ in 0..tandem::session::WARM_UP_RUNS {
+        next.run(&inputs).unwrap();
+    }
+    assert_eq!(next.save_cost_profile().unwrap(), None);
+    assert!(std::fs::read(&path).unwrap() == before);
+    // Sessions whose cost model is not from a profile file have nothing to save.
+    let given = SessionOptions::default()
+        .placement(Placement::Auto)
+        .cpu_threads(1)
+        .gpu(g.clone())
+        .cost_model(Arc::new(tandem::testing::matmul_believed(
+            &g, 1, 1e-8, 1e-6,
+        )));
+    let cpu = SessionOptions::default().placement(Placement::Cpu);
+    for o in [given, cpu] {
+        let s = Session::new(bytes.as_slice(), o).unwrap();
+        s.run(&inputs).unwrap();
+        assert_eq!(s.save_cost_profile().unwrap(), None);
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `plan_now` plans with what the session has learnt, leaving the plan in use in place: a cost
+/// model that believes the CPU does 0.1 GFLOP/s (and the GPU 1 MFLOP/s) predicts y = x [64,
+/// 256] @ W [256, 256] at 168 ms on the CPU; after the warm-up runs (which teach nothing) and
+/// one more, all taking a small part of that (any CPU does 16.8 MFLOP far faster), fewer
+/// misses than a re-plan needs, the plan in use still predicts 168 ms and the plan now a small
+/// part of it.
+#[test]
+fn plan_now_predicts_from_what_the_runs_taught() {
+    let (bytes, x) = product_64x256x256();
     let g = gpu();
     let believed = tandem::testing::matmul_believed(&g, 1, 1e-8, 1e-6);
     let opts = SessionOptions::default()
@@ -655,18 +730,21 @@ fn plan_now_predicts_from_what_the_runs_taught() {
         .gpu(g)
         .cost_model(Arc::new(believed));
     let s = Session::new(bytes.as_slice(), opts).unwrap();
-    let x = Tensor::f32(&[64, 256], (0..64 * 256).map(|i| (i % 5) as f32).collect());
     let inputs = [("x", x)];
     let first = s.plan(&inputs).unwrap();
     let predicted = first.predicted.expect("auto plans predict");
     assert!(predicted > 0.1, "believed 168 ms, predicted {predicted} s");
     let now = s.plan_now(&inputs).unwrap();
     assert_eq!(now.predicted, Some(predicted), "nothing learnt yet");
+    // The warm-up runs pay first-touch costs (fresh buffers, cold caches): they teach nothing.
     let mut took = 0.0f64;
-    for _ in 0..2 {
+    for _ in 0..tandem::session::WARM_UP_RUNS {
         let (_, report) = s.run_with_report(&inputs).unwrap();
         took = took.max(report.total.as_secs_f64());
     }
+    assert_eq!(s.plan_now(&inputs).unwrap().predicted, Some(predicted));
+    let (_, report) = s.run_with_report(&inputs).unwrap();
+    took = took.max(report.total.as_secs_f64());
     assert_eq!(s.plan(&inputs).unwrap().predicted, Some(predicted));
     let learnt = s.plan_now(&inputs).unwrap().predicted.unwrap();
     assert!(

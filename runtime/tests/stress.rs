@@ -68,8 +68,8 @@ fn cases(placements: &[Placement]) -> Option<Vec<Case>> {
     let all: serde_json::Value = serde_json::from_str(&text).expect("manifest.json is JSON");
     let gpu = tandem::testing::gpu();
     let costs = placements.contains(&Placement::Auto).then(|| {
-        let (model, _) = CostModel::load_or_calibrate(Some(&gpu), 0, None, Duration::from_secs(10));
-        Arc::new(model)
+        let loaded = CostModel::load_or_calibrate(Some(&gpu), 0, None, Duration::from_secs(10));
+        Arc::new(loaded.model)
     });
     let mut out = Vec::new();
     for name in MODELS {

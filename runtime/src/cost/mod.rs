@@ -16,7 +16,7 @@ mod suite;
 pub use calibrate::{CalibrationOptions, CalibrationReport, HeldOut, HeldOutPoint, Progress};
 pub use frozen::FrozenCosts;
 pub use keys::{AdapterKey, CpuKey};
-pub use persist::ProfileError;
+pub use persist::{LoadedProfile, ProfileError};
 
 use crate::costs::{gpu_padding, kernel_variant, Costs, NodeCostQuery};
 use crate::graph::Graph;
@@ -326,12 +326,15 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Samples kept per key from calibration and, separately, from runs (oldest dropped first).
+/// Samples kept per key from calibration and, separately, from runs (oldest dropped first):
+/// runs keep up to 64 shapes of the op kind [`MAX_SAME_POINT`] times each, the distinct shapes
+/// of a few models, so one model's runs do not push out the times of the shapes others ran
+/// (`Entry::measured`).
 pub const MAX_CALIBRATION_SAMPLES: usize = 64;
-pub const MAX_OBSERVED_SAMPLES: usize = 64;
+pub const MAX_OBSERVED_SAMPLES: usize = 512;
 /// Observations of one feature point kept (repeated runs of the same shape must not push out
-/// every other shape).
-const MAX_SAME_POINT: usize = 4;
+/// every other shape); 8, whose median a run or two in a slow spell of the host moves less.
+const MAX_SAME_POINT: usize = 8;
 
 /// Which fitted entry answers a query.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -382,6 +385,12 @@ pub(crate) struct Entry {
     pub(crate) scale: f64,
     pub(crate) calibration: Vec<Sample>,
     pub(crate) observed: VecDeque<Sample>,
+    /// Each observed (flops, bytes) point's median time, which answers a query of exactly that
+    /// work: the curve times `scale` is a compromise between every shape observed, from every
+    /// model that ran, and a saved profile served one model the correction learnt on others
+    /// (squeezenet's first plan predicted 1.45-1.59x its runs after resnet50's and magika's
+    /// rows had saved theirs; docs/bench.md, "Learnt costs saved with the profile").
+    pub(crate) measured: HashMap<(u64, u64), f64>,
     pub(crate) dirty: bool,
     /// The curve shape chosen by [`choose_shape`]'s cross-validation, once chosen: refits
     /// after runs reuse it, since choosing costs hundreds of fits.
@@ -395,6 +404,7 @@ impl Default for Entry {
             scale: 1.0,
             calibration: Vec::new(),
             observed: VecDeque::new(),
+            measured: HashMap::new(),
             dirty: true,
             spill: None,
         }
@@ -416,7 +426,7 @@ impl Entry {
             .calibration
             .iter()
             .chain(self.observed.iter())
-            .map(|s| (s.flops.to_bits(), s.bytes.to_bits()))
+            .map(|s| point(s.flops, s.bytes))
             .collect();
         pts.sort_unstable();
         pts.dedup();
@@ -439,8 +449,21 @@ impl Entry {
                 self.scale = median(ratios);
             }
         }
+        let mut by_point: HashMap<(u64, u64), Vec<f64>> = HashMap::new();
+        for s in &self.observed {
+            (by_point.entry(point(s.flops, s.bytes)).or_default()).push(s.seconds);
+        }
+        self.measured = (by_point.into_iter())
+            .map(|(k, times)| (k, median(times)))
+            .collect();
         self.dirty = false;
     }
+}
+
+/// The key of a (flops, bytes) point: observations and queries of one node compute both the
+/// same way, so equal work has equal bits.
+fn point(flops: f64, bytes: f64) -> (u64, u64) {
+    (flops.to_bits(), bytes.to_bits())
 }
 
 /// The cost model. Cheap to query from many threads; `observe` marks entries for a lazy refit.
@@ -741,6 +764,9 @@ impl CostModel {
             }
             let entries = self.entries.read().unwrap();
             let Some(e) = entries.get(key) else { continue };
+            if let Some(&t) = e.measured.get(&point(flops, bytes)) {
+                return t;
+            }
             let Some(c) = e.coeffs else { continue };
             if e.distinct_points() >= 3 {
                 return e.scale * c.time(flops, bytes, rows).max(0.0);

@@ -170,7 +170,11 @@ impl CostModel {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        // One temporary name per save, so sessions of one process saving at once do not write
+        // into each other's file.
+        static SAVES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
         std::fs::write(&tmp, text).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
     }
@@ -273,15 +277,15 @@ impl CostModel {
     }
 
     /// The cost model for `gpu` (None: CPU only) and `cpu_threads` kernel threads: the saved
-    /// profile when it is valid, else a fresh calibration within `budget` (saved for next time).
-    /// The second value is a warning to show (why the profile was not used, a failed save, GPU
-    /// measurement errors); never panics.
+    /// profile when it is valid, else a fresh calibration within `budget` (saved for next time),
+    /// with the file it belongs to and a warning to show (why the profile was not used, a
+    /// failed save, GPU measurement errors); never panics.
     pub fn load_or_calibrate(
         gpu: Option<&Gpu>,
         cpu_threads: usize,
         path: Option<&Path>,
         budget: Duration,
-    ) -> (CostModel, Option<String>) {
+    ) -> LoadedProfile {
         let threads = if cpu_threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -293,7 +297,13 @@ impl CostModel {
         let why = match &file {
             None => "no cache directory for the cost profile".to_string(),
             Some(f) => match CostModel::load(f, adapter.as_ref(), &cpu) {
-                Ok(m) => return (m, None),
+                Ok(model) => {
+                    return LoadedProfile {
+                        model,
+                        path: Some(f.clone()),
+                        warning: None,
+                    }
+                }
                 Err(e) => e.to_string(),
             },
         };
@@ -306,11 +316,26 @@ impl CostModel {
         if let Some(e) = &report.gpu_error {
             warning.push_str(&format!(" (GPU measurements failed: {e})"));
         }
-        match file.map(|f| model.save(&f).map(|()| f)) {
-            Some(Ok(f)) => warning.push_str(&format!(", saved to {}", f.display())),
-            Some(Err(e)) => warning.push_str(&format!(", not saved: {e}")),
-            None => {}
+        if let Some(f) = &file {
+            match model.save(f) {
+                Ok(()) => warning.push_str(&format!(", saved to {}", f.display())),
+                Err(e) => warning.push_str(&format!(", not saved: {e}")),
+            }
         }
-        (model, Some(warning))
+        LoadedProfile {
+            model,
+            path: file,
+            warning: Some(warning),
+        }
     }
+}
+
+/// What [`CostModel::load_or_calibrate`] found or made.
+pub struct LoadedProfile {
+    pub model: CostModel,
+    /// The profile's file, where what runs teach the model can be saved for the next process
+    /// (`Session::save_cost_profile`); `None` where no cache directory is known.
+    pub path: Option<PathBuf>,
+    /// Why the saved profile was not used, a failed save, GPU measurement errors.
+    pub warning: Option<String>,
 }

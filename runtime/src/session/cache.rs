@@ -20,16 +20,21 @@ pub(super) struct CachedPlan {
     pub(super) stale: bool,
 }
 
-/// Runs of a plan whose every report refines the cost model; after them, one run in
-/// [`LEARN_EVERY`] does (observing a report costs about 0.3 us per node, which a sub-millisecond
-/// model would feel on every run).
+/// A plan's first runs, which neither teach the cost model nor count as misses: they pay
+/// first-touch costs (fresh host buffers, page faults, cold caches, pipelines compiled), and
+/// squeezenet's took 3-6x, 1.5-3x and 1.2-2.4x its steady time here; learnt, they set the
+/// re-planned plan's prediction (and a saved profile's) at twice the runs that followed.
+pub const WARM_UP_RUNS: u64 = 3;
+/// Runs of a plan, after its warm-up, whose every report refines the cost model; after them,
+/// one run in [`LEARN_EVERY`] does (observing a report costs about 0.3 us per node, which a
+/// sub-millisecond model would feel on every run).
 pub const LEARN_FIRST: u64 = 8;
 /// See [`LEARN_FIRST`].
 pub const LEARN_EVERY: u64 = 16;
 
 /// Whether run number `run` (0-based) of a plan feeds the cost model.
 pub(super) fn learns_from_run(run: u64) -> bool {
-    run < LEARN_FIRST || run.is_multiple_of(LEARN_EVERY)
+    run >= WARM_UP_RUNS && (run < WARM_UP_RUNS + LEARN_FIRST || run.is_multiple_of(LEARN_EVERY))
 }
 
 /// True when some step of `plan` runs (in part) on the GPU.
