@@ -585,7 +585,8 @@ impl Session {
         };
         if learns_from_run(run) {
             let taken = costs.observe_report(&self.graph, plan, report);
-            (self.observations).fetch_add(taken, std::sync::atomic::Ordering::Relaxed);
+            self.observations
+                .fetch_add(taken, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

@@ -387,9 +387,9 @@ pub(crate) struct Entry {
     pub(crate) observed: VecDeque<Sample>,
     /// Each observed (flops, bytes) point's median time, which answers a query of exactly that
     /// work: the curve times `scale` is a compromise between every shape observed, from every
-    /// model that ran, and a saved profile served one model the correction learnt on others
-    /// (squeezenet's first plan predicted 1.45-1.59x its runs after resnet50's and magika's
-    /// rows had saved theirs; docs/bench.md, "Learnt costs saved with the profile").
+    /// model that ran (in the profile the bench's models share, squeezenet's first plan read
+    /// 1.45-1.59x its runs without this; docs/bench.md, "Learnt costs saved with the
+    /// profile").
     pub(crate) measured: HashMap<(u64, u64), f64>,
     pub(crate) dirty: bool,
     /// The curve shape chosen by [`choose_shape`]'s cross-validation, once chosen: refits
