@@ -22,7 +22,8 @@ pub struct CalibrateArgs {
     /// With --report: also every held-out point (shape, predicted and measured time).
     #[arg(long)]
     pub points: bool,
-    /// Where to save the profile (default: $TANDEM_PROFILE, else the platform cache directory).
+    /// Where to save the profile, beside the file's profiles of other adapters and CPUs
+    /// (default: $TANDEM_PROFILE, else the platform cache directory).
     #[arg(long)]
     pub profile: Option<PathBuf>,
     /// CPU threads for kernels (default: all cores); part of the profile's key.

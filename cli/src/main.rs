@@ -94,8 +94,9 @@ struct RunArgs {
     #[arg(long)]
     no_fuse: bool,
     /// auto's cost profile: read from this file (calibrated into it if it holds none for this
-    /// adapter and CPU), and what the runs taught saved back to it. Default: $TANDEM_PROFILE,
-    /// else one per adapter and CPU in the cache directory.
+    /// adapter and CPU), and what the runs taught saved back to it, beside the file's profiles
+    /// of other adapters and CPUs. Default: $TANDEM_PROFILE, else one per adapter and CPU in the
+    /// cache directory.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
 }

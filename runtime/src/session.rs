@@ -38,7 +38,8 @@ pub struct SessionOptions {
     /// is loaded (see [`CostModel::load_or_calibrate`]).
     pub cost_model: Option<Arc<CostModel>>,
     /// The file of that profile (default: `$TANDEM_PROFILE`, else one per adapter and CPU in
-    /// the platform cache directory); see [`SessionOptions::cost_profile`].
+    /// the platform cache directory; a named file keeps one profile per adapter and CPU); see
+    /// [`SessionOptions::cost_profile`].
     pub cost_profile: Option<PathBuf>,
     /// The scheduling policy of `auto` (default HEFT with row splits).
     pub policy: Policy,

@@ -269,6 +269,63 @@ fn profile_round_trip() {
 }
 
 #[test]
+fn one_profile_file_keeps_a_profile_per_adapter_and_thread_count() {
+    let path = tmp("shared");
+    let q = query("MatMul", 5_000_000, 300_000);
+    let learnt = |key: Option<AdapterKey>, seconds: f64| {
+        let (m, _, _) = synthetic(key);
+        for _ in 0..4 {
+            m.observe(&q, Device::Cpu, seconds);
+        }
+        m
+    };
+    let (lavapipe, discrete) = (adapter("llvmpipe"), adapter("Some discrete GPU"));
+    let two = CpuKey {
+        threads: 2,
+        ..cpu_key()
+    };
+    let on_lavapipe = learnt(Some(lavapipe.clone()), 0.010);
+    let on_discrete = learnt(Some(discrete.clone()), 0.020);
+    let on_two_threads = CostModel::unmeasured(None, two.clone());
+    for m in [&on_lavapipe, &on_discrete, &on_two_threads] {
+        m.save(&path).unwrap();
+    }
+    let time = |adapter: &AdapterKey| {
+        let m = CostModel::load(&path, Some(adapter), &cpu_key()).unwrap();
+        m.node_time(&q, Device::Cpu, 1.0)
+    };
+    let lavapipe_time = on_lavapipe.node_time(&q, Device::Cpu, 1.0);
+    let discrete_time = on_discrete.node_time(&q, Device::Cpu, 1.0);
+    assert!(close(time(&lavapipe), lavapipe_time, 1e-9));
+    assert!(close(time(&discrete), discrete_time, 1e-9));
+    assert!(!close(lavapipe_time, discrete_time, 0.1));
+    assert!(CostModel::load(&path, None, &two).is_ok());
+    // Saving one adapter's profile again replaces that one and keeps the others.
+    let relearnt = learnt(Some(lavapipe.clone()), 0.040);
+    relearnt.save(&path).unwrap();
+    let relearnt_time = relearnt.node_time(&q, Device::Cpu, 1.0);
+    assert!(close(time(&lavapipe), relearnt_time, 1e-9));
+    assert!(!close(relearnt_time, lavapipe_time, 0.1));
+    assert!(close(time(&discrete), discrete_time, 1e-9));
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(file["profiles"].as_array().map(Vec::len), Some(3));
+    // An adapter the file has no profile for is told what the file holds.
+    match CostModel::load(&path, Some(&adapter("Another GPU")), &cpu_key()) {
+        Err(ProfileError::Mismatch { what, .. }) => {
+            for held in ["llvmpipe", "Some discrete GPU", "no GPU", "2 threads"] {
+                assert!(what.contains(held), "{held} in {what}");
+            }
+            assert!(
+                what.ends_with("not Another GPU on Vulkan, Test CPU (avx2+fma), 1 threads"),
+                "{what}"
+            );
+        }
+        other => panic!("no profile for this adapter: {other:?}"),
+    }
+}
+
+#[test]
 fn bad_profiles_are_errors_never_panics() {
     let key = adapter("llvmpipe");
     let path = tmp("bad");
@@ -315,7 +372,7 @@ fn bad_profiles_are_errors_never_panics() {
     let text = std::fs::read_to_string(&path).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut v2 = v.clone();
-    v2["entries"][0]["calibration"][0]["seconds"] = serde_json::json!(-1.0);
+    v2["profiles"][0]["entries"][0]["calibration"][0]["seconds"] = serde_json::json!(-1.0);
     std::fs::write(&path, v2.to_string()).unwrap();
     assert!(matches!(
         CostModel::load(&path, Some(&adapter("Some discrete GPU")), &cpu_key()),
@@ -565,10 +622,10 @@ fn a_profile_of_other_cpu_kernels_is_stale_and_recalibrated() {
     let text = std::fs::read_to_string(&path).unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
-        v["cpu_kernels_hash"].as_str(),
+        v["profiles"][0]["cpu_kernels_hash"].as_str(),
         Some(tandem::cost::keys::cpu_kernels_hash())
     );
-    v["cpu_kernels_hash"] = serde_json::json!("0000000000000000");
+    v["profiles"][0]["cpu_kernels_hash"] = serde_json::json!("0000000000000000");
     std::fs::write(&path, v.to_string()).unwrap();
     match CostModel::load(&path, None, &here) {
         Err(ProfileError::Mismatch { what, .. }) => assert!(what.contains("CPU kernels"), "{what}"),
@@ -586,7 +643,7 @@ fn a_profile_of_other_cpu_kernels_is_stale_and_recalibrated() {
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(
-        saved["cpu_kernels_hash"].as_str(),
+        saved["profiles"][0]["cpu_kernels_hash"].as_str(),
         Some(tandem::cost::keys::cpu_kernels_hash())
     );
 }

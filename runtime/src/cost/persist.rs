@@ -1,6 +1,8 @@
-//! Cost profiles on disk: one versioned JSON file per (adapter, CPU, shader set), in the
-//! platform cache directory or at a path given by `TANDEM_PROFILE` or the caller; loading checks
-//! version and keys, and anything wrong means a warning and recalibration, never a panic.
+//! Cost profiles on disk: versioned JSON files, one per (adapter, CPU, shader set) in the
+//! platform cache directory; a file given by `TANDEM_PROFILE` or the caller holds one profile per
+//! (adapter, CPU), so the adapters of one machine (or two thread counts) sharing it keep each
+//! their own. Loading checks version and keys, and anything wrong means a warning and
+//! recalibration, never a panic.
 //!
 //! Sits between the cost model (`cost/mod.rs`) and the file system; `load_or_calibrate` is the
 //! entry point sessions and the CLI use.
@@ -24,7 +26,8 @@ use tandem_ops::DType;
 /// 6: Gemm weights stored with padded rows (`tandem::layout`); `Gemm/dot` up to 31 rows then.
 /// 7: CPU samples time at least 200 us of calls (short ones read up to 2x slow after GPU work).
 /// 8: links carry `dispatch`, the per-dispatch cost GPU timestamps miss.
-pub const PROFILE_VERSION: u32 = 8;
+/// 9: a file holds a list of profiles, one per (adapter, CPU).
+pub const PROFILE_VERSION: u32 = 9;
 
 /// Environment variable naming a profile file (overridden by an explicit path).
 pub const PROFILE_ENV: &str = "TANDEM_PROFILE";
@@ -60,9 +63,9 @@ struct EntryFile {
     observed: Vec<Sample>,
 }
 
+/// One (adapter, CPU)'s profile within a [`ProfileFile`].
 #[derive(Serialize, Deserialize)]
-struct ProfileFile {
-    version: u32,
+struct Profile {
     adapter: Option<AdapterKey>,
     cpu: CpuKey,
     shader_hash: String,
@@ -72,6 +75,33 @@ struct ProfileFile {
     links: Links,
     gpu_timestamps: bool,
     entries: Vec<EntryFile>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProfileFile {
+    version: u32,
+    profiles: Vec<Profile>,
+}
+
+/// How a profile's keys read in an error: "llvmpipe (…) on Vulkan, AMD EPYC (…), 2 threads".
+fn describe(adapter: Option<&AdapterKey>, cpu: &CpuKey) -> String {
+    let adapter = adapter.map_or("no GPU".to_string(), |a| {
+        format!("{} on {}", a.name, a.backend)
+    });
+    format!(
+        "{adapter}, {} ({}), {} threads",
+        cpu.model, cpu.simd, cpu.threads
+    )
+}
+
+/// The profiles of `path` in this build's format; none where the file is missing, unreadable,
+/// corrupt or of another version (saving then starts the file afresh).
+fn read_profiles(path: &Path) -> Vec<Profile> {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<ProfileFile>(&t).ok())
+        .filter(|f| f.version == PROFILE_VERSION)
+        .map_or_else(Vec::new, |f| f.profiles)
 }
 
 fn parse_dtype(s: &str) -> Option<DType> {
@@ -135,7 +165,8 @@ pub fn profile_path(
 }
 
 impl CostModel {
-    /// Write the profile (refitting stale entries first), creating directories; atomic (a
+    /// Write the profile (refitting stale entries first) into `path`, replacing the one of the
+    /// same (adapter, CPU) and keeping the file's others, creating directories; atomic (a
     /// temporary file renamed over the old one).
     pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
         let io = |source| ProfileError::Io {
@@ -154,8 +185,7 @@ impl CostModel {
                 observed: e.observed.into_iter().collect(),
             })
             .collect();
-        let file = ProfileFile {
-            version: PROFILE_VERSION,
+        let profile = Profile {
             adapter: self.adapter.clone(),
             cpu: self.cpu.clone(),
             shader_hash: self.shaders.clone(),
@@ -165,6 +195,16 @@ impl CostModel {
             links: self.links,
             gpu_timestamps: self.gpu_timestamps,
             entries,
+        };
+        let mut profiles = read_profiles(path);
+        let same = |p: &Profile| p.adapter == profile.adapter && p.cpu == profile.cpu;
+        match profiles.iter_mut().find(|p| same(p)) {
+            Some(p) => *p = profile,
+            None => profiles.push(profile),
+        }
+        let file = ProfileFile {
+            version: PROFILE_VERSION,
+            profiles,
         };
         let text = serde_json::to_string_pretty(&file).expect("a profile serialises");
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -179,8 +219,8 @@ impl CostModel {
         std::fs::rename(&tmp, path).map_err(io)
     }
 
-    /// Read a profile and check it was measured for `adapter` (with the current shaders) and
-    /// `cpu` (with the current CPU kernels). Every problem is an `Err`, never a panic.
+    /// Read the profile of `adapter` and `cpu` from `path` and check it was measured with the
+    /// current shaders and CPU kernels. Every problem is an `Err`, never a panic.
     pub fn load(
         path: &Path,
         adapter: Option<&AdapterKey>,
@@ -208,17 +248,26 @@ impl CostModel {
         let file: ProfileFile =
             serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
         let mismatch = |what: String| ProfileError::Mismatch { path: p(), what };
-        if &file.cpu != cpu {
-            return Err(mismatch(format!("CPU {:?}, not {:?}", file.cpu, cpu)));
-        }
-        if file.adapter.as_ref() != adapter {
-            let name = |a: Option<&AdapterKey>| a.map_or("no GPU".to_string(), |a| a.name.clone());
+        let held: Vec<String> = file
+            .profiles
+            .iter()
+            .map(|f| describe(f.adapter.as_ref(), &f.cpu))
+            .collect();
+        let Some(file) = file
+            .profiles
+            .into_iter()
+            .find(|f| &f.cpu == cpu && f.adapter.as_ref() == adapter)
+        else {
             return Err(mismatch(format!(
-                "adapter {}, not {}",
-                name(file.adapter.as_ref()),
-                name(adapter)
+                "{}, not {}",
+                if held.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    held.join("; ")
+                },
+                describe(adapter, cpu)
             )));
-        }
+        };
         if adapter.is_some() && file.shader_hash != shader_hash() {
             return Err(mismatch(format!(
                 "shaders {}, not the current {}",
