@@ -411,6 +411,31 @@ pub fn terminal(r: &Report) -> String {
             s += &(line(row) + "\n");
         }
     }
+    s + &grouped_notes(&r.models)
+}
+
+/// Each distinct note of the rows once, after the rows ("model runtime placement") that carry
+/// it, in the order they first appear: a note every `auto` row repeats reads once.
+fn grouped_notes(models: &[ModelResult]) -> String {
+    let mut groups: Vec<(Vec<String>, &str)> = Vec::new();
+    for m in models {
+        for x in &m.rows {
+            for n in &x.notes {
+                let row = format!("{} {}", m.name, x.label());
+                match groups.iter_mut().find(|(_, g)| g == n) {
+                    Some((rows, _)) => rows.push(row),
+                    None => groups.push((vec![row], n)),
+                }
+            }
+        }
+    }
+    let mut s = String::new();
+    if !groups.is_empty() {
+        s += "\nNotes (each once; per row in report.md)\n";
+    }
+    for (rows, note) in groups {
+        s += &format!("- {}: {note}\n", rows.join(", "));
+    }
     s
 }
 
@@ -490,6 +515,30 @@ mod tests {
             r.pool(row(runtime, p50, &[]), i, &rule);
         }
         r
+    }
+
+    #[test]
+    fn each_note_reads_once_after_the_rows_that_carry_it() {
+        let noted = |notes: &[&str]| {
+            let mut r = row("tandem", 1.0, &[]);
+            r.notes = notes.iter().map(|n| n.to_string()).collect();
+            r
+        };
+        let models = vec![
+            model("a", vec![noted(&["no splits", "cost profile: calibrated"])]),
+            model("b", vec![noted(&["no splits"]), noted(&[])]),
+        ];
+        let text = grouped_notes(&models);
+        let notes = text.split("Notes").nth(1).expect("a notes section");
+        assert_eq!(notes.matches("no splits").count(), 1, "{text}");
+        assert!(
+            notes.contains("- a tandem cpu, b tandem cpu: no splits"),
+            "{text}"
+        );
+        assert!(
+            notes.contains("- a tandem cpu: cost profile: calibrated"),
+            "{text}"
+        );
     }
 
     #[test]
