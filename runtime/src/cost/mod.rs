@@ -155,10 +155,21 @@ pub struct Curve {
     pub spill_whole: bool,
     /// Seconds per output row (see [`CurveShape::rows`]; 0 without the row term).
     pub per_row: f64,
+    /// The most rows per byte of work among the samples fitted (0: no bound): a query of
+    /// shorter rows than any measured pays the row term for the rows that many bytes held at
+    /// the shortest rows measured, not for all of its own. Unbounded, magika's 1-D conv (260k
+    /// output rows of one element) read 8.0 ms from a row term that calibration convs of 7 to
+    /// 56 columns had fitted, for a conv that runs in 3.
+    #[serde(default)]
+    pub rows_per_byte: f64,
 }
 
 impl Curve {
     pub fn time(&self, flops: f64, bytes: f64, rows: f64) -> f64 {
+        let rows = match self.rows_per_byte > 0.0 {
+            true => rows.min(self.rows_per_byte * bytes),
+            false => rows,
+        };
         let rows = self.per_row * rows;
         let shape = CurveShape {
             spill_at: (self.spill_at > 0.0).then_some(self.spill_at),
@@ -243,6 +254,13 @@ fn fit_spill(samples: &[Sample], shape: CurveShape) -> Option<Curve> {
     }
     let b = vec![1.0; good.len()];
     let x = nnls::nnls(&a, &b, N);
+    let rows_per_byte = match shape.rows {
+        true => (good.iter())
+            .filter(|s| s.bytes > 0.0)
+            .map(|s| s.rows / s.bytes)
+            .fold(0.0, f64::max),
+        false => 0.0,
+    };
     Some(Curve {
         coeffs: Coeffs {
             per_flop: x[0] / scale[0],
@@ -253,6 +271,7 @@ fn fit_spill(samples: &[Sample], shape: CurveShape) -> Option<Curve> {
         per_spill_byte: x[3] / scale[3],
         spill_whole: shape.whole && shape.spill_at.is_some(),
         per_row: x[4] / scale[4],
+        rows_per_byte,
     })
 }
 
@@ -956,13 +975,47 @@ mod tests {
         let shape = choose_shape(&samples);
         assert!(shape.rows, "{shape:?}");
         let c = fit_curve(&samples).unwrap();
-        for (bytes, rows) in [(3e5, 3e5 / 4.0 / 7.0), (3e5, 3e5 / 4.0 / 112.0)] {
+        for (bytes, rows) in [(3e5, 3e5 / 4.0 / 14.0), (3e5, 3e5 / 4.0 / 112.0)] {
             let rel = (c.time(bytes / 4.0, bytes, rows) - truth(bytes, rows)).abs();
             assert!(rel / truth(bytes, rows) < 0.01, "{bytes} {rows}: {c:?}");
         }
+        // Rows shorter than any measured pay the row term of the shortest measured (14).
+        let (bytes, shortest) = (3e5, 3e5 / 4.0 / 14.0);
+        let t = |rows| c.time(bytes / 4.0, bytes, rows);
+        assert!((t(bytes / 4.0 / 7.0) - t(shortest)).abs() < 1e-12 * t(shortest));
         // Samples that do not know their rows never get the term.
         let unknown: Vec<Sample> = samples.iter().map(|s| Sample { rows: 0.0, ..*s }).collect();
         assert!(!choose_shape(&unknown).rows);
+    }
+
+    #[test]
+    fn a_row_term_does_not_extrapolate_to_rows_shorter_than_measured() {
+        // This Zen 4's Conv/kxk calibration (output rows of 7 to 56 columns), where leave-one-
+        // out chose a row term, and magika's 1-D conv: 512 x 508 output rows of one column,
+        // measured at 2.93-3.03 ms in runs. The unbounded row term read 8.0 ms.
+        let measured = [
+            (593920.0, 29248.0, 7.4085e-6, 256.0),
+            (2367488.0, 67712.0, 2.05705e-5, 512.0),
+            (9453568.0, 172288.0, 5.91525e-5, 1024.0),
+            (9445376.0, 344576.0, 5.4656e-5, 1024.0),
+            (28913920.0, 1255936.0, 1.4792e-4, 1792.0),
+            (57815296.0, 2460672.0, 2.86075e-4, 1792.0),
+        ];
+        let samples: Vec<Sample> = (measured.iter())
+            .map(|&(flops, bytes, seconds, rows)| Sample {
+                flops,
+                bytes,
+                seconds,
+                rows,
+            })
+            .collect();
+        let c = fit_curve(&samples).unwrap();
+        assert!(c.per_row > 0.0, "the case needs a row term: {c:?}");
+        let t = c.time(665845760.0, 4186112.0, 260096.0);
+        assert!(
+            (2.0e-3..4.5e-3).contains(&t),
+            "{t} s for a 3 ms conv: {c:?}"
+        );
     }
 
     #[test]
