@@ -55,5 +55,6 @@ struct Cli {
 }
 
 fn main() -> anyhow::Result<()> {
+    tandem::gpu::quiet_wayland_probe();
     Cli::parse().command.main()
 }

@@ -102,6 +102,7 @@ struct RunArgs {
 }
 
 fn main() {
+    tandem::gpu::quiet_wayland_probe();
     let cli = Cli::parse();
     let result = match cli.command {
         None => demo::run(&demo::DemoArgs::default()),

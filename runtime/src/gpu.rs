@@ -14,7 +14,7 @@
 //!
 //! Parts: `buffers.rs` (tensors on pooled buffers, the cap), `batch.rs` (recording, submitting
 //! and waiting for a batch of dispatches, timestamps), `wait.rs` (bounded waits), `busy.rs`
-//! (other sessions' work in flight).
+//! (other sessions' work in flight), `headless.rs` (the GL adapter without a desktop).
 
 use crate::{Error, Result};
 use half::f16;
@@ -28,7 +28,10 @@ mod batch;
 mod buffers;
 /// In-flight batches and GPU time per batch, for planning around other sessions' work.
 pub mod busy;
+mod headless;
 mod wait;
+
+pub use headless::quiet_wayland_probe;
 
 pub use batch::{entries_per_submit, Batch, BatchTiming, Submitted};
 pub(crate) use buffers::size_class;
