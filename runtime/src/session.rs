@@ -359,8 +359,9 @@ impl Session {
     /// save: the session did not load its cost model from a file (placement other than
     /// `auto`, a model given by the caller, no cache directory), or its runs taught nothing
     /// yet (a plan's warm-up runs do not teach), which leaves the file as another process may
-    /// have saved it meanwhile. Sessions of one profile that save in turn keep the last one's
-    /// lessons; the write is atomic.
+    /// have saved it meanwhile. Sessions and processes saving one profile keep each other's
+    /// lessons: under the file's lock, the run observations the file holds and this model
+    /// lacks are taken in first ([`CostModel::save_learnt`]); the write is atomic.
     pub fn save_cost_profile(&self) -> Result<Option<PathBuf>, ProfileError> {
         let (Some(costs), Some(file)) = (&self.costs, &self.profile_file) else {
             return Ok(None);
@@ -368,7 +369,7 @@ impl Session {
         if self.observations.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return Ok(None);
         }
-        costs.save(file)?;
+        costs.save_learnt(file)?;
         Ok(Some(file.clone()))
     }
 

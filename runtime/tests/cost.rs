@@ -326,6 +326,69 @@ fn one_profile_file_keeps_a_profile_per_adapter_and_thread_count() {
 }
 
 #[test]
+fn processes_saving_one_profile_keep_each_others_lessons() {
+    let path = tmp("two-processes");
+    let key = adapter("llvmpipe");
+    synthetic(Some(key.clone())).0.save(&path).unwrap();
+    let load = || CostModel::load(&path, Some(&key), &cpu_key()).unwrap();
+    let (x, y) = (
+        query("MatMul", 5_000_000, 300_000),
+        query("MatMul", 9_000_000, 500_000),
+    );
+    // Two processes load the profile, each runs one shape, each saves what it learnt.
+    let (a, b) = (load(), load());
+    let curve_x = a.node_time(&x, Device::Cpu, 1.0);
+    for _ in 0..4 {
+        a.observe(&x, Device::Cpu, 0.010);
+        b.observe(&y, Device::Cpu, 0.020);
+    }
+    a.save_learnt(&path).unwrap();
+    b.save_learnt(&path).unwrap();
+    let back = load();
+    assert!(close(back.node_time(&x, Device::Cpu, 1.0), 0.010, 1e-9));
+    assert!(close(back.node_time(&y, Device::Cpu, 1.0), 0.020, 1e-9));
+    // The later saver took the earlier one's lessons in, as older than its own: with a shape's
+    // cap (8) full of its own, the earlier ones go.
+    assert!(close(b.node_time(&x, Device::Cpu, 1.0), 0.010, 1e-9));
+    let (c, d) = (load(), load());
+    for _ in 0..8 {
+        c.observe(&x, Device::Cpu, 0.030);
+        d.observe(&x, Device::Cpu, 0.040);
+    }
+    c.save_learnt(&path).unwrap();
+    d.save_learnt(&path).unwrap();
+    assert!(close(load().node_time(&x, Device::Cpu, 1.0), 0.040, 1e-9));
+    // A new calibration's save replaces what runs taught.
+    synthetic(Some(key.clone())).0.save(&path).unwrap();
+    assert!(close(load().node_time(&x, Device::Cpu, 1.0), curve_x, 1e-9));
+}
+
+#[test]
+fn concurrent_saves_of_one_profile_lose_no_process_lessons() {
+    let path = tmp("concurrent");
+    let key = adapter("llvmpipe");
+    synthetic(Some(key.clone())).0.save(&path).unwrap();
+    let shape = |i: u64| query("MatMul", 1_000_000 * (i + 1), 100_000 * (i + 1));
+    std::thread::scope(|s| {
+        for i in 0..6u64 {
+            let (path, key) = (&path, &key);
+            s.spawn(move || {
+                let m = CostModel::load(path, Some(key), &cpu_key()).unwrap();
+                for _ in 0..3 {
+                    m.observe(&shape(i), Device::Cpu, 0.001 * (i + 1) as f64);
+                }
+                m.save_learnt(path).unwrap();
+            });
+        }
+    });
+    let back = CostModel::load(&path, Some(&key), &cpu_key()).unwrap();
+    for i in 0..6u64 {
+        let t = back.node_time(&shape(i), Device::Cpu, 1.0);
+        assert!(close(t, 0.001 * (i + 1) as f64, 1e-9), "shape {i}: {t}");
+    }
+}
+
+#[test]
 fn bad_profiles_are_errors_never_panics() {
     let key = adapter("llvmpipe");
     let path = tmp("bad");

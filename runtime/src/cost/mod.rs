@@ -452,6 +452,21 @@ impl Entry {
         pts.len()
     }
 
+    /// Keep a run observation: a point's oldest goes once it has [`MAX_SAME_POINT`], else the
+    /// entry's oldest once it has [`MAX_OBSERVED_SAMPLES`].
+    fn push_observed(&mut self, s: Sample) {
+        let mut same = (self.observed.iter().enumerate())
+            .filter(|(_, o)| o.flops == s.flops && o.bytes == s.bytes);
+        let first = same.next().map(|(i, _)| i);
+        if let (Some(i), true) = (first, same.count() + 1 >= MAX_SAME_POINT) {
+            self.observed.remove(i);
+        } else if self.observed.len() >= MAX_OBSERVED_SAMPLES {
+            self.observed.pop_front();
+        }
+        self.observed.push_back(s);
+        self.dirty = true;
+    }
+
     fn refit(&mut self) {
         let samples = self.samples();
         let shape = *self.spill.get_or_insert_with(|| choose_shape(&samples));
@@ -607,20 +622,36 @@ impl CostModel {
             device,
         };
         let mut entries = self.entries.write().unwrap();
-        let e = entries.entry(key).or_default();
-        let mut same = e
-            .observed
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.flops == s.flops && o.bytes == s.bytes);
-        let first = same.next().map(|(i, _)| i);
-        if let (Some(i), true) = (first, same.count() + 1 >= MAX_SAME_POINT) {
-            e.observed.remove(i);
-        } else if e.observed.len() >= MAX_OBSERVED_SAMPLES {
-            e.observed.pop_front();
+        entries.entry(key).or_default().push_observed(s);
+    }
+
+    /// Take in the run observations of `saved` (this model's profile as another process saved
+    /// it since this one loaded it) that this model does not hold, as older than its own, and
+    /// its entries this model lacks; the caps then keep the newest, as if this process had seen
+    /// the other's runs first. So two processes saving one profile keep both their lessons.
+    pub(crate) fn absorb_observed(&self, saved: &CostModel) {
+        let mut entries = self.entries.write().unwrap();
+        for (key, theirs) in saved.entries_snapshot() {
+            let Some(e) = entries.get_mut(&key) else {
+                entries.insert(
+                    key,
+                    Entry {
+                        dirty: true,
+                        ..theirs
+                    },
+                );
+                continue;
+            };
+            let held = |s: &Sample| e.observed.iter().any(|o| o == s);
+            let older: Vec<Sample> = theirs.observed.into_iter().filter(|s| !held(s)).collect();
+            if older.is_empty() {
+                continue;
+            }
+            let ours = std::mem::take(&mut e.observed);
+            for s in older.into_iter().chain(ours) {
+                e.push_observed(s);
+            }
         }
-        e.observed.push_back(s);
-        e.dirty = true;
     }
 
     /// Record a measured time of a whole node on `device`.

@@ -164,11 +164,49 @@ pub fn profile_path(
     })
 }
 
+/// An exclusive lock on `<path>.lock` (created with its directory), held while the file is
+/// read and rewritten, so that processes saving one profile file take turns; `None` where the
+/// platform or the file system has no locks (the save then goes on unguarded).
+fn lock_beside(path: &Path) -> Option<std::fs::File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).ok()?;
+    }
+    let file = (std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true))
+    .open(path.with_extension("lock"))
+    .ok()?;
+    file.lock().ok()?;
+    Some(file)
+}
+
 impl CostModel {
     /// Write the profile (refitting stale entries first) into `path`, replacing the one of the
     /// same (adapter, CPU) and keeping the file's others, creating directories; atomic (a
-    /// temporary file renamed over the old one).
+    /// temporary file renamed over the old one), under the file's lock. For a new calibration:
+    /// what the file held for this adapter and CPU is dropped ([`CostModel::save_learnt`]
+    /// keeps it).
     pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
+        let _lock = lock_beside(path);
+        self.write_profile(path)
+    }
+
+    /// [`CostModel::save`] for what runs taught: the run observations the file's profile of
+    /// this adapter and CPU holds and this model does not (another process's runs, saved since
+    /// this one loaded it) are taken in first ([`CostModel::absorb_observed`]), so two
+    /// processes saving one profile keep both their lessons.
+    pub fn save_learnt(&self, path: &Path) -> Result<(), ProfileError> {
+        let _lock = lock_beside(path);
+        if let Ok(saved) = CostModel::load(path, self.adapter.as_ref(), &self.cpu) {
+            if saved.shaders == self.shaders && saved.cpu_kernels == self.cpu_kernels {
+                self.absorb_observed(&saved);
+            }
+        }
+        self.write_profile(path)
+    }
+
+    fn write_profile(&self, path: &Path) -> Result<(), ProfileError> {
         let io = |source| ProfileError::Io {
             path: path.to_path_buf(),
             source,
