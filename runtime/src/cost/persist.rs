@@ -194,8 +194,8 @@ impl CostModel {
 
     /// [`CostModel::save`] for what runs taught: the run observations the file's profile of
     /// this adapter and CPU holds and this model does not (another process's runs, saved since
-    /// this one loaded it) are taken in first ([`CostModel::absorb_observed`]), so two
-    /// processes saving one profile keep both their lessons.
+    /// this one loaded it) are taken in first, as older than its own, so two processes saving
+    /// one profile keep both their lessons.
     pub fn save_learnt(&self, path: &Path) -> Result<(), ProfileError> {
         let _lock = lock_beside(path);
         if let Ok(saved) = CostModel::load(path, self.adapter.as_ref(), &self.cpu) {
