@@ -104,6 +104,71 @@ fn read_profiles(path: &Path) -> Vec<Profile> {
         .map_or_else(Vec::new, |f| f.profiles)
 }
 
+impl Profile {
+    /// The cost model of this profile of `path`'s, checked to be measured with the current
+    /// shaders (where it has an adapter) and CPU kernels, its samples positive times.
+    fn into_model(self, path: &Path) -> Result<CostModel, ProfileError> {
+        let p = || path.to_path_buf();
+        let corrupt = |reason: String| ProfileError::Corrupt { path: p(), reason };
+        let mismatch = |what: String| ProfileError::Mismatch { path: p(), what };
+        if self.adapter.is_some() && self.shader_hash != shader_hash() {
+            return Err(mismatch(format!(
+                "shaders {}, not the current {}",
+                self.shader_hash,
+                shader_hash()
+            )));
+        }
+        if self.cpu_kernels_hash != cpu_kernels_hash() {
+            return Err(mismatch(format!(
+                "CPU kernels {}, not the current {}",
+                self.cpu_kernels_hash,
+                cpu_kernels_hash()
+            )));
+        }
+        let mut entries = BTreeMap::new();
+        for e in self.entries {
+            let (Some(dtype), Some(device)) = (parse_dtype(&e.dtype), parse_device(&e.device))
+            else {
+                return Err(corrupt(format!("entry {} {} {}", e.op, e.dtype, e.device)));
+            };
+            let good = |s: &Sample| {
+                let finite = s.seconds.is_finite() && s.flops.is_finite() && s.bytes.is_finite();
+                finite && s.seconds > 0.0 && s.flops >= 0.0 && s.bytes >= 0.0
+            };
+            if e.calibration.iter().chain(&e.observed).any(|s| !good(s)) {
+                return Err(corrupt(format!(
+                    "entry {}: a sample is not a positive time",
+                    e.op
+                )));
+            }
+            let entry = Entry {
+                calibration: e.calibration,
+                observed: VecDeque::from(e.observed),
+                ..Entry::default()
+            };
+            entries.insert(
+                EntryKey {
+                    op: e.op,
+                    dtype,
+                    device,
+                },
+                entry,
+            );
+        }
+        let model = CostModel {
+            cpu_prior: self.cpu_prior,
+            gpu_prior: self.gpu_prior,
+            links: self.links,
+            gpu_timestamps: self.gpu_timestamps,
+            shaders: self.shader_hash,
+            cpu_kernels: self.cpu_kernels_hash,
+            ..CostModel::unmeasured(self.adapter, self.cpu)
+        };
+        model.set_entries(entries);
+        Ok(model)
+    }
+}
+
 fn parse_dtype(s: &str) -> Option<DType> {
     Some(match s {
         "f32" => DType::F32,
@@ -164,21 +229,22 @@ pub fn profile_path(
     })
 }
 
-/// An exclusive lock on `<path>.lock` (created with its directory), held while the file is
-/// read and rewritten, so that processes saving one profile file take turns; `None` where the
-/// platform or the file system has no locks (the save then goes on unguarded).
-fn lock_beside(path: &Path) -> Option<std::fs::File> {
+/// Make `path`'s directory, then take an exclusive lock on `<path>.lock`, held while the file
+/// is read and rewritten, so that processes saving one profile file take turns; `Ok(None)`
+/// where the platform or the file system has no locks (the save then goes on unguarded).
+fn lock_beside(path: &Path) -> Result<Option<std::fs::File>, ProfileError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).ok()?;
+        std::fs::create_dir_all(dir).map_err(|source| ProfileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
     }
     let file = (std::fs::File::options()
         .create(true)
         .truncate(false)
         .write(true))
-    .open(path.with_extension("lock"))
-    .ok()?;
-    file.lock().ok()?;
-    Some(file)
+    .open(path.with_extension("lock"));
+    Ok(file.ok().filter(|f| f.lock().is_ok()))
 }
 
 impl CostModel {
@@ -188,8 +254,8 @@ impl CostModel {
     /// what the file held for this adapter and CPU is dropped ([`CostModel::save_learnt`]
     /// keeps it).
     pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
-        let _lock = lock_beside(path);
-        self.write_profile(path)
+        let _lock = lock_beside(path)?;
+        self.write_profile(path, read_profiles(path))
     }
 
     /// [`CostModel::save`] for what runs taught: the run observations the file's profile of
@@ -197,16 +263,23 @@ impl CostModel {
     /// this one loaded it) are taken in first, as older than its own, so two processes saving
     /// one profile keep both their lessons.
     pub fn save_learnt(&self, path: &Path) -> Result<(), ProfileError> {
-        let _lock = lock_beside(path);
-        if let Ok(saved) = CostModel::load(path, self.adapter.as_ref(), &self.cpu) {
-            if saved.shaders == self.shaders && saved.cpu_kernels == self.cpu_kernels {
-                self.absorb_observed(&saved);
+        let _lock = lock_beside(path)?;
+        let mut profiles = read_profiles(path);
+        let mine = |p: &Profile| p.adapter == self.adapter && p.cpu == self.cpu;
+        if let Some(i) = profiles.iter().position(mine) {
+            // Replaced by this model's below, after its observations are taken in.
+            if let Ok(saved) = profiles.swap_remove(i).into_model(path) {
+                if saved.shaders == self.shaders && saved.cpu_kernels == self.cpu_kernels {
+                    self.absorb_observed(&saved);
+                }
             }
         }
-        self.write_profile(path)
+        self.write_profile(path, profiles)
     }
 
-    fn write_profile(&self, path: &Path) -> Result<(), ProfileError> {
+    /// Write this model's profile into `profiles` (the file's, read under its lock) in place
+    /// of the one of the same (adapter, CPU), and the list over `path`.
+    fn write_profile(&self, path: &Path, mut profiles: Vec<Profile>) -> Result<(), ProfileError> {
         let io = |source| ProfileError::Io {
             path: path.to_path_buf(),
             source,
@@ -234,7 +307,6 @@ impl CostModel {
             gpu_timestamps: self.gpu_timestamps,
             entries,
         };
-        let mut profiles = read_profiles(path);
         let same = |p: &Profile| p.adapter == profile.adapter && p.cpu == profile.cpu;
         match profiles.iter_mut().find(|p| same(p)) {
             Some(p) => *p = profile,
@@ -245,9 +317,6 @@ impl CostModel {
             profiles,
         };
         let text = serde_json::to_string_pretty(&file).expect("a profile serialises");
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
         // One temporary name per save, so sessions of one process saving at once do not write
         // into each other's file.
         static SAVES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -306,61 +375,7 @@ impl CostModel {
                 describe(adapter, cpu)
             )));
         };
-        if adapter.is_some() && file.shader_hash != shader_hash() {
-            return Err(mismatch(format!(
-                "shaders {}, not the current {}",
-                file.shader_hash,
-                shader_hash()
-            )));
-        }
-        if file.cpu_kernels_hash != cpu_kernels_hash() {
-            return Err(mismatch(format!(
-                "CPU kernels {}, not the current {}",
-                file.cpu_kernels_hash,
-                cpu_kernels_hash()
-            )));
-        }
-        let mut entries = BTreeMap::new();
-        for e in file.entries {
-            let (Some(dtype), Some(device)) = (parse_dtype(&e.dtype), parse_device(&e.device))
-            else {
-                return Err(corrupt(format!("entry {} {} {}", e.op, e.dtype, e.device)));
-            };
-            let good = |s: &Sample| {
-                let finite = s.seconds.is_finite() && s.flops.is_finite() && s.bytes.is_finite();
-                finite && s.seconds > 0.0 && s.flops >= 0.0 && s.bytes >= 0.0
-            };
-            if e.calibration.iter().chain(&e.observed).any(|s| !good(s)) {
-                return Err(corrupt(format!(
-                    "entry {}: a sample is not a positive time",
-                    e.op
-                )));
-            }
-            let entry = Entry {
-                calibration: e.calibration,
-                observed: VecDeque::from(e.observed),
-                ..Entry::default()
-            };
-            entries.insert(
-                EntryKey {
-                    op: e.op,
-                    dtype,
-                    device,
-                },
-                entry,
-            );
-        }
-        let model = CostModel {
-            cpu_prior: file.cpu_prior,
-            gpu_prior: file.gpu_prior,
-            links: file.links,
-            gpu_timestamps: file.gpu_timestamps,
-            shaders: file.shader_hash,
-            cpu_kernels: file.cpu_kernels_hash,
-            ..CostModel::unmeasured(file.adapter, file.cpu)
-        };
-        model.set_entries(entries);
-        Ok(model)
+        file.into_model(path)
     }
 
     /// The cost model for `gpu` (None: CPU only) and `cpu_threads` kernel threads: the saved
