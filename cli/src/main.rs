@@ -243,8 +243,11 @@ fn run(a: &RunArgs) -> Result<()> {
         }
         last = Some((outs, report));
     }
-    let (outs, mut report) = last.expect("at least one run");
-    // Each node's median over the runs it ran in (one run's per-node times are mostly noise).
+    let (outs, last_run) = last.expect("at least one run");
+    // Printed: each node's median over the runs it ran in (one run's per-node times are mostly
+    // noise). The trace keeps the last run as it ran: medians placed at that run's start times
+    // overlapped each other on the CPU lane.
+    let mut report = last_run.clone();
     for n in &mut report.nodes {
         if let Some(t) = node_times.get_mut(&n.name) {
             t.sort();
@@ -287,7 +290,7 @@ fn run(a: &RunArgs) -> Result<()> {
         Err(e) => eprintln!("note: what the runs taught is not saved: {e}"),
     }
     if let Some(file) = &a.trace {
-        std::fs::write(file, tandem::trace::chrome_trace(&report))
+        std::fs::write(file, tandem::trace::chrome_trace(&last_run))
             .with_context(|| format!("writing {}", file.display()))?;
         println!("trace written to {}", file.display());
     }
