@@ -125,14 +125,16 @@ pub async fn execute_async(
     cx: &Context<'_>,
     inputs: Vec<Tensor>,
 ) -> Result<(Vec<Tensor>, RunReport)> {
+    let inputs = inputs.into_iter().map(Arc::new).collect();
     execute_reusing(cx, inputs, &mut HostBuffers::new(RUN_LOCAL_BUFFERS)).await
 }
 
 /// [`execute_async`] taking its CPU steps' output tensors from `buffers` and leaving the run's
-/// released host tensors there (up to its cap), for the next run to reuse.
+/// released host tensors there (up to its cap), for the next run to reuse. An input the caller
+/// still holds is read in place and left to it.
 pub async fn execute_reusing(
     cx: &Context<'_>,
-    inputs: Vec<Tensor>,
+    inputs: Vec<Arc<Tensor>>,
     buffers: &mut HostBuffers,
 ) -> Result<(Vec<Tensor>, RunReport)> {
     let start = Instant::now();
@@ -160,7 +162,7 @@ pub async fn execute_reusing(
 
 impl<'a> Run<'a> {
     /// Every step of the plan, then the outputs (see [`execute_reusing`]).
-    async fn all_steps(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    async fn all_steps(&mut self, inputs: Vec<Arc<Tensor>>) -> Result<Vec<Tensor>> {
         let cx = self.cx;
         for &n in &cx.plan.folded {
             let (name, op_type) = cx.plan.labels[n].clone();
@@ -175,7 +177,7 @@ impl<'a> Run<'a> {
             });
         }
         for (&v, t) in cx.graph.inputs.iter().zip(inputs) {
-            self.slots[v].host = Some(Arc::new(t));
+            self.slots[v].host = Some(t);
         }
         let mut result = Ok(());
         for s in 0..cx.plan.steps.len() {

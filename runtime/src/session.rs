@@ -12,6 +12,7 @@ use crate::plan::{self, Device, Placement, Plan, Request, Selector};
 use crate::report::RunReport;
 use crate::schedule::Policy;
 use crate::{import, Error, Result};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -401,20 +402,26 @@ impl Session {
     }
 
     /// Run the model. Inputs by name; outputs in the model's order, with their names.
-    /// GPU nodes are timed only on the runs the cost model learns from.
+    /// GPU nodes are timed only on the runs the cost model learns from. The inputs are copied
+    /// for the run: [`Session::run_owned`] reads them in place.
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
         self.run_owned(copied(inputs))
     }
 
-    /// [`Session::run`] taking its inputs by value (see [`Session::run_with_report_owned`]).
-    pub fn run_owned(&self, inputs: Vec<(&str, Tensor)>) -> Result<Vec<(String, Tensor)>> {
-        Ok(self.run_blocking(inputs, false)?.0)
+    /// [`Session::run`] without copying its inputs: each given by value (a `Tensor`, which
+    /// the run may reuse as scratch once read) or shared (an `Arc<Tensor>` the caller keeps
+    /// and passes again to later runs; see [`Session::run_with_report_owned`]).
+    pub fn run_owned<T: Into<Arc<Tensor>>>(
+        &self,
+        inputs: Vec<(&str, T)>,
+    ) -> Result<Vec<(String, Tensor)>> {
+        Ok(self.run_blocking(shared(inputs), false)?.0)
     }
 
     /// `run`, for callers that cannot block (the browser): GPU completions and readbacks are
     /// awaited. The same work as `run` on native targets.
     pub async fn run_async(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
-        Ok(self.run_owned_async(copied(inputs), false).await?.0)
+        Ok(self.run_owned_async(shared(copied(inputs)), false).await?.0)
     }
 
     /// Run the model and report, per node, where it ran and how long it took (GPU nodes timed
@@ -428,14 +435,15 @@ impl Session {
         self.run_with_report_owned(copied(inputs))
     }
 
-    /// [`Session::run_with_report`] taking its inputs by value: they become the run's values
-    /// without a copy (a decode loop that feeds one step's present K/V back as the next step's
-    /// past K/V moves them in). Blocks; native targets only.
-    pub fn run_with_report_owned(
+    /// [`Session::run_with_report`] without copying its inputs: they become the run's values
+    /// as they are (a decode loop that feeds one step's present K/V back as the next step's
+    /// past K/V moves them in; a caller running one input many times shares it as an
+    /// `Arc<Tensor>`). Blocks; native targets only.
+    pub fn run_with_report_owned<T: Into<Arc<Tensor>>>(
         &self,
-        inputs: Vec<(&str, Tensor)>,
+        inputs: Vec<(&str, T)>,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
-        self.run_blocking(inputs, true)
+        self.run_blocking(shared(inputs), true)
     }
 
     /// [`Session::run_owned_async`], blocking. The executor runs on the session's pool, so that
@@ -443,7 +451,7 @@ impl Session {
     /// us each).
     fn run_blocking(
         &self,
-        inputs: Vec<(&str, Tensor)>,
+        inputs: Vec<(&str, Arc<Tensor>)>,
         gpu_times: bool,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         handoff::run_on(&self.pool, &self.last_run, || {
@@ -456,18 +464,18 @@ impl Session {
         &self,
         inputs: &[(&str, Tensor)],
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
-        self.run_owned_async(copied(inputs), true).await
+        self.run_owned_async(shared(copied(inputs)), true).await
     }
 
     /// The run behind every `run*` method, on inputs given by value. GPU nodes are timed when
     /// `gpu_times` asks or the cost model learns from this run ([`Session::learns_next`]).
     async fn run_owned_async(
         &self,
-        inputs: Vec<(&str, Tensor)>,
+        inputs: Vec<(&str, Arc<Tensor>)>,
         gpu_times: bool,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         let ordered = self.order_inputs(inputs)?;
-        let (plan, key) = self.cached_plan(&ordered)?;
+        let (plan, key) = self.cached_plan(&refs(&ordered))?;
         crate::limits::check_host_memory(&self.graph, &plan, self.limits.host_memory)?;
         // A device lost in an earlier run is replaced here (recover.rs).
         let (gpu, reopened) = self.gpu.for_run(&self.constants);
@@ -610,7 +618,7 @@ impl Session {
     }
 
     /// The plan-cache key: shapes, plus the contents of shape-like inputs when `by_value`.
-    fn plan_key(&self, ordered: &[Tensor], by_value: bool) -> Vec<Vec<usize>> {
+    fn plan_key(&self, ordered: &[&Tensor], by_value: bool) -> Vec<Vec<usize>> {
         if by_value {
             Self::value_signature(ordered)
         } else {
@@ -622,11 +630,11 @@ impl Session {
     /// on the contents of small integer inputs (axes, shapes fed as inputs) is planned with
     /// those contents, and its plans are keyed by them too.
     pub fn plan_for(&self, ordered: &[Tensor]) -> Result<Arc<Plan>> {
-        Ok(self.cached_plan(ordered)?.0)
+        Ok(self.cached_plan(&refs(ordered))?.0)
     }
 
     /// [`Session::plan_for`], with the plan's cache key.
-    fn cached_plan(&self, ordered: &[Tensor]) -> Result<(Arc<Plan>, Vec<Vec<usize>>)> {
+    fn cached_plan(&self, ordered: &[&Tensor]) -> Result<(Arc<Plan>, Vec<Vec<usize>>)> {
         let by_value = self.by_value();
         let key = self.plan_key(ordered, by_value);
         if let Some(c) = self.plans.lock().unwrap().get(&key) {
@@ -641,7 +649,7 @@ impl Session {
                     source: tandem_ops::OpError::Unsupported(_),
                     ..
                 },
-            ) if !by_value && ordered.iter().any(Self::is_shape_like) => {
+            ) if !by_value && ordered.iter().any(|t| Self::is_shape_like(t)) => {
                 // Perhaps a shape depends on an input's contents: plan with them.
                 let key = self.plan_key(ordered, true);
                 match self.build_plan(ordered, key.clone(), true) {
@@ -664,7 +672,7 @@ impl Session {
     }
 
     /// Shapes, plus the contents of shape-like inputs.
-    fn value_signature(ordered: &[Tensor]) -> Vec<Vec<usize>> {
+    fn value_signature(ordered: &[&Tensor]) -> Vec<Vec<usize>> {
         ordered
             .iter()
             .map(|t| {
@@ -680,7 +688,7 @@ impl Session {
 
     fn build_plan(
         &self,
-        ordered: &[Tensor],
+        ordered: &[&Tensor],
         key: Vec<Vec<usize>>,
         by_value: bool,
     ) -> Result<Arc<Plan>> {
@@ -708,12 +716,12 @@ impl Session {
 
     /// A plan for `ordered` from the cost model as it stands (the contents of shape-like
     /// inputs read where `by_value`), neither cached nor logged.
-    fn make_plan(&self, ordered: &[Tensor], by_value: bool) -> Result<Plan> {
+    fn make_plan(&self, ordered: &[&Tensor], by_value: bool) -> Result<Plan> {
         let metas: Vec<TensorMeta> = ordered
             .iter()
             .map(|t| {
                 if by_value && Self::is_shape_like(t) {
-                    TensorMeta::constant(t.clone())
+                    TensorMeta::constant((*t).clone())
                 } else {
                     t.meta()
                 }
@@ -738,7 +746,7 @@ impl Session {
 
     /// The plan for named inputs (for `--explain` and tools).
     pub fn plan(&self, inputs: &[(&str, Tensor)]) -> Result<Arc<Plan>> {
-        self.plan_for(&self.order_inputs(copied(inputs))?)
+        Ok(self.cached_plan(&self.order_inputs(borrowed(inputs))?)?.0)
     }
 
     /// The plan the cost model would make for named inputs now, with what it has learnt from
@@ -747,11 +755,11 @@ impl Session {
     /// from the first run. For reports that set prediction against measurement; it does a
     /// plan's whole work, constant folding included, every call.
     pub fn plan_now(&self, inputs: &[(&str, Tensor)]) -> Result<Plan> {
-        self.make_plan(&self.order_inputs(copied(inputs))?, self.by_value())
+        self.make_plan(&self.order_inputs(borrowed(inputs))?, self.by_value())
     }
 
     /// Check the given inputs against the model and put them in the model's order.
-    fn order_inputs(&self, given: Vec<(&str, Tensor)>) -> Result<Vec<Tensor>> {
+    fn order_inputs<T: Borrow<Tensor>>(&self, given: Vec<(&str, T)>) -> Result<Vec<T>> {
         for (name, _) in &given {
             if !self
                 .graph
@@ -771,19 +779,20 @@ impl Session {
                 });
             }
         }
-        let mut given: Vec<(&str, Option<Tensor>)> =
+        let mut given: Vec<(&str, Option<T>)> =
             given.into_iter().map(|(n, t)| (n, Some(t))).collect();
         let mut out = Vec::with_capacity(self.graph.inputs.len());
         for &v in &self.graph.inputs {
             let val = &self.graph.values[v];
             let found = given.iter_mut().find(|(n, _)| *n == val.name);
-            let Some(t) = found.and_then(|(_, t)| t.take()) else {
+            let Some(given) = found.and_then(|(_, t)| t.take()) else {
                 return Err(Error::MissingInput {
                     name: val.name.clone(),
                     dtype: val.dtype.unwrap_or(tandem_ops::DType::F32),
                     shape: describe_shape(val.shape.as_deref()),
                 });
             };
+            let t: &Tensor = given.borrow();
             if let Some(d) = val.dtype {
                 if d != t.dtype() {
                     return Err(Error::Input {
@@ -809,7 +818,7 @@ impl Session {
                     });
                 }
             }
-            out.push(t);
+            out.push(given);
         }
         Ok(out)
     }
@@ -818,6 +827,21 @@ impl Session {
 /// Owned copies of borrowed inputs, for the runs that take them by reference.
 fn copied<'a>(inputs: &[(&'a str, Tensor)]) -> Vec<(&'a str, Tensor)> {
     inputs.iter().map(|(n, t)| (*n, t.clone())).collect()
+}
+
+/// Inputs as the run's values hold them, without a copy.
+fn shared<T: Into<Arc<Tensor>>>(inputs: Vec<(&str, T)>) -> Vec<(&str, Arc<Tensor>)> {
+    inputs.into_iter().map(|(n, t)| (n, t.into())).collect()
+}
+
+/// Named inputs by reference, for planning (which reads only their shapes and small values).
+fn borrowed<'a, 't>(inputs: &'t [(&'a str, Tensor)]) -> Vec<(&'a str, &'t Tensor)> {
+    inputs.iter().map(|(n, t)| (*n, t)).collect()
+}
+
+/// References to tensors however they are held.
+fn refs<T: Borrow<Tensor>>(tensors: &[T]) -> Vec<&Tensor> {
+    tensors.iter().map(Borrow::borrow).collect()
 }
 
 /// The rayon pool of a session's CPU kernels (`threads` 0: one per core).

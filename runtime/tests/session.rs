@@ -331,6 +331,33 @@ fn later_runs_reusing_host_buffers_give_their_own_results() {
     }
 }
 
+/// Inputs shared as `Arc<Tensor>` (`Session::run_owned`) are read in place: runs that keep
+/// their host buffers for the next run (and an input given by value among them) must leave
+/// the caller's tensor as it was and hold no reference to it after the run.
+#[test]
+fn inputs_shared_with_the_caller_are_left_as_they_were() {
+    let (bytes, w) = mlp();
+    for placement in [Placement::Cpu, Placement::Gpu, Placement::Auto] {
+        let opts = SessionOptions::default().placement(placement).gpu(gpu());
+        let s = Session::new(bytes.as_slice(), opts).unwrap();
+        for k in [1.0f32, -2.0, 0.5] {
+            let x = Arc::new(x_times(k));
+            for _ in 0..3 {
+                let outs = s.run_owned(vec![("x", x.clone())]).unwrap();
+                assert_close(&outs[0].1, &reference_for(&w, &x), 1e-5, 1e-6);
+                // A run on another input, given by value, in between.
+                s.run_owned(vec![("x", x_times(3.0))]).unwrap();
+            }
+            assert_eq!(
+                x.as_f32().unwrap(),
+                x_times(k).as_f32().unwrap(),
+                "{placement:?}"
+            );
+            assert_eq!(Arc::strong_count(&x), 1, "the run let go of the input");
+        }
+    }
+}
+
 /// A view (Reshape) hands its source's data on without a copy when it reads it for the last
 /// time (exec.rs `Run::view`): a source that a later node still reads, or a model input, must
 /// stay readable. y = (r + Reshape(Reshape(r))) @ W with r = Relu(x), then two more Reshapes
