@@ -76,7 +76,7 @@ pub struct Args {
     /// (iterations, seconds and caps divided), and pool their samples: a host whose speed
     /// drifts over minutes (a shared VM's 2x swings) then slows every row alike, not the row
     /// that ran during the slow minute. Cold start comes from the first turn, where nodes ran
-    /// and per-op times from the fastest. `--quick` takes at most 2.
+    /// and per-op times from the turn whose breakdown took least. `--quick` takes at most 2.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Folder for report.json, report.md, report.html.
