@@ -408,9 +408,10 @@ impl Session {
         self.run_owned(copied(inputs))
     }
 
-    /// [`Session::run`] without copying its inputs: each given by value (a `Tensor`, which
-    /// the run may reuse as scratch once read) or shared (an `Arc<Tensor>` the caller keeps
-    /// and passes again to later runs; see [`Session::run_with_report_owned`]).
+    /// [`Session::run`] without copying its inputs: each given by value (a `Tensor`, whose
+    /// buffer the session keeps after the run for later runs' intermediates) or shared (an
+    /// `Arc<Tensor>` the caller keeps and passes again to later runs; see
+    /// [`Session::run_with_report_owned`]).
     pub fn run_owned<T: Into<Arc<Tensor>>>(
         &self,
         inputs: Vec<(&str, T)>,
