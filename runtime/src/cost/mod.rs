@@ -625,21 +625,16 @@ impl CostModel {
         entries.entry(key).or_default().push_observed(s);
     }
 
-    /// Take in the run observations of `saved` (this model's profile as another process saved
-    /// it since this one loaded it) that this model does not hold, as older than its own, and
-    /// its entries this model lacks; the caps then keep the newest, as if this process had seen
-    /// the other's runs first. So two processes saving one profile keep both their lessons.
-    pub(crate) fn absorb_observed(&self, saved: &CostModel) {
+    /// Take in the run observations of `saved` (the entries of this model's profile as another
+    /// process saved it since this one loaded it) that this model does not hold, as older than
+    /// its own, and its entries this model lacks (stale, fitted when next used); the caps then
+    /// keep the newest, as if this process had seen the other's runs first. So two processes
+    /// saving one profile keep both their lessons.
+    pub(crate) fn absorb_observed(&self, saved: BTreeMap<EntryKey, Entry>) {
         let mut entries = self.entries.write().unwrap();
-        for (key, theirs) in saved.entries_snapshot() {
+        for (key, theirs) in saved {
             let Some(e) = entries.get_mut(&key) else {
-                entries.insert(
-                    key,
-                    Entry {
-                        dirty: true,
-                        ..theirs
-                    },
-                );
+                entries.insert(key, theirs);
                 continue;
             };
             let held = |s: &Sample| e.observed.iter().any(|o| o == s);

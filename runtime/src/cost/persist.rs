@@ -105,12 +105,13 @@ fn read_profiles(path: &Path) -> Vec<Profile> {
 }
 
 impl Profile {
-    /// The cost model of this profile of `path`'s, checked to be measured with the current
-    /// shaders (where it has an adapter) and CPU kernels, its samples positive times.
-    fn into_model(self, path: &Path) -> Result<CostModel, ProfileError> {
-        let p = || path.to_path_buf();
-        let corrupt = |reason: String| ProfileError::Corrupt { path: p(), reason };
-        let mismatch = |what: String| ProfileError::Mismatch { path: p(), what };
+    /// Whether this profile of `path`'s was measured with the current shaders (where it has an
+    /// adapter) and CPU kernels.
+    fn check_current(&self, path: &Path) -> Result<(), ProfileError> {
+        let mismatch = |what: String| ProfileError::Mismatch {
+            path: path.to_path_buf(),
+            what,
+        };
         if self.adapter.is_some() && self.shader_hash != shader_hash() {
             return Err(mismatch(format!(
                 "shaders {}, not the current {}",
@@ -125,36 +126,13 @@ impl Profile {
                 cpu_kernels_hash()
             )));
         }
-        let mut entries = BTreeMap::new();
-        for e in self.entries {
-            let (Some(dtype), Some(device)) = (parse_dtype(&e.dtype), parse_device(&e.device))
-            else {
-                return Err(corrupt(format!("entry {} {} {}", e.op, e.dtype, e.device)));
-            };
-            let good = |s: &Sample| {
-                let finite = s.seconds.is_finite() && s.flops.is_finite() && s.bytes.is_finite();
-                finite && s.seconds > 0.0 && s.flops >= 0.0 && s.bytes >= 0.0
-            };
-            if e.calibration.iter().chain(&e.observed).any(|s| !good(s)) {
-                return Err(corrupt(format!(
-                    "entry {}: a sample is not a positive time",
-                    e.op
-                )));
-            }
-            let entry = Entry {
-                calibration: e.calibration,
-                observed: VecDeque::from(e.observed),
-                ..Entry::default()
-            };
-            entries.insert(
-                EntryKey {
-                    op: e.op,
-                    dtype,
-                    device,
-                },
-                entry,
-            );
-        }
+        Ok(())
+    }
+
+    /// The cost model of this profile of `path`'s, checked to be measured with the current
+    /// shaders and CPU kernels, its samples positive times.
+    fn into_model(self, path: &Path) -> Result<CostModel, ProfileError> {
+        self.check_current(path)?;
         let model = CostModel {
             cpu_prior: self.cpu_prior,
             gpu_prior: self.gpu_prior,
@@ -164,9 +142,51 @@ impl Profile {
             cpu_kernels: self.cpu_kernels_hash,
             ..CostModel::unmeasured(self.adapter, self.cpu)
         };
-        model.set_entries(entries);
+        model.set_entries(parse_entries(self.entries, path)?);
         Ok(model)
     }
+}
+
+/// A stored profile's entries (each stale, to be fitted), its samples checked to be positive
+/// times.
+fn parse_entries(
+    stored: Vec<EntryFile>,
+    path: &Path,
+) -> Result<BTreeMap<EntryKey, Entry>, ProfileError> {
+    let corrupt = |reason: String| ProfileError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut entries = BTreeMap::new();
+    for e in stored {
+        let (Some(dtype), Some(device)) = (parse_dtype(&e.dtype), parse_device(&e.device)) else {
+            return Err(corrupt(format!("entry {} {} {}", e.op, e.dtype, e.device)));
+        };
+        let good = |s: &Sample| {
+            let finite = s.seconds.is_finite() && s.flops.is_finite() && s.bytes.is_finite();
+            finite && s.seconds > 0.0 && s.flops >= 0.0 && s.bytes >= 0.0
+        };
+        if e.calibration.iter().chain(&e.observed).any(|s| !good(s)) {
+            return Err(corrupt(format!(
+                "entry {}: a sample is not a positive time",
+                e.op
+            )));
+        }
+        let entry = Entry {
+            calibration: e.calibration,
+            observed: VecDeque::from(e.observed),
+            ..Entry::default()
+        };
+        entries.insert(
+            EntryKey {
+                op: e.op,
+                dtype,
+                device,
+            },
+            entry,
+        );
+    }
+    Ok(entries)
 }
 
 fn parse_dtype(s: &str) -> Option<DType> {
@@ -267,11 +287,14 @@ impl CostModel {
         let mut profiles = read_profiles(path);
         let mine = |p: &Profile| p.adapter == self.adapter && p.cpu == self.cpu;
         if let Some(i) = profiles.iter().position(mine) {
-            // Replaced by this model's below, after its observations are taken in.
-            if let Ok(saved) = profiles.swap_remove(i).into_model(path) {
-                if saved.shaders == self.shaders && saved.cpu_kernels == self.cpu_kernels {
-                    self.absorb_observed(&saved);
-                }
+            // Replaced by this model's below, after its observations are taken in: only its
+            // entries are read (no model is built, no curve fitted).
+            let saved = profiles.swap_remove(i);
+            let same_build = saved.shader_hash == self.shaders
+                && saved.cpu_kernels_hash == self.cpu_kernels
+                && saved.check_current(path).is_ok();
+            if let (true, Ok(entries)) = (same_build, parse_entries(saved.entries, path)) {
+                self.absorb_observed(entries);
             }
         }
         self.write_profile(path, profiles)
