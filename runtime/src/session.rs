@@ -405,7 +405,7 @@ impl Session {
     /// GPU nodes are timed only on the runs the cost model learns from. The inputs are copied
     /// for the run: [`Session::run_owned`] reads them in place.
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
-        self.run_owned(copied(inputs))
+        Ok(self.run_blocking(copied(inputs), false)?.0)
     }
 
     /// [`Session::run`] without copying its inputs: each given by value (a `Tensor`, whose
@@ -422,7 +422,7 @@ impl Session {
     /// `run`, for callers that cannot block (the browser): GPU completions and readbacks are
     /// awaited. The same work as `run` on native targets.
     pub async fn run_async(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
-        Ok(self.run_owned_async(shared(copied(inputs)), false).await?.0)
+        Ok(self.run_owned_async(copied(inputs), false).await?.0)
     }
 
     /// Run the model and report, per node, where it ran and how long it took (GPU nodes timed
@@ -433,7 +433,7 @@ impl Session {
         &self,
         inputs: &[(&str, Tensor)],
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
-        self.run_with_report_owned(copied(inputs))
+        self.run_blocking(copied(inputs), true)
     }
 
     /// [`Session::run_with_report`] without copying its inputs: they become the run's values
@@ -465,7 +465,7 @@ impl Session {
         &self,
         inputs: &[(&str, Tensor)],
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
-        self.run_owned_async(shared(copied(inputs)), true).await
+        self.run_owned_async(copied(inputs), true).await
     }
 
     /// The run behind every `run*` method, on inputs given by value. GPU nodes are timed when
@@ -825,9 +825,13 @@ impl Session {
     }
 }
 
-/// Owned copies of borrowed inputs, for the runs that take them by reference.
-fn copied<'a>(inputs: &[(&'a str, Tensor)]) -> Vec<(&'a str, Tensor)> {
-    inputs.iter().map(|(n, t)| (*n, t.clone())).collect()
+/// Copies of borrowed inputs, as the run's values hold them, for the runs that take them by
+/// reference.
+fn copied<'a>(inputs: &[(&'a str, Tensor)]) -> Vec<(&'a str, Arc<Tensor>)> {
+    inputs
+        .iter()
+        .map(|(n, t)| (*n, Arc::new(t.clone())))
+        .collect()
 }
 
 /// Inputs as the run's values hold them, without a copy.
