@@ -5,8 +5,7 @@
 //! [`load_lanes`] keeps AVX2's slow masked load for vectors that leave the plane.
 //!
 //! Sits between the kernels that read planes in place (`pool_3x3.rs`, `pool_3x3_flat.rs`,
-//! `conv_depthwise.rs`)
-//! and the CPU's vector units.
+//! `pool_3x3_max2.rs`, `conv_depthwise.rs`) and the CPU's vector units.
 
 use std::arch::x86_64::*;
 use std::ops::Range;

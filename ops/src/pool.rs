@@ -830,6 +830,10 @@ mod plane;
 mod pool3x3;
 
 #[cfg(target_arch = "x86_64")]
+#[path = "pool_3x3_max2.rs"]
+mod pool3x3_max2;
+
+#[cfg(target_arch = "x86_64")]
 #[path = "pool_3x3_flat.rs"]
 mod pool3x3_flat;
 

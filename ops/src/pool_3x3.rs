@@ -19,6 +19,8 @@
 //! and puts each output vector in column order once: on AVX2 that saves three of its four
 //! permutes per reduced vector (Zen 3, alternated run by run in one process: the pool alone
 //! 0.91-0.93x of its time, squeezenet's and resnet50's MaxPools 0.93-0.94x in the models).
+//! Those MaxPools have since moved to `pool_3x3_max2.rs`; stride 2 here is the averages and,
+//! on AVX-512, max pools strided one way only.
 //!
 //! A max is exact like the other max paths: each maximum keeps the earlier operand on a tie
 //! and propagates NaN, so across then down gives the first maximum in row-major window order.
@@ -29,7 +31,8 @@
 //! 21 us, 240 x 28 x 28 112 -> 64, 480 x 14 x 14 110 -> 71 (the phase planes before them).
 //!
 //! Whole planes of at most 28 columns that a stride-1 pool with pads of 1 keeps the size of
-//! run as one flat run of vectors instead (`pool_3x3_flat.rs`, AVX-512).
+//! run as one flat run of vectors instead (`pool_3x3_flat.rs`, AVX-512), and MaxPools of
+//! stride 2 down and across fold their window rows in registers (`pool_3x3_max2.rs`).
 //!
 //! Sits between [`Pool::pool_planes_f32`](super::Pool) (geometry, the choice of path) and the
 //! CPU's vector units.
@@ -78,7 +81,7 @@ const ROWS_AHEAD: usize = 4;
 /// Per-task scratch: the reduced rows of a block, and each vector's load masks (none where
 /// every lane of its loads is inside the row).
 #[cfg(target_arch = "x86_64")]
-type Scratch = (Vec<f32>, Vec<Option<[u32; 4]>>);
+type Scratch = (Vec<f32>, Vec<Option<[u32; 4]>>, Vec<[u32; 2]>);
 
 /// What a window computes: its maximum, or its average: the sum divided by the window's
 /// positions down times across (inside the input, or the padded window's where
@@ -179,7 +182,10 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
     // Input rows the lines read: sh * i - pt + {0, 1, 2} inside 0..h.
     let first = (sh * lines.start).saturating_sub(pt);
     let end = (sh * (lines.end - 1) + 3).saturating_sub(pt).min(h);
-    let (across, masks) = scratch;
+    if MAX && (sh, sw) == (2, 2) {
+        return super::pool3x3_max2::plane_rows::<V>(g, xplane, lines, dst, &mut scratch.2);
+    }
+    let (across, masks, _) = scratch;
     // Output j reads input columns sw * j - pl + {0, 1, 2}: vector v loads N columns from
     // N * sw * v - pl + each offset, the lanes outside the row masked off (-inf for a max, 0
     // for a sum; never read). Stride 2 loads two vector pairs and pulls the even and odd
