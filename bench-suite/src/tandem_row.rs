@@ -137,9 +137,7 @@ fn bench_inner(
         .collect();
     // The runs share these with the row, which passes them again to each run (as the
     // onnxruntime driver passes its arrays): `Session::run` would copy them every time.
-    let shared: Vec<(&str, Arc<tandem::Tensor>)> = (args.iter())
-        .map(|(n, t)| (*n, Arc::new(t.clone())))
-        .collect();
+    let shared = shared(&args);
     let t = Instant::now();
     let variant = target.variant;
     // The device is opened inside the timed load, as a session opens its own by default.
@@ -180,7 +178,9 @@ fn bench_inner(
     }
     drop(outs);
     let settle = match variant {
-        Variant::Auto | Variant::AutoNoSplit => Some(settle(&session, &args, rule.max_secs)?),
+        Variant::Auto | Variant::AutoNoSplit => {
+            Some(settle(&session, &args, &shared, rule.max_secs)?)
+        }
         Variant::Cpu | Variant::Gpu => None,
     };
     // Timed runs as an application makes them (`Session::run`: GPU nodes timed only on the
@@ -254,6 +254,13 @@ fn bench_inner(
     Ok(row)
 }
 
+/// `args` as tensors a caller shares with every run ([`Session::run_owned`] reads them in place).
+fn shared<'a>(args: &[(&'a str, tandem::Tensor)]) -> Vec<(&'a str, Arc<tandem::Tensor>)> {
+    (args.iter())
+        .map(|(n, t)| (*n, Arc::new(t.clone())))
+        .collect()
+}
+
 /// Runs after the timed ones whose reports (every GPU node timed) give a row's placement
 /// counts, op times and timeline: the one of median total.
 const REPORTED: usize = 5;
@@ -265,10 +272,12 @@ pub const SETTLED_RUNS: usize = 8;
 /// `cap_secs` passed. The session refines its cost model from each run and re-plans after
 /// `tandem::session::REPLAN_AFTER` runs that missed the prediction; a re-plan that moves nodes to
 /// the GPU compiles their pipelines in the run after it. Timed, those runs were the steady
-/// state's p90 (lent H200, 2026-12-04: vgg19's runs 34, 33, 322, 19 ms in each round).
+/// state's p90 (lent H200, 2026-12-04: vgg19's runs 34, 33, 322, 19 ms in each round). The
+/// runs read `shared` in place, as the timed ones do; plans read `args`, the same tensors.
 fn settle(
     session: &Session,
     args: &[(&str, tandem::Tensor)],
+    shared: &[(&str, Arc<tandem::Tensor>)],
     cap_secs: f64,
 ) -> Result<Settle, String> {
     let t = Instant::now();
@@ -276,7 +285,7 @@ fn settle(
     let mut plan = plan_now()?;
     let (mut runs, mut held, mut placement_changes) = (0, 0, 0);
     while held < SETTLED_RUNS && t.elapsed().as_secs_f64() < cap_secs {
-        session.run(args).map_err(|e| format!("settling: {e}"))?;
+        (session.run_owned(shared.to_vec())).map_err(|e| format!("settling: {e}"))?;
         runs += 1;
         // A stale plan is re-built here rather than in the next run.
         let next = plan_now()?;
@@ -470,7 +479,7 @@ mod tests {
             "the first plan believes the GPU"
         );
         session.run(&args).unwrap();
-        let s = settle(&session, &args, 60.0).unwrap();
+        let s = settle(&session, &args, &shared(&args), 60.0).unwrap();
         assert!(s.held, "{s:?}");
         assert!(s.runs >= SETTLED_RUNS, "{s:?}");
         // The product moved to the CPU once lavapipe's times were learnt.
@@ -494,7 +503,7 @@ mod tests {
         let session = Session::new(bytes.as_slice(), options).unwrap();
         let args = [("x", Tensor::f32(&[256, 512], vec![1.0; 256 * 512]))];
         session.run(&args).unwrap();
-        let s = settle(&session, &args, 0.0).unwrap();
+        let s = settle(&session, &args, &shared(&args), 0.0).unwrap();
         assert_eq!((s.runs, s.held), (0, false), "{s:?}");
     }
 }
