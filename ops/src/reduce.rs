@@ -2,7 +2,8 @@
 //! ReduceSumSquare, ReduceLogSumExp, ReduceLogSum, ArgMax, ArgMin (and, through [`global_pool`],
 //! GlobalAveragePool and GlobalMaxPool).
 //!
-//! Sits between the operator contract (`op.rs`) and `reduce.wgsl`. Every output element is an
+//! Sits between the operator contract (`op.rs`) and `reduce.wgsl` (`reduce_wide.wgsl` for folds
+//! longer than one invocation may take). Every output element is an
 //! independent fold over the reduced axes, so output rows are cut on the last output axis and a
 //! row range is a range of output elements. The input shape is collapsed into alternating groups
 //! of kept and reduced dimensions; a single reduced group (the common case: last axes, spatial
@@ -448,11 +449,16 @@ struct ReduceParams {
 
 /// Most inputs one `reduce.wgsl` invocation folds (four per loop round) or scans (ArgMax,
 /// ArgMin: one per round) within llvmpipe's budget of 65,535 loop rounds per invocation, with
-/// room for the offset loop of up to 8 kept groups. Past them the node runs on the CPU.
+/// room for the offset loop of up to 8 kept groups. Past them a workgroup of
+/// [`WIDE`] invocations takes each output element (`reduce_wide.wgsl`), up to `WIDE` times as
+/// many; past those the GPU refuses the node (the CPU runs it).
 const GPU_MOST_FOLDED: usize = 4 * 65_000;
 const GPU_MOST_SCANNED: usize = 65_000;
+/// Invocations a `reduce_wide.wgsl` workgroup (its `WIDE`).
+const WIDE: usize = 64;
 
-/// The `reduce.wgsl` dispatch computing output elements `range` (one invocation each).
+/// The `reduce.wgsl` dispatch computing output elements `range` (one invocation each), or
+/// `reduce_wide.wgsl`'s (one workgroup each) where one invocation may not fold them.
 pub(crate) fn reduce_kernel(
     name: &str,
     groups: &Groups,
@@ -485,29 +491,29 @@ pub(crate) fn reduce_kernel(
         GPU_ARGMAX | GPU_ARGMIN => GPU_MOST_SCANNED,
         _ => GPU_MOST_FOLDED,
     };
-    if p.n as usize > most {
+    let wide = p.n as usize > most;
+    if p.n as usize > WIDE * most {
         return Err(OpError::Unsupported(format!(
-            "{name} on GPU: {} inputs per output element, past the {most} one invocation may \
-             take (llvmpipe ends a shader's loops after 65,535 rounds in all; reduce.wgsl)",
-            p.n
+            "{name} on GPU: {} inputs per output element, past the {} a workgroup of {WIDE} \
+             invocations may take (llvmpipe ends an invocation's loops after 65,535 rounds in \
+             all; reduce_wide.wgsl)",
+            p.n,
+            WIDE * most
         )));
     }
     p.start = fits(range.start).ok_or_else(too_big)?;
     p.count = fits(range.len()).ok_or_else(too_big)?;
     p.select_last = select_last as u32;
     p.inf_bits = f32::INFINITY.to_bits();
-    let wg = grid_1d(range.len() as u64, 64);
+    let (shader, wg) = match wide {
+        true => (tandem_shaders::REDUCE_WIDE, grid_1d(range.len() as u64, 1)),
+        false => (tandem_shaders::REDUCE, grid_1d(range.len() as u64, 64)),
+    };
     // The op and the group counts are overrides: a pipeline each, their branches folded.
-    Ok(vec![GpuKernel::new(
-        tandem_shaders::REDUCE,
-        vec![0],
-        vec![0],
-        &p,
-        wg,
-    )
-    .with_override("OP", op as f64)
-    .with_override("NK", nk as f64)
-    .with_override("NR", nr.max(1) as f64)])
+    Ok(vec![GpuKernel::new(shader, vec![0], vec![0], &p, wg)
+        .with_override("OP", op as f64)
+        .with_override("NK", nk as f64)
+        .with_override("NR", nr.max(1) as f64)])
 }
 
 /// ArgMax / ArgMin along one axis; output i64.

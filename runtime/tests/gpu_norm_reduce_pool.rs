@@ -553,7 +553,7 @@ fn global_pools() {
 /// llvmpipe ends all loops of a shader invocation after 65,535 rounds in all, silently
 /// (reduce.wgsl's "loop budget"): GlobalAveragePool on a 160x160 plane summed only its first
 /// 21,845 inputs. Folds and scans longer than that budget must be whole on every placement,
-/// and a fold past what one invocation may take runs on the CPU instead (the GPU refuses it).
+/// and a fold past what a workgroup may take runs on the CPU instead (the GPU refuses it).
 #[test]
 fn reductions_past_llvmpipe_loop_budget() {
     // Small integers: every sum is exact in f32, so any input left out shows.
@@ -591,16 +591,93 @@ fn reductions_past_llvmpipe_loop_budget() {
     let arg = op("ArgMax", 13, &[("axis", int(1))]);
     let got = run_gpu(&*arg, std::slice::from_ref(&x));
     assert_eq!(got[0].to_i64_vec(), naive_arg(&x, 1, true, false));
-    // Past one invocation's budget: refused on the GPU with the reason, exact on the CPU.
-    let x = counting(&[1, 300_000]);
+    // Past a workgroup's budget (64 invocations): refused on the GPU with the reason, exact
+    // on the CPU.
+    // Ones and zeros: the sum stays exact in f32.
+    let x = tensor(
+        &[1, 16_700_000],
+        (0..16_700_000)
+            .map(|i| (i % 13 == 0) as u8 as f64)
+            .collect(),
+    );
     let o = op("ReduceSum", 11, &[("axes", ints(&[1]))]);
     let err = try_run_gpu_rows(&*o, std::slice::from_ref(&x), None).unwrap_err();
     assert!(
-        err.to_string().contains("300000 inputs per output"),
+        err.to_string().contains("16700000 inputs per output"),
         "{err}"
     );
     let want = naive_reduce(&x, &[false, true], true, |g| g.iter().sum());
     assert_close(&run_cpu(&*o, std::slice::from_ref(&x))[0], &want, 0.0, 0.0);
+}
+
+/// Folds and scans past what one invocation may take (`reduce_wide.wgsl`: a workgroup per
+/// output element) on every placement: each fold against the reference, a whole 64 x 111 x
+/// 111 tensor among them; sums of small integers exactly (an input left out or counted
+/// twice shows); ArgMax/ArgMin with the extreme, ties and a NaN where a strided scan meets
+/// them first or last.
+#[test]
+fn reductions_past_one_invocation_take_a_workgroup_each() {
+    let x = fill(&[3, 270_001], 5);
+    let positive = Tensor::f32(
+        &x.shape,
+        x.as_f32().unwrap().iter().map(|v| 5.0 + v).collect(),
+    );
+    // Ones, with runs of 64 twos and 64 halves in turn: products of powers of two, exact, and
+    // every strided partial product (lanes, invocations) stays far from overflow.
+    let powers = tensor(
+        &x.shape,
+        (0..x.numel())
+            .map(|i| match i % 4000 {
+                0..64 => 2.0,
+                2000..2064 => 0.5,
+                _ => 1.0,
+            })
+            .collect(),
+    );
+    for (name, f) in folds() {
+        let x = match name {
+            "ReduceProd" => &powers,
+            "ReduceLogSum" => &positive,
+            _ => &x,
+        };
+        let want = naive_reduce(x, &[false, true], true, f);
+        let o = op(name, 11, &[("axes", ints(&[1]))]);
+        check_all_placements(&*o, std::slice::from_ref(x), &[want], 1e-4);
+    }
+    let n = 64 * 111 * 111;
+    let x = tensor(
+        &[1, 64, 111, 111],
+        (0..n).map(|i| ((i * 7) % 13) as f64).collect(),
+    );
+    let want = naive_reduce(&x, &[true; 4], false, |g| g.iter().sum());
+    let o = op("ReduceSum", 11, &[("keepdims", int(0))]);
+    check_all_placements(&*o, std::slice::from_ref(&x), &[want], 0.0);
+    let n = 100_003;
+    for (max, last) in [(true, false), (true, true), (false, false), (false, true)] {
+        // Row 0: the extreme at 5 and at n - 2 (a tie); row 1: NaNs at 70,001 and 90,000
+        // (another invocation's, met first in the combining) after the extreme at 3; row 2:
+        // the extreme only at n - 1.
+        let extreme = if max { 50.0 } else { -50.0 };
+        let mut v: Vec<f64> = (0..3 * n).map(|i| ((i * 7) % 13) as f64).collect();
+        (v[5], v[n - 2]) = (extreme, extreme);
+        (v[n + 3], v[n + 70_001], v[n + 90_000]) = (extreme, f64::NAN, f64::NAN);
+        v[3 * n - 1] = extreme;
+        let x = tensor(&[3, n], v);
+        let name = if max { "ArgMax" } else { "ArgMin" };
+        let o = op(
+            name,
+            13,
+            &[("axis", int(1)), ("select_last_index", int(last as i64))],
+        );
+        let mut want = naive_arg(&x, 1, max, last);
+        want[1] = 70_001; // the first NaN (numpy), which `naive_arg` does not see
+        for got in [
+            run_cpu(&*o, std::slice::from_ref(&x)),
+            run_gpu(&*o, std::slice::from_ref(&x)),
+        ] {
+            assert_eq!(got[0].to_i64_vec(), want, "{name} select_last {last}");
+        }
+    }
 }
 
 // ---------------------------------------------------------------- Normalisations

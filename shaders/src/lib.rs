@@ -59,7 +59,8 @@ shader!(WHERE, "where");
 shader!(ROTARY, "rotary");
 shader!(CAST, "cast");
 shader!(SOFTMAX, "softmax");
-shader!(REDUCE, "reduce", "float_bits");
+shader!(REDUCE, "reduce", "float_bits", "reduce_common");
+shader!(REDUCE_WIDE, "reduce_wide", "float_bits", "reduce_common");
 shader!(POOL, "pool", "float_bits");
 shader!(NORM, "norm");
 shader!(NORM_STATS, "norm_stats");
@@ -174,6 +175,7 @@ pub const ALL: &[Shader] = &[
     CAST,
     SOFTMAX,
     REDUCE,
+    REDUCE_WIDE,
     POOL,
     NORM,
     NORM_STATS,
