@@ -457,8 +457,19 @@ const GPU_MOST_SCANNED: usize = 65_000;
 /// Invocations a `reduce_wide.wgsl` workgroup (its `WIDE`).
 const WIDE: usize = 64;
 
+/// Up to this many output elements, each of at least [`WIDE_FROM_INPUTS`] inputs, take a
+/// workgroup each even within one invocation's budget: one invocation leaves a workgroup's
+/// other lanes idle. ReduceSum on lavapipe (2 threads, median of 30 runs, one invocation ->
+/// a workgroup each): 1 x 4096 0.10-0.11 -> 0.08 ms, 1 x 20,000 0.21-0.35 -> 0.06-0.13, 2 x
+/// 50,000 0.73-0.86 -> 0.26-0.29, 4 x 16,384 0.35-0.39 -> 0.21-0.31, 4 x 200,000 2.38-2.45 ->
+/// 1.08-1.26; 16 x 50,000 even, 128 x 10,000 and up 1.6-3.2x slower (docs/bench.md,
+/// "Wide GPU reductions").
+const WIDE_MOST_OUTPUTS: usize = 4;
+const WIDE_FROM_INPUTS: usize = 4096;
+
 /// The `reduce.wgsl` dispatch computing output elements `range` (one invocation each), or
-/// `reduce_wide.wgsl`'s (one workgroup each) where one invocation may not fold them.
+/// `reduce_wide.wgsl`'s (one workgroup each) where one invocation may not fold them or a few
+/// long folds would leave a workgroup's lanes idle.
 pub(crate) fn reduce_kernel(
     name: &str,
     groups: &Groups,
@@ -491,7 +502,8 @@ pub(crate) fn reduce_kernel(
         GPU_ARGMAX | GPU_ARGMIN => GPU_MOST_SCANNED,
         _ => GPU_MOST_FOLDED,
     };
-    let wide = p.n as usize > most;
+    let few_long = range.len() <= WIDE_MOST_OUTPUTS && p.n as usize >= WIDE_FROM_INPUTS;
+    let wide = p.n as usize > most || few_long;
     if p.n as usize > WIDE * most {
         return Err(OpError::Unsupported(format!(
             "{name} on GPU: {} inputs per output element, past the {} a workgroup of {WIDE} \

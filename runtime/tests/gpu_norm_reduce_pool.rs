@@ -570,8 +570,10 @@ fn reductions_past_llvmpipe_loop_budget() {
         &[want],
         1e-6,
     );
+    // Five rows: more output elements than take a workgroup each below the budget
+    // (`reduce.rs`'s WIDE_MOST_OUTPUTS), so one invocation folds each.
     for n in [70_001usize, 259_999] {
-        let mut x = counting(&[2, n]);
+        let mut x = counting(&[5, n]);
         // The largest value last, so that a scan stopping early misses it.
         let v = x.as_f32_mut().unwrap();
         v[n - 1] = 100.0;
@@ -586,7 +588,7 @@ fn reductions_past_llvmpipe_loop_budget() {
             check_all_placements(&*o, std::slice::from_ref(&x), &[want], 0.0);
         }
     }
-    let mut x = counting(&[2, 60_000]);
+    let mut x = counting(&[5, 60_000]);
     x.as_f32_mut().unwrap()[59_999] = 100.0;
     let arg = op("ArgMax", 13, &[("axis", int(1))]);
     let got = run_gpu(&*arg, std::slice::from_ref(&x));
@@ -610,39 +612,41 @@ fn reductions_past_llvmpipe_loop_budget() {
     assert_close(&run_cpu(&*o, std::slice::from_ref(&x))[0], &want, 0.0, 0.0);
 }
 
-/// Folds and scans past what one invocation may take (`reduce_wide.wgsl`: a workgroup per
-/// output element) on every placement: each fold against the reference, a whole 64 x 111 x
-/// 111 tensor among them; sums of small integers exactly (an input left out or counted
-/// twice shows); ArgMax/ArgMin with the extreme, ties and a NaN where a strided scan meets
-/// them first or last.
+/// Long folds and scans of few output elements, and those past what one invocation may take
+/// (`reduce_wide.wgsl`: a workgroup per output element), on every placement: each fold
+/// against the reference, a whole 64 x 111 x 111 tensor among them; sums of small integers
+/// exactly (an input left out or counted twice shows); ArgMax/ArgMin with the extreme, ties
+/// and NaNs where a strided scan meets them first or last.
 #[test]
-fn reductions_past_one_invocation_take_a_workgroup_each() {
-    let x = fill(&[3, 270_001], 5);
-    let positive = Tensor::f32(
-        &x.shape,
-        x.as_f32().unwrap().iter().map(|v| 5.0 + v).collect(),
-    );
-    // Ones, with runs of 64 twos and 64 halves in turn: products of powers of two, exact, and
-    // every strided partial product (lanes, invocations) stays far from overflow.
-    let powers = tensor(
-        &x.shape,
-        (0..x.numel())
-            .map(|i| match i % 4000 {
-                0..64 => 2.0,
-                2000..2064 => 0.5,
-                _ => 1.0,
-            })
-            .collect(),
-    );
-    for (name, f) in folds() {
-        let x = match name {
-            "ReduceProd" => &powers,
-            "ReduceLogSum" => &positive,
-            _ => &x,
-        };
-        let want = naive_reduce(x, &[false, true], true, f);
-        let o = op(name, 11, &[("axes", ints(&[1]))]);
-        check_all_placements(&*o, std::slice::from_ref(x), &[want], 1e-4);
+fn long_reductions_take_a_workgroup_per_output_element() {
+    for shape in [[3, 270_001], [2, 5_003]] {
+        let x = fill(&shape, 5);
+        let positive = Tensor::f32(
+            &x.shape,
+            x.as_f32().unwrap().iter().map(|v| 5.0 + v).collect(),
+        );
+        // Ones, with runs of 64 twos and 64 halves in turn: products of powers of two,
+        // exact, and every strided partial product (lanes, invocations) far from overflow.
+        let powers = tensor(
+            &x.shape,
+            (0..x.numel())
+                .map(|i| match i % 4000 {
+                    0..64 => 2.0,
+                    2000..2064 => 0.5,
+                    _ => 1.0,
+                })
+                .collect(),
+        );
+        for (name, f) in folds() {
+            let x = match name {
+                "ReduceProd" => &powers,
+                "ReduceLogSum" => &positive,
+                _ => &x,
+            };
+            let want = naive_reduce(x, &[false, true], true, f);
+            let o = op(name, 11, &[("axes", ints(&[1]))]);
+            check_all_placements(&*o, std::slice::from_ref(x), &[want], 1e-4);
+        }
     }
     let n = 64 * 111 * 111;
     let x = tensor(
