@@ -230,6 +230,7 @@ impl Session {
     /// Load and check a model. Fails with a typed error for an unreadable or invalid model or an
     /// unsupported node (named), and when the GPU is asked for but none can be opened.
     pub fn new<'a>(model: impl Into<ModelSource<'a>>, options: SessionOptions) -> Result<Session> {
+        tandem_ops::cpu_gemm::read_cache_sizes_in_background();
         let mut graph = match model.into() {
             ModelSource::Path(p) => import::import_file(p)?,
             ModelSource::Bytes(b) => import::import_bytes(b, None)?,
