@@ -462,8 +462,8 @@ const WIDE: usize = 64;
 /// other lanes idle. ReduceSum on lavapipe (2 threads, median of 30 runs, one invocation ->
 /// a workgroup each): 1 x 4096 0.10-0.11 -> 0.08 ms, 1 x 20,000 0.21-0.35 -> 0.06-0.13, 2 x
 /// 50,000 0.73-0.86 -> 0.26-0.29, 4 x 16,384 0.35-0.39 -> 0.21-0.31, 4 x 200,000 2.38-2.45 ->
-/// 1.08-1.26; 16 x 50,000 even, 128 x 10,000 and up 1.6-3.2x slower (docs/bench.md,
-/// "Wide GPU reductions").
+/// 1.08-1.26; 16 x 50,000 even, 128 x 10,000 and up 1.6-3.2x slower (docs/bench.md, "Stride-2
+/// MaxPools in registers; long GPU reductions on a workgroup per output; ...").
 const WIDE_MOST_OUTPUTS: usize = 4;
 const WIDE_FROM_INPUTS: usize = 4096;
 
