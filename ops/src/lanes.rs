@@ -104,6 +104,14 @@ macro_rules! per_set {
 }
 pub(crate) use per_set;
 
+/// The bits of the lanes of an `n`-lane load from position `from` of a row of `w` elements
+/// (`from` may lie before the row or near its end) that lie inside the row.
+pub(crate) fn row_lane_bits(from: isize, w: usize, n: usize) -> u32 {
+    let lo = (-from).clamp(0, n as isize) as usize;
+    let hi = (w as isize - from).clamp(0, n as isize) as usize;
+    lane_bits(lo.min(hi)..hi)
+}
+
 /// The bits of lanes `lanes` (lane 0 the lowest), as [`load_lanes`] takes them.
 pub(crate) fn lane_bits(lanes: Range<usize>) -> u32 {
     ((1u64 << lanes.end) - (1u64 << lanes.start)) as u32

@@ -41,7 +41,7 @@ use super::{window_counts, Geo};
 #[cfg(target_arch = "x86_64")]
 use {
     super::pool3x3_flat as flat,
-    crate::lanes::{lane_bits, load_lanes, Avx2, Avx512, Lanes},
+    crate::lanes::{lane_bits, load_lanes, row_lane_bits, Avx2, Avx512, Lanes},
     crate::shape::rows_by_block,
     rayon::prelude::*,
     std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0},
@@ -197,13 +197,8 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
     let from = |v: usize, o: usize| (n * sw * v) as isize - pl as isize + offsets[o];
     masks.clear();
     masks.extend((0..vecs).map(|v| {
-        let lanes = |o: usize| {
-            let lo = (-from(v, o)).clamp(0, n as isize) as usize;
-            let hi = (w as isize - from(v, o)).clamp(0, n as isize) as usize;
-            lo.min(hi)..hi
-        };
-        let full = (0..4).all(|o| lanes(o) == (0..n));
-        (!full).then(|| std::array::from_fn(|o| lane_bits(lanes(o))))
+        let bits: [u32; 4] = std::array::from_fn(|o| row_lane_bits(from(v, o), w, n));
+        (bits != [lane_bits(0..n); 4]).then_some(bits)
     }));
     let fill = V::splat(if MAX { f32::NEG_INFINITY } else { 0.0 });
     let fold = |earlier, later| match MAX {

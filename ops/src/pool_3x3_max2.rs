@@ -21,7 +21,7 @@
 //! Sits between `pool_3x3.rs` (which pools take this path) and the CPU's vector units.
 
 use super::Geo;
-use crate::lanes::{lane_bits, load_lanes, Lanes};
+use crate::lanes::{lane_bits, load_lanes, row_lane_bits, Lanes};
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
 use std::ops::Range;
 
@@ -47,13 +47,11 @@ pub(super) unsafe fn plane_rows<V: Lanes>(
     // gives the last vector its next even column.
     masks.clear();
     masks.extend((0..=vecs).map(|k| {
-        let lanes = |from: isize| {
-            let lo = (-from).clamp(0, n as isize) as usize;
-            let hi = (w as isize - from).clamp(0, n as isize) as usize;
-            lane_bits(lo.min(hi)..hi)
-        };
         let from = (2 * n * k) as isize - pl;
-        [lanes(from), lanes(from + n as isize)]
+        [
+            row_lane_bits(from, w, n),
+            row_lane_bits(from + n as isize, w, n),
+        ]
     }));
     assert_eq!(dst.len(), lines.len() * ow, "pool 3x3/2: output block size");
     let out = Out {
