@@ -37,21 +37,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
     var acc = fold_start(op, inf);
     var m = -inf;
-    var r = 0u;
-    for (; r + 4u <= n; r = r + 4u) {
-        fold(&acc, &m, x[base + reduced_offset(r)], op, inf);
-        fold(&acc, &m, x[base + reduced_offset(r + 1u)], op, inf);
-        fold(&acc, &m, x[base + reduced_offset(r + 2u)], op, inf);
-        fold(&acc, &m, x[base + reduced_offset(r + 3u)], op, inf);
-    }
-    if (r < n) {
-        fold(&acc, &m, x[base + reduced_offset(r)], op, inf);
-    }
-    if (r + 1u < n) {
-        fold(&acc, &m, x[base + reduced_offset(r + 1u)], op, inf);
-    }
-    if (r + 2u < n) {
-        fold(&acc, &m, x[base + reduced_offset(r + 2u)], op, inf);
-    }
+    fold_inputs(&acc, &m, base, 0u, 1u, n, op, inf);
     out[e] = bitcast<u32>(fold_end(acc, m, n, op, inf));
 }

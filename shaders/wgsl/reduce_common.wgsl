@@ -110,6 +110,36 @@ fn fold(acc: ptr<function, f32>, m: ptr<function, f32>, v: f32, op: u32, inf: f3
     }
 }
 
+// Fold the inputs first, first + step, first + 2 step, ... below n of the output element at
+// base into acc (and m, log-sum-exp's shift), in that order, four a loop round (the budget).
+fn fold_inputs(
+    acc: ptr<function, f32>,
+    m: ptr<function, f32>,
+    base: u32,
+    first: u32,
+    step: u32,
+    n: u32,
+    op: u32,
+    inf: f32,
+) {
+    var r = first;
+    for (; r + 3u * step < n; r = r + 4u * step) {
+        fold(acc, m, x[base + reduced_offset(r)], op, inf);
+        fold(acc, m, x[base + reduced_offset(r + step)], op, inf);
+        fold(acc, m, x[base + reduced_offset(r + 2u * step)], op, inf);
+        fold(acc, m, x[base + reduced_offset(r + 3u * step)], op, inf);
+    }
+    if (r < n) {
+        fold(acc, m, x[base + reduced_offset(r)], op, inf);
+    }
+    if (r + step < n) {
+        fold(acc, m, x[base + reduced_offset(r + step)], op, inf);
+    }
+    if (r + 2u * step < n) {
+        fold(acc, m, x[base + reduced_offset(r + 2u * step)], op, inf);
+    }
+}
+
 // The fold's start: acc before any input.
 fn fold_start(op: u32, inf: f32) -> f32 {
     if (op == 2u) {

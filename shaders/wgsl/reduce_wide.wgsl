@@ -116,22 +116,7 @@ fn main(
     } else {
         var acc = fold_start(op, inf);
         var m = -inf;
-        var r = t;
-        for (; r + 3u * WIDE < n; r = r + 4u * WIDE) {
-            fold(&acc, &m, x[base + reduced_offset(r)], op, inf);
-            fold(&acc, &m, x[base + reduced_offset(r + WIDE)], op, inf);
-            fold(&acc, &m, x[base + reduced_offset(r + 2u * WIDE)], op, inf);
-            fold(&acc, &m, x[base + reduced_offset(r + 3u * WIDE)], op, inf);
-        }
-        if (r < n) {
-            fold(&acc, &m, x[base + reduced_offset(r)], op, inf);
-        }
-        if (r + WIDE < n) {
-            fold(&acc, &m, x[base + reduced_offset(r + WIDE)], op, inf);
-        }
-        if (r + 2u * WIDE < n) {
-            fold(&acc, &m, x[base + reduced_offset(r + 2u * WIDE)], op, inf);
-        }
+        fold_inputs(&acc, &m, base, t, WIDE, n, op, inf);
         part_acc[t] = acc;
         part_m[t] = m;
     }
