@@ -13,9 +13,10 @@
 //! constant W, `Conv::with_constant_weight`); then per image, in blocks of tile rows (bounded
 //! scratch): the input transform (`V = B^T d B`, layout `[c][point][slot]`), one GEMM per
 //! transform point `M[p] = U[p] (K x C) x V[p] (C x slots)`, and the output transform
-//! (`Y = A^T M A`) with the bias and the fused activation. Large planes run one block per
-//! task (all of it on one thread); small ones parallelise each phase of a block (channels,
-//! points, output channels).
+//! (`Y = A^T M A`) with the bias and the fused activation (on AVX-512, for a bias and a Relu,
+//! in registers straight into the output rows: `conv_winograd_out_avx512.rs`). Large planes
+//! run one block per task (all of it on one thread); small ones parallelise each phase of a
+//! block (channels, points, output channels).
 //! A row range (`(n, oc, oh)` lines) becomes the rectangles of `conv_cpu::rects`; each is
 //! computed from the tiles overlapping its output rows and writes only the rows inside it, so
 //! CPU/GPU row splits see the same values as a whole run.
@@ -37,6 +38,10 @@ mod f2;
 
 #[path = "conv_winograd_f4.rs"]
 mod f4;
+
+#[cfg(target_arch = "x86_64")]
+#[path = "conv_winograd_out_avx512.rs"]
+mod out_avx512;
 
 /// Which Winograd transform a conv runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,6 +344,9 @@ pub(in crate::conv) fn winograd_path(
             }
         };
         let xn = |n: usize| &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
+        // The output transform and the epilogue in one pass where `out_avx512` computes them.
+        #[cfg(target_arch = "x86_64")]
+        let fused = out_avx512::applies(ep);
         // Output transform of channels `oc` of block `(n, tys, wr)` from their `mm`.
         let outputs = |(n, oc, tys, wr): (usize, Range<usize>, &Range<usize>, &Range<usize>),
                        mm: &[f32],
@@ -351,9 +359,28 @@ pub(in crate::conv) fn winograd_path(
                 // SAFETY: in bounds (checked); tasks write disjoint (channel, row) blocks:
                 // rectangles partition the range, blocks their rows, chunks their channels.
                 let op = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), len) };
+                let bias = b.map(|b| b[k]);
+                #[cfg(target_arch = "x86_64")]
+                if fused {
+                    let relu = ep.act == crate::conv::Activation::Relu;
+                    // SAFETY: `fused` checked AVX-512; `op` holds rows `wr`, inside the tile
+                    // rows `tys` of `mk`.
+                    unsafe {
+                        out_avx512::output_channel(
+                            v,
+                            &t,
+                            mk,
+                            tys.clone(),
+                            wr.clone(),
+                            op,
+                            (bias, relu),
+                        )
+                    };
+                    continue;
+                }
                 v.output_channel(&t, mk, tys.clone(), wr.clone(), op, tmp);
                 for line in op.chunks_exact_mut(g.ow) {
-                    epilogue(line, b.map(|b| b[k]), None, ep);
+                    epilogue(line, bias, None, ep);
                 }
             }
         };
