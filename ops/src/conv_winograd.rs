@@ -158,14 +158,15 @@ const MIN_PIXELS_KEPT: usize = 100;
 const MIN_PIXELS_BESIDE_IMPLICIT: usize = 196;
 const MAX_CHANNELS_BESIDE_IMPLICIT: usize = 255;
 
-/// [`MIN_PIXELS_BESIDE_IMPLICIT`] where AVX-512 runs at half width (AMD Zen 4,
-/// [`avx512_full_width`](crate::simd::avx512_full_width)): 13x13 planes took 0.80-0.93x the
-/// in-place im2col's time there (inception_v1's 96 -> 208 to 160 -> 320, squeezenet's
-/// 64 -> 256), 10x10 ones 1.14-1.17x (yolov8n's 64 -> 64 and 128 -> 128 at 320x320).
+/// [`MIN_PIXELS_BESIDE_IMPLICIT`] where the paths built for full-width AVX-512 lose to
+/// Winograd ([`winograd_over_wide_paths`](crate::simd::winograd_over_wide_paths)): on AMD
+/// Zen 4 13x13 planes took 0.80-0.93x the in-place im2col's time (inception_v1's 96 -> 208 to
+/// 160 -> 320, squeezenet's 64 -> 256), 10x10 ones 1.14-1.17x (yolov8n's 64 -> 64 and
+/// 128 -> 128 at 320x320); on AMD Zen 5 squeezenet's 64 -> 256 on 13x13 0.94-0.95x.
 const MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH: usize = 169;
 
 /// Fewest input channels, and output pixels per image, where a kept W takes Winograd on a CPU
-/// without AVX-512 at full width (on AVX2, the taps path's AVX2 kernel, `conv_taps_avx2.rs`,
+/// where the paths built for full-width AVX-512 lose to it (on AVX2, the taps path's AVX2 kernel, `conv_taps_avx2.rs`,
 /// took 1.1-1.6x Winograd's time on 16 -> 16 3x3 on 80x80 and 32 -> 32 on 40x40, and the rest
 /// are im2col + GEMM's):
 /// F(4x4, 3x3) ran 1.18-1.80x as fast as im2col from 16 channels on 28x28 to 160x160 planes,
@@ -174,7 +175,8 @@ const MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH: usize = 169;
 /// from 16 channels without AVX-512"). On AMD Zen 4 (AVX-512 at half width) squeezenet's
 /// 16 -> 64 on 55x55 and 32 -> 128 on 27x27 took 0.76-0.88x the taps kernel's time, yolov8n's
 /// 16 -> 16 on 80x80 and 32 -> 32 on 40x40 0.82-0.89x (docs/bench.md, "Zen 4: Winograd where
-/// AVX2 hosts take it").
+/// AVX2 hosts take it"). On AMD Zen 5 (full width), with the output transforms in registers,
+/// squeezenet's 16 -> 64 on 55x55 took 0.75-0.82x, 32 -> 128 on 27x27 0.78-0.79x.
 const MIN_CHANNELS_WITHOUT_TAPS: usize = 16;
 const MIN_PIXELS_WITHOUT_TAPS: usize = 729;
 
@@ -194,10 +196,10 @@ pub(in crate::conv) fn supports(g: &Geom2) -> bool {
 /// large enough to be measured faster than im2col + GEMM, with W transformed per call or
 /// `kept` ([`Conv::with_constant_weight`](crate::conv::Conv::with_constant_weight)); a kept
 /// W the packed path reads in place needs [`MIN_PIXELS_BESIDE_IMPLICIT`] below 256 channels
-/// ([`MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH`] where AVX-512 runs at half width), and one of
-/// few channels [`MIN_PIXELS_WITHOUT_TAPS`] without full-width AVX-512.
+/// ([`MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH`] where the paths built for full-width AVX-512
+/// lose to Winograd), and one of few channels [`MIN_PIXELS_WITHOUT_TAPS`] there too.
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
-    let full_width = crate::simd::avx512_full_width();
+    let full_width = !crate::simd::winograd_over_wide_paths();
     let min_pixels = match kept {
         true if g.c <= MAX_CHANNELS_BESIDE_IMPLICIT && super::implicit::takes_kept(g) => {
             match full_width {
@@ -423,18 +425,18 @@ pub(in crate::conv) fn winograd_path(
                 })
             });
             let vt = &*vt;
+            // Each task: its output channels' point GEMMs, then their output transform, while
+            // their M is in its cache.
+            let kper = oc.len().div_ceil(4 * threads).next_multiple_of(MR);
             let mm = &mut mbuf[..oc.len() * points * tb];
-            let mp = OutPtr(mm.as_mut_ptr(), mm.len());
-            crate::parallel::for_each_index(points, |p| {
-                // SAFETY: each point writes its own rows `[k][p][..]` of `mm`.
-                unsafe { point_product(tiles, u, vt, (g.c, oc, tb), (p, points), mp) };
-            });
-            let kper = oc.len().div_ceil(4 * threads);
-            let per = points * tb * kper;
-            crate::parallel::for_each_index(mm.len().div_ceil(per), |i| {
-                let chunk = &mm[i * per..((i + 1) * per).min(mm.len())];
+            crate::parallel::for_each_chunk_mut(mm, points * tb * kper, |i, chunk| {
                 let k0 = oc.start + i * kper;
                 let ks = k0..(k0 + kper).min(oc.end);
+                let mp = OutPtr(chunk.as_mut_ptr(), chunk.len());
+                for p in 0..points {
+                    // SAFETY: the task's own rows `[k - k0][p][..]` of `mm`.
+                    unsafe { point_product(tiles, u, vt, (g.c, &ks, tb), (p, points), mp) };
+                }
                 with_tmp(v.tmp_len(&t, tys.len()), |tmp| {
                     outputs((*n, ks, tys, wr), chunk, tmp)
                 })

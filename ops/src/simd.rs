@@ -102,6 +102,22 @@ pub fn avx512_full_width() -> bool {
         )
 }
 
+/// Whether the conv paths built for AVX-512 at full width (the taps kernel for convs of few
+/// channels, the in-place im2col on 13x13 to 14x14 planes) lose to Winograd on this CPU: where
+/// AVX-512 is not at full width ([`avx512_full_width`] false: AVX2, AMD Zen 4), and on AMD
+/// Zen 5 (family 0x1A), which runs it at full width but where, since Winograd's output
+/// transforms run in registers (`conv_winograd_out_avx512.rs`), squeezenet took 0.95x of its
+/// time with them (docs/bench.md, "Zen 5"). Intel's full-width cores were measured before
+/// that change only. `TANDEM_AVX512_FULL_WIDTH` (0 or 1) decides alone where set.
+pub fn winograd_over_wide_paths() -> bool {
+    static ZEN5: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let zen5 = || {
+        std::env::var_os("TANDEM_AVX512_FULL_WIDTH").is_none()
+            && amd_family_model().is_some_and(|(family, _)| family == 0x1a)
+    };
+    !avx512_full_width() || *ZEN5.get_or_init(zen5)
+}
+
 /// Whether this core splits each 256-bit AVX2 instruction into two 128-bit halves: AMD Zen
 /// and Zen+ (family 0x17, models below 0x30; Zen 2 runs them whole). There the depthwise
 /// kernels that read planes in place lose to the phase planes (`conv_depthwise.rs`), and the

@@ -224,11 +224,11 @@ mod tests {
         // conv_winograd.rs takes 3x3 stride-1 group-1 convs with C, M >= 64 and >= 400
         // output pixels, or >= 100 where W is a constant the op keeps the transform of;
         // TANDEM_CONV_WINOGRAD=0 turns it off (then they are im2col's).
-        // Without full-width AVX-512 (AVX2, or AMD Zen 4's halves) a kept W takes it from 16
-        // input channels on planes of 729 pixels and up.
+        // Where the paths built for full-width AVX-512 lose to it (AVX2, AMD Zen 4's halves,
+        // Zen 5) a kept W takes it from 16 input channels on planes of 729 pixels and up.
         let on = std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
         let winograd = if on { "winograd" } else { "kxk" };
-        let few = !tandem_ops::simd::avx512_full_width();
+        let few = tandem_ops::simd::winograd_over_wide_paths();
         for kept in [false, true] {
             assert_eq!(conv_variant(64, 64, 32, 1, kept), winograd, "kept {kept}");
             assert_eq!(conv_variant(64, 64, 32, 2, kept), "kxk", "stride 2");
@@ -288,9 +288,9 @@ mod tests {
         let on = level >= tandem_ops::simd::Level::Avx2
             && std::env::var("TANDEM_CONV_TAPS").as_deref() != Ok("0");
         let implicit = implicit_on();
-        // Without full-width AVX-512 a kept W of these on 27x27 and up is Winograd's (the
-        // test above).
-        let winograd = !tandem_ops::simd::avx512_full_width()
+        // Where the wide paths lose to Winograd a kept W of these on 27x27 and up is its
+        // (the test above).
+        let winograd = tandem_ops::simd::winograd_over_wide_paths()
             && std::env::var("TANDEM_CONV_WINOGRAD").as_deref() != Ok("0");
         let taps = if on { "taps" } else { "kxk" };
         let wide_taps = match level {
