@@ -166,9 +166,9 @@ const MAX_CHANNELS_BESIDE_IMPLICIT: usize = 255;
 const MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH: usize = 169;
 
 /// Fewest input channels, and output pixels per image, where a kept W takes Winograd on a CPU
-/// where the paths built for full-width AVX-512 lose to it (on AVX2, the taps path's AVX2 kernel, `conv_taps_avx2.rs`,
-/// took 1.1-1.6x Winograd's time on 16 -> 16 3x3 on 80x80 and 32 -> 32 on 40x40, and the rest
-/// are im2col + GEMM's):
+/// where the paths built for full-width AVX-512 lose to it (on AVX2, the taps path's AVX2
+/// kernel, `conv_taps_avx2.rs`, took 1.1-1.6x Winograd's time on 16 -> 16 3x3 on 80x80 and
+/// 32 -> 32 on 40x40, and the rest are im2col + GEMM's):
 /// F(4x4, 3x3) ran 1.18-1.80x as fast as im2col from 16 channels on 28x28 to 160x160 planes,
 /// 1.03x for 16 -> 16 on 40x40, F(2x2, 3x3) 1.10x for 32 -> 128 on 27x27, but 1.01-1.04x on
 /// 20x20 and 13x13 (AMD Zen 3, 2 threads; docs/bench.md, "The packed GEMM on AVX2; Winograd

@@ -106,8 +106,8 @@ pub fn avx512_full_width() -> bool {
 /// channels, the in-place im2col on 13x13 to 14x14 planes) lose to Winograd on this CPU: where
 /// AVX-512 is not at full width ([`avx512_full_width`] false: AVX2, AMD Zen 4), and on AMD
 /// Zen 5 (family 0x1A), which runs it at full width but where, since Winograd's output
-/// transforms run in registers (`conv_winograd_out_avx512.rs`), squeezenet took 0.95x of its
-/// time with them (docs/bench.md, "Zen 5"). Intel's full-width cores were measured before
+/// transforms run in registers (`conv_winograd_out_avx512.rs`), squeezenet took 0.92-0.95x of
+/// its time with them (docs/bench.md, "Zen 5"). Intel's full-width cores were measured before
 /// that change only. `TANDEM_AVX512_FULL_WIDTH` (0 or 1) decides alone where set.
 pub fn winograd_over_wide_paths() -> bool {
     static ZEN5: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
