@@ -239,6 +239,58 @@ pub fn git_describe() -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Round trip of a cache line between two threads that pass it back and forth through an
+/// atomic, in ns (the quickest of 9 batches of 1,000, so that a batch in which another
+/// process took one of the two CPUs does not count; one past 20 ms is dropped): how far apart
+/// two cores the OS gives the process are, which decides what a multi-threaded kernel pays
+/// for data another thread wrote. On a VM the host may move the vCPUs: a 2-vCPU AMD EPYC
+/// Zen 5 measured 60-130 ns in some minutes and 360-420 ns in others (other core complexes),
+/// where two-thread convs ran up to twice as long (docs/bench.md, "This host's two speeds").
+/// `None` with fewer than two CPUs, or where every batch ran past its bound.
+pub fn core_round_trip_ns() -> Option<f64> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    const TRIPS: u64 = 1_000;
+    // A batch past this (the other thread waiting for a CPU) is dropped.
+    const BOUND: Duration = Duration::from_millis(20);
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
+    let batch = || {
+        let (ball, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..=TRIPS {
+                    while ball.load(Ordering::Acquire) != 2 * i + 1 {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                    }
+                    ball.store(2 * i + 2, Ordering::Release);
+                }
+            });
+            // Trip 0, untimed, waits for the other thread to start.
+            let (begun, mut start) = (Instant::now(), Instant::now());
+            for i in 0..=TRIPS {
+                if i == 1 {
+                    start = Instant::now();
+                }
+                ball.store(2 * i + 1, Ordering::Release);
+                let mut polls = 0u32;
+                while ball.load(Ordering::Acquire) != 2 * i + 2 {
+                    polls = polls.wrapping_add(1);
+                    if polls.is_multiple_of(4096) && begun.elapsed() > BOUND {
+                        stop.store(true, Ordering::Relaxed);
+                        return None;
+                    }
+                }
+            }
+            Some(start.elapsed().as_nanos() as f64 / TRIPS as f64)
+        })
+    };
+    (0..9).filter_map(|_| batch()).min_by(f64::total_cmp)
+}
+
 /// This machine as the report keys it, with the adapters measured (the default one first).
 pub fn describe(adapters: Vec<AdapterKey>) -> Machine {
     let info = CpuInfo::detect();
@@ -284,6 +336,17 @@ mod tests {
             assert!(r.is_finite() && r > 0.0, "rate {r}");
         } else {
             assert_eq!(rate, None, "{}", info.simd);
+        }
+    }
+
+    /// Two threads on two CPUs pass a line in tens to thousands of ns (a core's own L1 would
+    /// be about 1 ns, a descheduled partner milliseconds).
+    #[test]
+    fn a_core_round_trip_is_measured_where_there_are_two_cpus() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match core_round_trip_ns() {
+            Some(ns) => assert!((10.0..100_000.0).contains(&ns), "{ns} ns"),
+            None => assert!(cpus < 2, "{cpus} CPUs and no round trip"),
         }
     }
 

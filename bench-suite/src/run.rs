@@ -252,6 +252,7 @@ fn bench_model(
             "onnxruntime".into()
         },
         rows: Vec::new(),
+        core_round_trip_ns: Vec::new(),
     };
     let mut reference: Option<Named> = stored;
     let ticker = |label: String| {
@@ -267,6 +268,9 @@ fn bench_model(
             1 => String::new(),
             n => format!(" (round {}/{n})", round + 1),
         };
+        result
+            .core_round_trip_ns
+            .extend(crate::machine::core_round_trip_ns());
         // Each row with the whole rule it runs a share of (its samples pool under that).
         let mut rows: Vec<(Row, RunRule)> = Vec::new();
         if peers_on.iter().any(|p| p == "onnxruntime") {

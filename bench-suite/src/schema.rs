@@ -82,6 +82,11 @@ pub struct ModelResult {
     /// scripts/fetch_models.py) or `onnxruntime` (this run's onnxruntime outputs).
     pub reference: String,
     pub rows: Vec<Row>,
+    /// A cache line's round trip between two threads before each round of the model's rows,
+    /// ns (`machine::core_round_trip_ns`): where a VM's vCPUs move apart (a 3x longer trip),
+    /// multi-threaded rows of that round ran slower, some more than others.
+    #[serde(default)]
+    pub core_round_trip_ns: Vec<f64>,
 }
 
 /// One (runtime, placement) measured on one model.

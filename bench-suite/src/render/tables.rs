@@ -253,10 +253,11 @@ pub fn model_rows(m: &ModelResult) -> Table {
         .collect();
     Table {
         title: format!(
-            "{} (reference: {}; inputs: {})",
+            "{} (reference: {}; inputs: {}{})",
             m.name,
             m.reference,
-            m.inputs.join(", ")
+            m.inputs.join(", "),
+            round_trips(&m.core_round_trip_ns)
         ),
         head: head.iter().map(|s| s.to_string()).collect(),
         rows,
@@ -339,6 +340,17 @@ pub fn gemm(g: &GemmResult) -> Table {
         ),
         head: vec!["implementation".into(), "GFLOP/s".into(), "of peak".into()],
         rows,
+    }
+}
+
+/// `; core-to-core round trip 120, 410 ns` (by round), or nothing where none was measured.
+fn round_trips(ns: &[f64]) -> String {
+    match ns {
+        [] => String::new(),
+        _ => {
+            let each: Vec<String> = ns.iter().map(|n| format!("{n:.0}")).collect();
+            format!("; core-to-core round trip {} ns", each.join(", "))
+        }
     }
 }
 
@@ -495,6 +507,7 @@ mod tests {
 
     fn model(name: &str, rows: Vec<Row>) -> ModelResult {
         ModelResult {
+            core_round_trip_ns: Vec::new(),
             name: name.into(),
             path: String::new(),
             inputs: Vec::new(),
@@ -538,6 +551,19 @@ mod tests {
         assert!(
             notes.contains("- a tandem cpu: cost profile: calibrated"),
             "{text}"
+        );
+    }
+
+    /// A model's section names the round trip measured before each of its rounds.
+    #[test]
+    fn a_model_section_names_each_rounds_core_round_trip() {
+        let mut m = model("m", vec![row("tandem", 1.0, &[])]);
+        assert!(!model_rows(&m).title.contains("round trip"));
+        m.core_round_trip_ns = vec![118.4, 407.0];
+        let title = model_rows(&m).title;
+        assert!(
+            title.ends_with("; core-to-core round trip 118, 407 ns)"),
+            "{title}"
         );
     }
 
