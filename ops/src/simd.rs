@@ -92,14 +92,20 @@ pub fn avx512() -> bool {
 /// `TANDEM_AVX512_FULL_WIDTH=0|1` overrides the detection (read once, for A/B timing).
 pub fn avx512_full_width() -> bool {
     static FULL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    avx512()
-        && *FULL.get_or_init(
-            || match std::env::var("TANDEM_AVX512_FULL_WIDTH").as_deref() {
-                Ok("0") => false,
-                Ok("1") => true,
-                _ => !amd_family_19h(),
-            },
-        )
+    avx512() && *FULL.get_or_init(|| full_width_override().unwrap_or(!amd_family_19h()))
+}
+
+/// `TANDEM_AVX512_FULL_WIDTH=0|1` (read once): what [`avx512_full_width`] says whatever the
+/// CPU, and [`winograd_over_wide_paths`] with it; `None` where unset or another value.
+fn full_width_override() -> Option<bool> {
+    static SET: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *SET.get_or_init(
+        || match std::env::var("TANDEM_AVX512_FULL_WIDTH").as_deref() {
+            Ok("0") => Some(false),
+            Ok("1") => Some(true),
+            _ => None,
+        },
+    )
 }
 
 /// Whether the conv paths built for AVX-512 at full width (the taps kernel for convs of few
@@ -108,14 +114,11 @@ pub fn avx512_full_width() -> bool {
 /// Zen 5 (family 0x1A), which runs it at full width but where, since Winograd's output
 /// transforms run in registers (`conv_winograd_out_avx512.rs`), squeezenet took 0.92-0.95x of
 /// its time with them (docs/bench.md, "Zen 5"). Intel's full-width cores were measured before
-/// that change only. `TANDEM_AVX512_FULL_WIDTH` (0 or 1) decides alone where set.
+/// that change only. `TANDEM_AVX512_FULL_WIDTH=0|1` decides alone where set.
 pub fn winograd_over_wide_paths() -> bool {
     static ZEN5: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let zen5 = || {
-        std::env::var_os("TANDEM_AVX512_FULL_WIDTH").is_none()
-            && amd_family_model().is_some_and(|(family, _)| family == 0x1a)
-    };
-    !avx512_full_width() || *ZEN5.get_or_init(zen5)
+    !avx512_full_width()
+        || *ZEN5.get_or_init(|| full_width_override().is_none() && amd_family_1ah())
 }
 
 /// Whether this core splits each 256-bit AVX2 instruction into two 128-bit halves: AMD Zen
@@ -147,6 +150,11 @@ fn splits_256_bit((family, model): (u32, u32)) -> bool {
 /// AVX-512).
 fn amd_family_19h() -> bool {
     amd_family_model().is_some_and(|(family, _)| family == 0x19)
+}
+
+/// Whether this is an AMD core of family 0x1A (Zen 5).
+fn amd_family_1ah() -> bool {
+    amd_family_model().is_some_and(|(family, _)| family == 0x1a)
 }
 
 /// The family and model of an AMD core (CPUID leaf 1, extended fields added), `None` on
