@@ -70,67 +70,31 @@ pub(super) unsafe fn output_channel(
         ]
     };
     match v {
-        Variant::F4 => tile_rows::<4, _>(
-            t,
-            mk,
-            tys,
-            orow,
-            op,
-            epilogue,
-            |at: *const f32, ts, mask| {
-                let m = |p: usize| _mm512_maskz_loadu_ps(mask, at.add(p * ts));
-                // s[a][j] = (A^T m[., j])[a], column by column; then each row along.
-                let mut s = [[_mm512_setzero_ps(); 6]; 4];
-                for j in 0..6 {
-                    let col = at4([0, 6, 12, 18, 24, 30].map(|i| m(i + j)));
-                    for (s, c) in s.iter_mut().zip(col) {
-                        s[j] = c;
-                    }
-                }
-                s.map(at4)
-            },
-        ),
-        Variant::F2 => tile_rows::<2, _>(
-            t,
-            mk,
-            tys,
-            orow,
-            op,
-            epilogue,
-            |at: *const f32, ts, mask| {
-                let m = |p: usize| _mm512_maskz_loadu_ps(mask, at.add(p * ts));
-                let mut s = [[_mm512_setzero_ps(); 4]; 2];
-                for a in 0..4 {
-                    let col = at2([m(a), m(4 + a), m(8 + a), m(12 + a)]);
-                    for (s, c) in s.iter_mut().zip(col) {
-                        s[a] = c;
-                    }
-                }
-                s.map(at2)
-            },
-        ),
+        Variant::F4 => tile_rows::<4, 6, _>(t, mk, tys, orow, op, epilogue, at4),
+        Variant::F2 => tile_rows::<2, 4, _>(t, mk, tys, orow, op, epilogue, at2),
     }
 }
 
 /// The loop both variants share: for each tile row inside `orow` and each run of 16 of its
-/// tiles, `rows(at, ts, mask)` (point `p` of the 16 tiles at `at + p ts`, lanes past `mask`
-/// not loaded) gives per output row `a` of the tile
-/// the vectors `[b]` whose lane `i` is column `T i + b`; those get the epilogue, are
-/// interleaved into 16 consecutive columns per vector and stored (masked past `t.ow`).
+/// tiles, the `N x N` transform points of the 16 tiles (lanes past the row's tiles not
+/// loaded) give `A^T m A` by `at` (`A^T` of one column of `N`): each column down, then each
+/// row along, as the portable transforms order them. Output row `a` of the tile is then the
+/// vectors `[b]` whose lane `i` is column `T i + b`; those get the epilogue, are interleaved
+/// into 16 consecutive columns per vector and stored (masked past `t.ow`).
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_rows<const T: usize, R>(
+unsafe fn tile_rows<const T: usize, const N: usize, A>(
     t: &Tiles,
     mk: &[f32],
     tys: Range<usize>,
     orow: Range<usize>,
     op: &mut [f32],
     (bias, relu): (Option<f32>, bool),
-    rows: R,
+    at: A,
 ) where
-    R: Fn(*const f32, usize, __mmask16) -> [[__m512; T]; T],
+    A: Fn([__m512; N]) -> [__m512; T],
 {
     let (s, ts) = (t.row_slots(), t.slots(tys.len()));
-    assert!(mk.len() >= (T + 2) * (T + 2) * ts && op.len() >= orow.len() * t.ow);
+    assert!(mk.len() >= N * N * ts && op.len() >= orow.len() * t.ow);
     let zero = _mm512_setzero_ps();
     let finish = |v: __m512| {
         let v = match bias {
@@ -151,10 +115,14 @@ unsafe fn tile_rows<const T: usize, R>(
         }
         for v in 0..t.tw.div_ceil(16) {
             let mask = ((1u32 << (t.tw - 16 * v).min(16)) - 1) as __mmask16;
-            for (a, row) in rows(base.add(li * s + 16 * v), ts, mask)
-                .into_iter()
-                .enumerate()
-            {
+            let points = base.add(li * s + 16 * v);
+            // Point `i N + j`: row `i`, column `j` of the patch.
+            let m = |p: usize| _mm512_maskz_loadu_ps(mask, points.add(p * ts));
+            let cols: [[__m512; T]; N] =
+                std::array::from_fn(|j| at(std::array::from_fn(|i| m(i * N + j))));
+            let rows: [[__m512; T]; T] =
+                std::array::from_fn(|a| at(std::array::from_fn(|j| cols[j][a])));
+            for (a, row) in rows.into_iter().enumerate() {
                 let r = T * ty + a;
                 if !orow.contains(&r) {
                     continue;
