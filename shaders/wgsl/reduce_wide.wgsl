@@ -16,20 +16,16 @@ var<workgroup> part_m: array<f32, 64>;
 var<workgroup> part_at: array<u32, 64>;
 
 // Partial fold t + s into partial fold t (ops 0-8, 11): each is the fold of its inputs,
-// fold_start's value where it had none.
+// fold_start's value where it had none. Max, min and product fold b as one more input
+// (fold's NaN rules); sums of the partial terms add.
 fn combine(t: u32, s: u32, op: u32, inf: f32) {
     let a = part_acc[t];
     let b = part_acc[t + s];
-    if (op == 2u) {
-        if (!is_nan(a) && (is_nan(b) || b > a)) {
-            part_acc[t] = b;
-        }
-    } else if (op == 3u) {
-        if (!is_nan(a) && (is_nan(b) || b < a)) {
-            part_acc[t] = b;
-        }
-    } else if (op == 4u) {
-        part_acc[t] = a * b;
+    if (op == 2u || op == 3u || op == 4u) {
+        var acc = a;
+        var unused = 0.0;
+        fold(&acc, &unused, b, op, inf);
+        part_acc[t] = acc;
     } else if (op == 8u) {
         // Log-sum-exp: sums of exp(v - m) under shifts ma and mb.
         let ma = part_m[t];
