@@ -28,10 +28,34 @@
 
 use super::Geo;
 use crate::lanes::Lanes;
+use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
 
 /// Widest plane rows taken here: from 32 columns the row vectors of `pool_3x3.rs` fill
 /// (nearly) every lane.
 const MAX_WIDTH: usize = 28;
+
+/// Floats ahead of a plane whose plane [`fetch_plane_ahead`] brings into L1.
+const PLANE_AHEAD: usize = 1024;
+
+/// Fetch into L1 the plane of `len` floats about [`PLANE_AHEAD`] floats on from `plane` (the
+/// next 28 x 28 plane, the fifth 14 x 14 one, the twentieth 7 x 7 one). A task's planes are
+/// one run of memory, taken one after another, but the hardware prefetchers stop at each 4 KB
+/// page, and in a model the planes were just written by the nodes before (the other core's
+/// cache, or L3). Only fetched, never read: past the input's end it fetches nothing that
+/// matters (a prefetch does not fault). inception_v2's ten pools here, two threads, the two
+/// alternated process by process, 20 rounds on a noisy host: each 0.80-0.99x of its time,
+/// together 0.337 -> 0.305 ms. 4096 floats ahead was no better; fetching the output planes
+/// ahead for writing (PREFETCHW) made the pools 1.01-1.20x slower, and fetching ahead in
+/// shufflenet's depthwise convs (`conv_depthwise.rs`) 1.00-1.15x (docs/bench.md, "Flat
+/// pools fetch their planes ahead").
+#[inline(always)]
+fn fetch_plane_ahead(plane: *const f32, len: usize) {
+    let ahead = plane.wrapping_add(len * (PLANE_AHEAD / len.max(1)).max(1));
+    for line in (0..len).step_by(16) {
+        // SAFETY: SSE is baseline on x86_64; a prefetch reads nothing architecturally.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast()) };
+    }
+}
 
 /// Whether a pooling that `pool_3x3.rs` takes runs its whole planes here: rows of at most
 /// [`MAX_WIDTH`] columns, AVX-512, not turned off (`TANDEM_POOL_FLAT=0`), and either stride 1
@@ -149,6 +173,7 @@ unsafe fn plane<V: Lanes, const MAX: bool>(
     );
     let fill = V::splat(if MAX { f32::NEG_INFINITY } else { -0.0 });
     let (x, t) = (xplane.as_ptr(), across.as_mut_ptr());
+    fetch_plane_ahead(x, hw);
     // Masked lanes are never read: the pointers may point before or past the slices.
     for (v, b) in f.bits.iter().enumerate() {
         let at = x.wrapping_add(v * n);
