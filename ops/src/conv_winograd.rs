@@ -154,7 +154,7 @@ const MIN_PIXELS_KEPT: usize = 100;
 /// 0.84-0.92x, 128 -> 128 on 10x10 1.56x against 1.04x); at 14x14 and up (256 -> 256 F(2x2)
 /// 1.45-1.65x, in place 1.23-1.38x), and from 256 channels (384 -> 256 on 13x13 1.15-1.24x
 /// against 1.09-1.10x; alexnet's 256 -> 384 1.22x slower in place in the model) Winograd
-/// stays.
+/// stays, but for 10x10 planes ([`MIN_PIXELS_DEEP_BESIDE_IMPLICIT`]).
 const MIN_PIXELS_BESIDE_IMPLICIT: usize = 196;
 const MAX_CHANNELS_BESIDE_IMPLICIT: usize = 255;
 
@@ -164,6 +164,14 @@ const MAX_CHANNELS_BESIDE_IMPLICIT: usize = 255;
 /// 160 -> 320, squeezenet's 64 -> 256), 10x10 ones 1.14-1.17x (yolov8n's 64 -> 64 and
 /// 128 -> 128 at 320x320); on AMD Zen 5 squeezenet's 64 -> 256 on 13x13 0.94-0.95x.
 const MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH: usize = 169;
+
+/// Fewest output pixels per image with W kept, from [`MAX_CHANNELS_BESIDE_IMPLICIT`] + 1 input
+/// channels, where the in-place path takes the conv and Winograd still runs: 10x10 planes go
+/// in place. On AMD Zen 5, two threads, in the model, the two alternated process by process
+/// (8 rounds): yolov8n's two 256 -> 64 3x3s on 10x10 (its head at 320x320) 0.143 and 0.141 ms
+/// on F(2x2, 3x3), 0.111 and 0.100 in place; alexnet's 256 -> 384 on 13x13 stays on Winograd
+/// (in place 1.22x slower in the model, [`MIN_PIXELS_BESIDE_IMPLICIT`]'s doc).
+const MIN_PIXELS_DEEP_BESIDE_IMPLICIT: usize = 121;
 
 /// Fewest input channels, and output pixels per image, where a kept W takes Winograd on a CPU
 /// where the paths built for full-width AVX-512 lose to it (on AVX2, the taps path's AVX2
@@ -197,7 +205,8 @@ pub(in crate::conv) fn supports(g: &Geom2) -> bool {
 /// `kept` ([`Conv::with_constant_weight`](crate::conv::Conv::with_constant_weight)); a kept
 /// W the packed path reads in place needs [`MIN_PIXELS_BESIDE_IMPLICIT`] below 256 channels
 /// ([`MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH`] where the paths built for full-width AVX-512
-/// lose to Winograd), and one of few channels [`MIN_PIXELS_WITHOUT_TAPS`] there too.
+/// lose to Winograd), [`MIN_PIXELS_DEEP_BESIDE_IMPLICIT`] from 256, and one of few channels
+/// [`MIN_PIXELS_WITHOUT_TAPS`] there too.
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
     let full_width = !crate::simd::winograd_over_wide_paths();
     let min_pixels = match kept {
@@ -207,6 +216,7 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
                 false => MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH,
             }
         }
+        true if super::implicit::takes_kept(g) => MIN_PIXELS_DEEP_BESIDE_IMPLICIT,
         true => MIN_PIXELS_KEPT,
         false => MIN_PIXELS,
     };

@@ -270,6 +270,13 @@ mod tests {
         assert_eq!(conv_variant(64, 256, 13, 1, true), at_13, "13x13, W kept");
         let at_10 = if implicit { "kxk" } else { winograd };
         assert_eq!(conv_variant(128, 128, 10, 1, true), at_10, "10x10, W kept");
+        // From 256 channels Winograd keeps 13x13 planes beside that path, not 10x10 ones.
+        assert_eq!(conv_variant(256, 64, 10, 1, true), at_10, "256 in on 10x10");
+        assert_eq!(
+            conv_variant(256, 64, 13, 1, true),
+            winograd,
+            "256 in on 13x13"
+        );
         // The GPU has one kernel for both.
         assert_eq!(device_variant("winograd", Device::Gpu), "kxk");
         assert_eq!(device_variant("winograd", Device::Cpu), "winograd");
