@@ -210,13 +210,13 @@ pub(in crate::conv) fn supports(g: &Geom2) -> bool {
 pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
     let full_width = !crate::simd::winograd_over_wide_paths();
     let min_pixels = match kept {
-        true if g.c <= MAX_CHANNELS_BESIDE_IMPLICIT && super::implicit::takes_kept(g) => {
-            match full_width {
-                true => MIN_PIXELS_BESIDE_IMPLICIT,
-                false => MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH,
+        true if super::implicit::takes_kept(g) => {
+            match (g.c <= MAX_CHANNELS_BESIDE_IMPLICIT, full_width) {
+                (true, true) => MIN_PIXELS_BESIDE_IMPLICIT,
+                (true, false) => MIN_PIXELS_BESIDE_IMPLICIT_HALF_WIDTH,
+                (false, _) => MIN_PIXELS_DEEP_BESIDE_IMPLICIT,
             }
         }
-        true if super::implicit::takes_kept(g) => MIN_PIXELS_DEEP_BESIDE_IMPLICIT,
         true => MIN_PIXELS_KEPT,
         false => MIN_PIXELS,
     };

@@ -10,6 +10,17 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+/// Fetch `len` floats from `at` into L1, a cache line (16 floats) at a time: the rows or
+/// planes a kernel reads next, where the hardware prefetchers stop at a 4 KB page. Only
+/// fetched, never read, so `at` may point past the input (a prefetch does not fault).
+#[inline(always)]
+pub(crate) fn fetch(at: *const f32, len: usize) {
+    for line in (0..len).step_by(16) {
+        // SAFETY: SSE is baseline on x86_64; a prefetch reads nothing architecturally.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast()) };
+    }
+}
+
 /// # Safety
 /// Every method needs its set's instructions: call them only from code compiled for the set
 /// (inlined into a `#[target_feature]` function).

@@ -41,10 +41,9 @@ use super::{window_counts, Geo};
 #[cfg(target_arch = "x86_64")]
 use {
     super::pool3x3_flat as flat,
-    crate::lanes::{lane_bits, load_lanes, row_lane_bits, Avx2, Avx512, Lanes},
+    crate::lanes::{fetch, lane_bits, load_lanes, row_lane_bits, Avx2, Avx512, Lanes},
     crate::shape::rows_by_block,
     rayon::prelude::*,
-    std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0},
     std::ops::Range,
 };
 
@@ -261,10 +260,7 @@ unsafe fn plane_rows<V: Lanes, const MAX: bool>(
         let row = xplane[r * w..][..w].as_ptr();
         // Only fetched, never read: past the plane's last rows this is the next plane's
         // first ones (the next task's, or nothing), and a prefetch does not fault.
-        let ahead = row.wrapping_add(ROWS_AHEAD * w);
-        for line in (0..w).step_by(16) {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-        }
+        fetch(row.wrapping_add(ROWS_AHEAD * w), w);
         for ((v, out), mask) in reduced.chunks_exact_mut(n).enumerate().zip(&*masks) {
             // SAFETY: only the lanes inside the row are read.
             let mut l = [fill; 4];

@@ -27,14 +27,13 @@
 //! vector units.
 
 use super::Geo;
-use crate::lanes::Lanes;
-use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+use crate::lanes::{fetch, Lanes};
 
 /// Widest plane rows taken here: from 32 columns the row vectors of `pool_3x3.rs` fill
 /// (nearly) every lane.
 const MAX_WIDTH: usize = 28;
 
-/// Floats ahead of a plane whose plane [`fetch_plane_ahead`] brings into L1.
+/// How far on from a plane (floats) [`fetch_plane_ahead`] fetches the plane there.
 const PLANE_AHEAD: usize = 1024;
 
 /// Fetch into L1 the plane of `len` floats about [`PLANE_AHEAD`] floats on from `plane` (the
@@ -50,11 +49,10 @@ const PLANE_AHEAD: usize = 1024;
 /// pools fetch their planes ahead").
 #[inline(always)]
 fn fetch_plane_ahead(plane: *const f32, len: usize) {
-    let ahead = plane.wrapping_add(len * (PLANE_AHEAD / len.max(1)).max(1));
-    for line in (0..len).step_by(16) {
-        // SAFETY: SSE is baseline on x86_64; a prefetch reads nothing architecturally.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast()) };
-    }
+    fetch(
+        plane.wrapping_add(len * (PLANE_AHEAD / len.max(1)).max(1)),
+        len,
+    );
 }
 
 /// Whether a pooling that `pool_3x3.rs` takes runs its whole planes here: rows of at most

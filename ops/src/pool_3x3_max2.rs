@@ -21,8 +21,7 @@
 //! Sits between `pool_3x3.rs` (which pools take this path) and the CPU's vector units.
 
 use super::Geo;
-use crate::lanes::{lane_bits, load_lanes, row_lane_bits, Lanes};
-use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+use crate::lanes::{fetch, lane_bits, load_lanes, row_lane_bits, Lanes};
 use std::ops::Range;
 
 /// Output rows `lines` of one plane into `dst` (`lines.len()` rows of `OW`): window maxima of
@@ -71,10 +70,7 @@ pub(super) unsafe fn plane_rows<V: Lanes>(
         if i + 1 < lines.end && inside(i) && inside(i + 1) {
             let rows: [usize; 5] = std::array::from_fn(|t| row(i, t).expect("inside"));
             // The next pair's four new rows, into L1 (module docs).
-            let ahead = xplane.as_ptr().wrapping_add(rows[4] + w);
-            for line in (0..4 * w).step_by(16) {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-            }
+            fetch(xplane.as_ptr().wrapping_add(rows[4] + w), 4 * w);
             group::<V, 5>(xplane, rows, masks, pl, out.row(j));
             i += 2;
             continue;
