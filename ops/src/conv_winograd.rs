@@ -291,8 +291,12 @@ type Block = (usize, Range<usize>, Range<usize>, Range<usize>);
 /// Work is cut into blocks of tile rows (V and M of a block within [`block_floats`]). With at
 /// least two blocks per thread, each block is one task (transforms and GEMMs on one thread,
 /// in its cache). Otherwise (small planes) blocks run one after another, each with its input
-/// transform parallel over input channels, then GEMMs and output transform parallel over
-/// parts of its output channels.
+/// transform parallel over input channels into a V shared by the threads, then GEMMs and
+/// output transform parallel over parts of its output channels, each part's M in its task's
+/// own temporaries ([`with_tmp`]), reused while hot: as one buffer shared by the threads, M
+/// (1.8 MB for resnet50's 64 -> 64 on 56x56) was written cold at a run's first such conv,
+/// which took 0.5 ms against 0.3 for the same conv later in the run (docs/bench.md,
+/// "Winograd's M per task").
 #[allow(clippy::too_many_arguments)]
 pub(in crate::conv) fn winograd_path(
     v: Variant,
@@ -339,14 +343,10 @@ pub(in crate::conv) fn winograd_path(
     };
     let many = blocks.len() >= 2 * threads || threads == 1;
     let tb_max = blocks.iter().map(|k| t.slots(k.2.len())).max().unwrap_or(0);
-    let (vshared, mshared) = if many {
-        (0, 0)
-    } else {
-        (g.c * points * tb_max, (oc_hi - oc_lo) * points * tb_max)
-    };
-    with_scratch(ulen + vshared + mshared, |buf| {
+    let vshared = if many { 0 } else { g.c * points * tb_max };
+    with_scratch(ulen + vshared, |buf| {
         let (own, rest) = buf.split_at_mut(ulen);
-        let (vbuf, mbuf) = rest.split_at_mut(vshared);
+        let vbuf = &mut rest[..vshared];
         // U and its first output channel.
         let u: (&[f32], usize) = match kept {
             Some(all) => (all, 0),
@@ -438,17 +438,20 @@ pub(in crate::conv) fn winograd_path(
             // Each task: its output channels' point GEMMs, then their output transform, while
             // their M is in its cache.
             let kper = oc.len().div_ceil(4 * threads).next_multiple_of(MR);
-            let mm = &mut mbuf[..oc.len() * points * tb];
-            crate::parallel::for_each_chunk_mut(mm, points * tb * kper, |i, chunk| {
-                let k0 = oc.start + i * kper;
-                let ks = k0..(k0 + kper).min(oc.end);
-                let mp = OutPtr(chunk.as_mut_ptr(), chunk.len());
-                for p in 0..points {
-                    // SAFETY: the task's own rows `[k - k0][p][..]` of `mm`.
-                    unsafe { point_product(tiles, u, vt, (g.c, &ks, tb), (p, points), mp) };
-                }
-                with_tmp(v.tmp_len(&t, tys.len()), |tmp| {
-                    outputs((*n, ks, tys, wr), chunk, tmp)
+            let parts: Vec<Range<usize>> = (oc.start..oc.end)
+                .step_by(kper)
+                .map(|k0| k0..(k0 + kper).min(oc.end))
+                .collect();
+            crate::parallel::for_each_ref(&parts, |ks| {
+                let mlen = ks.len() * points * tb;
+                with_tmp(mlen + v.tmp_len(&t, tys.len()), |buf| {
+                    let (mm, tmp) = buf.split_at_mut(mlen);
+                    let mp = OutPtr(mm.as_mut_ptr(), mm.len());
+                    for p in 0..points {
+                        // SAFETY: the task's own rows `[k - ks.start][p][..]` of `mm`.
+                        unsafe { point_product(tiles, u, vt, (g.c, ks, tb), (p, points), mp) };
+                    }
+                    outputs((*n, ks.clone(), tys, wr), mm, tmp)
                 })
             });
         }
