@@ -242,7 +242,7 @@ fn time_plan(
         gpu: Some(gpu),
         pool,
         constants: &constants,
-        gpu_times: false,
+        node_times: false,
     };
     exec::execute(&cx, vec![x.clone()])?;
     let rule = RunRule {
@@ -275,7 +275,7 @@ fn paired(
         gpu: Some(gpu),
         pool,
         constants: &constants[i],
-        gpu_times: false,
+        node_times: false,
     };
     let mut ms = [Vec::new(), Vec::new()];
     for i in 0..2 {

@@ -5,8 +5,8 @@
 //! (one command encoder); the batch is submitted, without waiting, as soon as a CPU step comes,
 //! so the GPU works while the CPU kernels run on the session's rayon pool, or once it is full
 //! ([`Batch::is_full`]), so the GPU works while the host records the next steps. The host waits
-//! for the GPU only when a CPU step reads a GPU result (a join), or at the end of the run. GPU
-//! steps are timed (timestamp queries) only when [`Context::gpu_times`] asks. A split step
+//! for the GPU only when a CPU step reads a GPU result (a join), or at the end of the run. Nodes
+//! are timed (GPU steps by timestamp queries) only when [`Context::node_times`] asks. A split step
 //! submits its GPU rows first, computes its CPU rows meanwhile, and leaves its output in two
 //! parts that are joined where they are read.
 //!
@@ -76,9 +76,12 @@ pub struct Context<'a> {
     pub gpu: Option<&'a Gpu>,
     pub pool: &'a rayon::ThreadPool,
     pub constants: &'a GpuConstants,
-    /// Whether GPU steps' times are measured ([`Batch::timed`]); without, GPU nodes' times in
-    /// the report are 0.
-    pub gpu_times: bool,
+    /// Whether nodes' times are measured: GPU steps' by timestamp queries ([`Batch::timed`]),
+    /// CPU steps' by the clock around their kernel; without, the report's node times and CPU
+    /// start times are 0 (its total is measured either way). Two clock reads per CPU step were
+    /// 3-5 % of tiny Llama's decode step (50 nodes in 70 us; docs/bench.md, "Winograd's M per
+    /// task").
+    pub node_times: bool,
 }
 
 /// Where a GPU dispatch's measured time goes in the report.
@@ -458,6 +461,16 @@ impl<'a> Run<'a> {
             .collect())
     }
 
+    /// Now, where the run measures its nodes' times ([`Context::node_times`]).
+    fn clock(&self) -> Option<Instant> {
+        self.cx.node_times.then(Instant::now)
+    }
+
+    /// `at` from the start of the run; 0 where nodes are not timed.
+    fn since_start(&self, at: Option<Instant>) -> Duration {
+        at.map_or(Duration::ZERO, |t| t - self.started)
+    }
+
     /// Run step `s` on the CPU: all its rows, or `rows` of them (the CPU half of a split).
     async fn cpu_step(
         &mut self,
@@ -475,13 +488,13 @@ impl<'a> Run<'a> {
         };
         let mut ins = self.host_inputs(s, &halves).await?;
         if rows.is_none() {
-            let start = Instant::now();
+            let start = self.clock();
             if let Some(t) = self.appended(s, &mut ins) {
-                self.cpu_started = start - self.started;
+                self.cpu_started = self.since_start(start);
                 self.slots[node.outputs[0]].host = Some(Arc::new(t));
                 ins.clear();
                 self.ins_buf = ins;
-                return Ok(start.elapsed());
+                return Ok(start.map_or(Duration::ZERO, |t| t.elapsed()));
             }
         }
         // No allocation per step for the argument lists: up to 8 inputs in an array, the
@@ -509,12 +522,12 @@ impl<'a> Run<'a> {
             (step.outputs.iter().zip(&node.outputs))
                 .map(|(m, &v)| self.spare.take_with_room(m, zeroed, room[v])),
         );
-        let start = Instant::now();
-        self.cpu_started = start - self.started;
+        let start = self.clock();
+        self.cpu_started = self.since_start(start);
         let rows = rows.unwrap_or_else(|| step.rows.clone());
         crate::limits::install(cx.pool, || node.op.cpu(refs, &mut outs, rows))
             .map_err(|e| node_error(node, e))?;
-        let took = start.elapsed();
+        let took = start.map_or(Duration::ZERO, |t| t.elapsed());
         for (&v, t) in node.outputs.iter().zip(outs.drain(..)) {
             self.slots[v].host = Some(Arc::new(t));
         }
@@ -560,7 +573,7 @@ impl<'a> Run<'a> {
             report: self.report.nodes.len(),
             split,
         });
-        let batch = (self.batch).get_or_insert_with(|| gpu.batch().timed(cx.gpu_times));
+        let batch = (self.batch).get_or_insert_with(|| gpu.batch().timed(cx.node_times));
         for o in &outputs {
             batch.clear(o);
         }

@@ -454,10 +454,10 @@ impl Session {
     fn run_blocking(
         &self,
         inputs: Vec<(&str, Arc<Tensor>)>,
-        gpu_times: bool,
+        node_times: bool,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         handoff::run_on(&self.pool, &self.last_run, || {
-            pollster::block_on(self.run_owned_async(inputs, gpu_times))
+            pollster::block_on(self.run_owned_async(inputs, node_times))
         })
     }
 
@@ -469,12 +469,13 @@ impl Session {
         self.run_owned_async(copied(inputs), true).await
     }
 
-    /// The run behind every `run*` method, on inputs given by value. GPU nodes are timed when
-    /// `gpu_times` asks or the cost model learns from this run ([`Session::learns_next`]).
+    /// The run behind every `run*` method, on inputs given by value. Nodes are timed when
+    /// `node_times` asks (a report) or the cost model learns from this run
+    /// ([`Session::learns_next`]).
     async fn run_owned_async(
         &self,
         inputs: Vec<(&str, Arc<Tensor>)>,
-        gpu_times: bool,
+        node_times: bool,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
         let ordered = self.order_inputs(inputs)?;
         let (plan, key) = self.cached_plan(&refs(&ordered))?;
@@ -482,14 +483,14 @@ impl Session {
         // A device lost in an earlier run is replaced here (recover.rs).
         let (gpu, reopened) = self.gpu.for_run(&self.constants);
         let plan = self.around_busy_gpu(gpu.as_deref(), plan)?;
-        let gpu_times = gpu_times || self.learns_next(&key, &plan);
+        let node_times = node_times || self.learns_next(&key, &plan);
         let cx = exec::Context {
             graph: &self.graph,
             plan: &plan,
             gpu: gpu.as_deref(),
             pool: &self.pool,
             constants: &self.constants,
-            gpu_times,
+            node_times,
         };
         let mut buffers = self.host_buffers.lock().unwrap().pop().unwrap_or_default();
         let (base, most) = self.kept_host_bytes(&plan);

@@ -177,7 +177,7 @@ fn random_hybrid_plans_of_real_models_match_onnxruntime() {
                 gpu: Some(gpu.as_ref()),
                 pool: &pool,
                 constants: &constants,
-                gpu_times: true,
+                node_times: true,
             };
             let label = format!(
                 "{name} seed {seed} (cpu {}, gpu {}, split {}, chained {})",

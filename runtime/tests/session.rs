@@ -268,50 +268,54 @@ fn a_long_stretch_of_gpu_steps_is_submitted_in_full_batches() {
     }
 }
 
-/// GPU steps are timed (timestamp queries) only when the run asks: a report's GPU nodes carry
-/// their kernel times, a run without `gpu_times` records no queries and reports 0 for them.
+/// Nodes are timed only when the run asks: a report's GPU nodes carry their kernel times
+/// (timestamp queries) and its CPU nodes theirs; an executor run without `node_times` records
+/// no queries, reads no clock per step, and reports 0 for both.
 #[test]
-fn gpu_nodes_are_timed_only_when_the_run_asks() {
+fn nodes_are_timed_only_when_the_run_asks() {
     let (bytes, _) = mlp();
     let gpu = gpu();
     assert!(gpu.has_timestamps(), "lavapipe has timestamp queries");
-    let opts = SessionOptions::default()
-        .placement(Placement::Gpu)
-        .gpu(gpu.clone());
-    let s = Session::new(bytes.as_slice(), opts).unwrap();
-    let (_, report) = s.run_with_report(&[("x", x())]).unwrap();
-    let on_gpu = |r: &tandem::report::RunReport| -> Vec<std::time::Duration> {
-        (r.nodes.iter())
-            .filter(|n| n.ran == Ran::On(Device::Gpu))
-            .map(|n| n.time)
-            .collect()
-    };
-    let timed = on_gpu(&report);
-    assert_eq!(timed.len(), 4, "{report}");
-    assert!(timed.iter().all(|t| !t.is_zero()), "{report}");
-    let plan = s.plan(&[("x", x())]).unwrap();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
-    let constants = tandem::exec::GpuConstants::default();
-    for gpu_times in [false, true] {
-        let cx = tandem::exec::Context {
-            graph: s.graph(),
-            plan: &plan,
-            gpu: Some(&gpu),
-            pool: &pool,
-            constants: &constants,
-            gpu_times,
+    for (placement, device) in [(Placement::Gpu, Device::Gpu), (Placement::Cpu, Device::Cpu)] {
+        let opts = SessionOptions::default()
+            .placement(placement)
+            .gpu(gpu.clone());
+        let s = Session::new(bytes.as_slice(), opts).unwrap();
+        let (_, report) = s.run_with_report(&[("x", x())]).unwrap();
+        let on = |r: &tandem::report::RunReport| -> Vec<std::time::Duration> {
+            (r.nodes.iter())
+                .filter(|n| n.ran == Ran::On(device))
+                .map(|n| n.time)
+                .collect()
         };
-        let (outs, report) = tandem::exec::execute(&cx, vec![x()]).unwrap();
-        assert_close(&outs[0], &reference(&mlp().1), 1e-5, 1e-6);
-        let times = on_gpu(&report);
-        assert_eq!(times.len(), 4, "{report}");
-        assert!(
-            times.iter().all(|t| t.is_zero() != gpu_times),
-            "gpu_times {gpu_times}: {report}"
-        );
+        let timed = on(&report);
+        assert_eq!(timed.len(), 4, "{report}");
+        assert!(timed.iter().all(|t| !t.is_zero()), "{report}");
+        let plan = s.plan(&[("x", x())]).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let constants = tandem::exec::GpuConstants::default();
+        for node_times in [false, true] {
+            let cx = tandem::exec::Context {
+                graph: s.graph(),
+                plan: &plan,
+                gpu: Some(&gpu),
+                pool: &pool,
+                constants: &constants,
+                node_times,
+            };
+            let (outs, report) = tandem::exec::execute(&cx, vec![x()]).unwrap();
+            assert_close(&outs[0], &reference(&mlp().1), 1e-5, 1e-6);
+            let times = on(&report);
+            assert_eq!(times.len(), 4, "{report}");
+            assert!(
+                times.iter().all(|t| t.is_zero() != node_times),
+                "{device:?} node_times {node_times}: {report}"
+            );
+            assert!(!report.total.is_zero(), "{report}");
+        }
     }
 }
 

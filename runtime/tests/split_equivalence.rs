@@ -198,7 +198,7 @@ fn run_plan(graph: &Graph, plan: &Plan, inputs: &[Tensor]) -> (Vec<Tensor>, tand
         gpu: Some(gpu.as_ref()),
         pool: &pool,
         constants: &constants,
-        gpu_times: true,
+        node_times: true,
     };
     execute(&cx, inputs.to_vec()).expect("run")
 }
