@@ -512,7 +512,7 @@ impl Session {
                 plan.gpu_wait * 1e3
             ));
         }
-        self.learn(&key, &plan, &report);
+        self.learn(&key, &plan, &report, node_times);
         let names = self
             .graph
             .outputs
@@ -571,12 +571,13 @@ impl Session {
         Ok(Arc::new(busy))
     }
 
-    /// Feed the run's measured times to the cost model (after a plan's [`WARM_UP_RUNS`], its
+    /// Feed the run's measured times to the cost model (where the run was `timed`: its nodes'
+    /// times measured, [`exec::Context::node_times`]; after a plan's [`WARM_UP_RUNS`], its
     /// next [`LEARN_FIRST`] runs, then one in [`LEARN_EVERY`]); mark the plan stale after
     /// [`REPLAN_AFTER`] consecutive runs past the warm-up (times 2 per earlier re-plan that
     /// changed nothing) that missed its prediction by more than [`REPLAN_MARGIN`], so the next
     /// run plans again with what was learnt.
-    fn learn(&self, key: &[Vec<usize>], plan: &Arc<Plan>, report: &RunReport) {
+    fn learn(&self, key: &[Vec<usize>], plan: &Arc<Plan>, report: &RunReport, timed: bool) {
         let (Some(costs), Some(predicted)) = (&self.costs, plan.predicted) else {
             return;
         };
@@ -596,7 +597,9 @@ impl Session {
             // A plan made around a busy GPU (not cached) or one replaced meanwhile: it learns.
             _ => WARM_UP_RUNS,
         };
-        if learns_from_run(run) {
+        // An untimed report (its nodes' times 0) teaches nothing: a run whose plan was
+        // replaced by another thread's between `learns_next` and here.
+        if timed && learns_from_run(run) {
             let taken = costs.observe_report(&self.graph, plan, report);
             self.observations
                 .fetch_add(taken, std::sync::atomic::Ordering::Relaxed);
