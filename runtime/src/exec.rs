@@ -77,8 +77,8 @@ pub struct Context<'a> {
     pub pool: &'a rayon::ThreadPool,
     pub constants: &'a GpuConstants,
     /// Whether nodes' times are measured: GPU steps' by timestamp queries ([`Batch::timed`]),
-    /// CPU steps' by the clock around their kernel; without, the report's node times and CPU
-    /// start times are 0 (its total is measured either way). Two clock reads per CPU step were
+    /// CPU steps' by the clock around their kernel; without, the report's node times and start
+    /// times are 0 (its total is measured either way). Two clock reads per CPU step were
     /// 3-5 % of tiny Llama's decode step (50 nodes in 70 us; docs/bench.md, "Winograd's M per
     /// task").
     pub node_times: bool,
@@ -244,7 +244,7 @@ impl<'a> Run<'a> {
                     device: Device::Cpu,
                     ..
                 } => Duration::ZERO,
-                _ => self.started.elapsed(),
+                _ => self.since_start(self.clock()),
             },
             time: Duration::ZERO,
             gpu_time: None,
@@ -471,6 +471,11 @@ impl<'a> Run<'a> {
         at.map_or(Duration::ZERO, |t| t - self.started)
     }
 
+    /// Time since `at` ([`Run::clock`]); 0 where nodes are not timed.
+    fn took(at: Option<Instant>) -> Duration {
+        at.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
     /// Run step `s` on the CPU: all its rows, or `rows` of them (the CPU half of a split).
     async fn cpu_step(
         &mut self,
@@ -494,7 +499,7 @@ impl<'a> Run<'a> {
                 self.slots[node.outputs[0]].host = Some(Arc::new(t));
                 ins.clear();
                 self.ins_buf = ins;
-                return Ok(start.map_or(Duration::ZERO, |t| t.elapsed()));
+                return Ok(Self::took(start));
             }
         }
         // No allocation per step for the argument lists: up to 8 inputs in an array, the
@@ -527,7 +532,7 @@ impl<'a> Run<'a> {
         let rows = rows.unwrap_or_else(|| step.rows.clone());
         crate::limits::install(cx.pool, || node.op.cpu(refs, &mut outs, rows))
             .map_err(|e| node_error(node, e))?;
-        let took = start.map_or(Duration::ZERO, |t| t.elapsed());
+        let took = Self::took(start);
         for (&v, t) in node.outputs.iter().zip(outs.drain(..)) {
             self.slots[v].host = Some(Arc::new(t));
         }
