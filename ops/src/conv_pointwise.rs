@@ -17,7 +17,9 @@
 //! inception_v1's 480 -> 16 and 832 -> 32), 0.58-0.79x for those of at most 32 input
 //! channels (32 -> 128 on 27x27, 16 -> 64 on 55x55). From more input channels, 64 and 128
 //! output channels ran 0.77-1.23x (wider ones up to 3.3x with a first version of the kernel)
-//! and keep their paths. Output channels not a multiple of 8
+//! and kept their paths there; on AMD Zen 5, inside the models, those of 128 to 256 input
+//! channels (or 64 outputs) on planes from 28x28 won ([`MIN_PIXELS_WIDE`]). Output channels
+//! not a multiple of 8
 //! leave a block part empty (yolov8n's 64 -> 18 ran 1.2-1.6x), and a plane of one pixel fills
 //! one of the kernel's 48 positions.
 //!
@@ -54,6 +56,23 @@ fn enabled() -> bool {
 const MAX_OUT_CHANNELS: usize = 63;
 const MAX_CHANNELS_ANY_OUT: usize = 32;
 
+/// On planes of at least [`MIN_PIXELS_WIDE`] (28x28), AVX-512 also takes 1x1s of
+/// [`MIN_CHANNELS_WIDE`] to [`MAX_CHANNELS_WIDE`] input channels, and those of fewer input
+/// channels to 64 outputs: inside the models, against the `gemm` crate (which packs W and X
+/// on every call) that took them before, on AMD Zen 5 (2 threads, the binaries alternated
+/// process by process, per-node medians): resnet50's 64 -> 64 on 56x56 0.85x, 256 -> 64
+/// 0.92-0.96x, 128 -> 512 on 28x28 0.87x (0.93x with the residual Sum), inception_v1's 64
+/// -> 64 on 56x56 0.80x, yolov8n's 128 -> 64 on 40x40 0.96x (192 -> 64 there 1.16x, the one
+/// loss); 256 -> 128 on 56x56 even. From fewer input channels to more outputs it lost in
+/// the model (resnet50's 64 -> 256 on 56x56 1.13x, 1.44x with its residual Sum), as did 512
+/// -> 128 on 28x28 (1.05x) and every 1x1 on 14x14 and 7x7 (1.25-2.0x: 196 and 49 pixels
+/// leave most of a last 48-pixel tile empty). docs/bench.md, "1x1s of up to 256 input
+/// channels on the pointwise kernel".
+const MIN_PIXELS_WIDE: usize = 784;
+const MIN_CHANNELS_WIDE: usize = 128;
+const MAX_CHANNELS_WIDE: usize = 256;
+const MAX_OUT_CHANNELS_NARROW_IN: usize = 64;
+
 /// Fewest output pixels: a plane of one pixel (a squeeze-excite block's) would fill one of
 /// the kernel's 48 positions.
 const MIN_PIXELS: usize = 16;
@@ -79,7 +98,8 @@ const MIN_PIXELS_AVX2: usize = 729;
 
 /// Whether `conv_cpu` takes this path for a conv of epilogue `ep`: a 1x1 conv of stride 1,
 /// unpadded, one group, a multiple of 8 output channels, at least [`MIN_PIXELS`], enabled;
-/// on AVX-512 fewer than 64 output channels or at most 32 input channels, on AVX2 planes of
+/// on AVX-512 fewer than 64 output channels or at most 32 input channels (on planes of
+/// [`MIN_PIXELS_WIDE`] also 128 to 256 input channels, or 64 outputs), on AVX2 planes of
 /// [`MIN_PIXELS_AVX2`], the channels of [`MAX_CHANNELS_AVX2`] and an epilogue the kernel
 /// applies whole.
 pub(in crate::conv) fn applies(g: &Geom2, ep: Epilogue) -> bool {
@@ -89,7 +109,13 @@ pub(in crate::conv) fn applies(g: &Geom2, ep: Epilogue) -> bool {
         && g.m.is_multiple_of(MR)
         && pixels >= MIN_PIXELS
         && match crate::simd::level() {
-            Level::Avx512 => g.m <= MAX_OUT_CHANNELS || g.c <= MAX_CHANNELS_ANY_OUT,
+            Level::Avx512 => {
+                g.m <= MAX_OUT_CHANNELS
+                    || g.c <= MAX_CHANNELS_ANY_OUT
+                    || pixels >= MIN_PIXELS_WIDE
+                        && g.c <= MAX_CHANNELS_WIDE
+                        && (g.c >= MIN_CHANNELS_WIDE || g.m <= MAX_OUT_CHANNELS_NARROW_IN)
+            }
             Level::Avx2 => {
                 pixels >= MIN_PIXELS_AVX2
                     && InKernel::whole(ep)

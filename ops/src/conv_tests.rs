@@ -1127,15 +1127,16 @@ fn taps_path_matches_definition() {
     }
 }
 
-/// The pointwise path (1x1, stride 1, unpadded, output channels a multiple of 8, fewer than
-/// 64 of them or at most 32 input channels) against the definition, through `Op::cpu`, whole
+/// The pointwise path (1x1, stride 1, unpadded, output channels a multiple of 8; which
+/// channel counts per SIMD level below) against the definition, through `Op::cpu`, whole
 /// and cut in two mid-plane and mid-block: planes not a multiple of the kernel's 48 pixels,
 /// of one span and of several, several images, W kept and not; the bias and Relu applied by
 /// the kernel, other activations and both residuals after it. The AVX2 kernel takes the
 /// cases marked so (planes of 729 pixels, at most 128 input channels or 256 to 32 outputs,
 /// no epilogue but a Relu; its copied spans of input lines, several to a plane and a part
 /// one at its end); the AVX-512 kernel those marked in the last column (fewer than 64 outputs
-/// or at most 32 inputs).
+/// or at most 32 inputs; on planes of 784 pixels and more also 128 to 256 inputs, or 64
+/// outputs).
 #[test]
 fn pointwise_path_matches_definition() {
     let cases: &[([usize; 4], usize, bool, bool)] = &[
@@ -1153,6 +1154,8 @@ fn pointwise_path_matches_definition() {
         ([2, 128, 28, 27], 64, true, false),
         ([1, 200, 27, 28], 24, true, true),
         ([1, 200, 27, 28], 40, false, true),
+        ([1, 136, 28, 29], 72, false, true),
+        ([1, 48, 29, 28], 64, false, true),
     ];
     let on = std::env::var("TANDEM_CONV_POINTWISE").as_deref() != Ok("0");
     let acts = [Activation::None, Activation::Relu, Activation::Sigmoid];
@@ -1182,10 +1185,13 @@ fn pointwise_path_matches_definition() {
     }
     residual_cases([2, 24, 7, 10], 24, [1, 1], [0; 4]);
     // Measured slower here than the packed path or the `gemm` crate: 64 or more output
-    // channels from more than 128 input channels (AVX-512: 32), output channels in a
-    // part-filled block, a plane of one pixel; padded or strided 1x1s are not read in place.
+    // channels from more than 128 input channels (AVX-512: 32; on planes of 28x28 and more
+    // 256, and from fewer than 128 to more than 64 outputs), output channels in a part-filled
+    // block, a plane of one pixel; padded or strided 1x1s are not read in place.
     for (xs, m, s, pads) in [
-        ([1, 160, 56, 56], 128, 1, 0),
+        ([1, 160, 27, 28], 128, 1, 0),
+        ([1, 512, 28, 28], 128, 1, 0),
+        ([1, 64, 56, 56], 256, 1, 0),
         ([1, 512, 13, 13], 1000, 1, 0),
         ([1, 64, 40, 40], 18, 1, 0),
         ([1, 192, 1, 1], 48, 1, 0),
