@@ -303,6 +303,7 @@ pub(in crate::conv) fn taps_path(
     let xlen = (n_hi - n_lo) * g.c * plane;
     let optr = OutPtr(out.as_mut_ptr(), out.len());
     let ke = InKernel::of(b, z, ep);
+    let fetch = fetches_output(g);
     with_scratch(wlen + xlen, |buf| {
         let (wk, xp) = buf.split_at_mut(wlen);
         let wk: &[f32] = match blocks {
@@ -333,7 +334,8 @@ pub(in crate::conv) fn taps_path(
                             ow: g.ow,
                             at: t,
                         };
-                        let to = TileOut::of(&ks, g.oh * g.ow, (span - t).min(NP), ke, Some(gaps));
+                        let to = TileOut::of(&ks, g.oh * g.ow, (span - t).min(NP), ke, Some(gaps))
+                            .fetching(fetch);
                         // SAFETY: AVX2 or AVX-512 present (`applies`); every plane has `NP` +
                         // the largest offset floats past its last row's positions; the output
                         // rows `ks` of the task's output rows are in bounds (checked above)
@@ -483,7 +485,8 @@ pub(in crate::conv) fn block_in<'w>(
 /// Where [`tile`] stores its `MR x NP` block and what it starts from and ends with: the
 /// first `rows` rows and `positions` columns at stride `ld` (skipping `gaps`), the sums
 /// started from the bias per row at `bias` (else from zero), and Relu'd before the store
-/// where `relu`.
+/// where `relu`; on AVX-512 the block's output lines fetched for writing before the sums
+/// where `fetch` ([`fetches_output`]).
 #[derive(Clone, Copy)]
 pub(in crate::conv) struct TileOut {
     ld: usize,
@@ -492,6 +495,31 @@ pub(in crate::conv) struct TileOut {
     bias: Option<*const f32>,
     relu: bool,
     gaps: Option<RowGaps>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fetch: bool,
+}
+
+/// Input channels up to which a conv is taken for a network's first (it reads the image), and
+/// the multiply-adds per output from which such a conv's tiles fetch their output lines for
+/// writing before they compute ([`fetches_output`]).
+const FIRST_CONV_CHANNELS: usize = 4;
+const FETCH_MIN_DEPTH: usize = 100;
+
+/// Whether the tiles of `g` fetch their output lines for writing (`PREFETCHW`) before their
+/// sums: a network's first conv writes the run's first large output, whose lines a model
+/// with more weights than the L3 holds has pushed out of every cache since the last run.
+/// Each store of a tile then waited for its line from memory: resnet50's 3 -> 64 7x7/2 on
+/// 224x224 took 0.67 ms after a 64 MB pass and 0.51 with its output warm (onnxruntime's
+/// 0.47 either way). Fetched while the tile computes (147 multiply-adds an output there),
+/// the lines arrive before the stores: inside the models (AMD Zen 5, 2 threads, alternated
+/// process by process) resnet50's 0.79x, inception_v2's 0.81x, inception_v1's 0.85x,
+/// densenet121's 0.87x, zfnet512's 3 -> 96 0.78x, alexnet's 11x11/4 0.92x; the models
+/// 0.975-0.995x. 3x3 first convs (27 multiply-adds an output) gained where the output was
+/// cold (squeezenet 0.95x) and lost where the model's working set keeps it in the L3
+/// (yolov8n's, shufflenet's 1.06x); the 3x3s after them (144-288), whose outputs are warm,
+/// lost 10-12 % (squeezenet). docs/bench.md, "First convs fetch their output lines".
+pub(in crate::conv) fn fetches_output(g: &Geom2) -> bool {
+    g.c <= FIRST_CONV_CHANNELS && g.ckk() >= FETCH_MIN_DEPTH
 }
 
 impl TileOut {
@@ -511,7 +539,13 @@ impl TileOut {
             bias: ep.bias.map(|b| b[ks.start..].as_ptr()),
             relu: ep.relu,
             gaps,
+            fetch: false,
         }
+    }
+
+    /// The same, its output lines fetched for writing before the sums where `fetch`.
+    pub(in crate::conv) fn fetching(self, fetch: bool) -> TileOut {
+        TileOut { fetch, ..self }
     }
 }
 
@@ -585,6 +619,41 @@ mod avx512 {
     /// [`MIN_ROW`] positions.
     const SEGMENTS: usize = 3;
 
+    /// `PREFETCHW` of every cache line [`tile`] will store to: its first `to.rows` rows from
+    /// `out` at stride `to.ld`, the outputs of its first `to.positions` (at most `16 v`)
+    /// columns (between the first and the last of them on each row where `to.gaps`).
+    #[inline(always)]
+    fn fetch_for_writing(out: *mut f32, to: &TileOut, v: usize) {
+        let n = to.positions.min(16 * v);
+        if n == 0 {
+            return;
+        }
+        let (first, end) = match to.gaps {
+            None => (0, n),
+            Some(RowGaps { wp, ow, at }) => {
+                let last = at + n - 1;
+                let (r0, r1) = (at / wp, last / wp);
+                (
+                    r0 * ow + (at - r0 * wp).min(ow),
+                    r1 * ow + (last - r1 * wp + 1).min(ow),
+                )
+            }
+        };
+        for i in 0..to.rows.min(MR) {
+            let row = out.wrapping_add(i * to.ld);
+            let mut line = row.wrapping_add(first) as usize & !63;
+            let end = row.wrapping_add(end) as usize;
+            while line < end {
+                // SAFETY: a prefetch does not fault and writes nothing; PREFETCHW is on every
+                // CPU with AVX-512 (Intel from Broadwell, AMD since the K6).
+                unsafe {
+                    std::arch::asm!("prefetchw [{0}]", in(reg) line, options(nostack, preserves_flags, readonly));
+                }
+                line += 64;
+            }
+        }
+    }
+
     /// `MR x 16 V` outputs (`V` at most `NV` vectors: a short tile computes fewer):
     /// `out[i][j] = sum_{c, t} wb[c][t][i] x[c plane + offs[t] + j]`, of which the first
     /// `to.rows` rows and `to.positions` columns are read and stored at stride `to.ld`, columns
@@ -622,6 +691,9 @@ mod avx512 {
                     *acc = _mm512_set1_ps(*b.add(i));
                 }
             }
+        }
+        if to.fetch {
+            fetch_for_writing(out, &to, V);
         }
         let mut wp = wb.as_ptr();
         // One tap at offset 0 (`ONE`, a 1x1 conv) spares the loop over taps.

@@ -245,6 +245,7 @@ mod tests {
                             bias: with_bias.then_some(bias.as_ptr()),
                             relu,
                             gaps,
+                            fetch: false,
                         };
                         // SAFETY: AVX2 and FMA checked above; `x` holds `c` planes of
                         // `plane` floats, more than the largest offset plus `NP`; `out` holds

@@ -1105,6 +1105,19 @@ fn taps_path_matches_definition() {
             activated_case(&op, xs, m, k, s, d, pads, bias);
         }
     }
+    // First convs of 7x7 and wider fetch their output lines for writing before their sums
+    // (the first large output of a run, cold); 3x3 first convs and the convs after do not.
+    for (xs, m, k, s, fetch) in [
+        ([1, 3, 224, 224], 64, 7, 2, true),
+        ([1, 3, 227, 227], 96, 11, 4, true),
+        ([1, 3, 224, 224], 64, 3, 2, false),
+        ([1, 16, 55, 55], 64, 3, 1, false),
+        ([1, 64, 56, 56], 64, 7, 1, false),
+    ] {
+        let op = Conv::plain(&conv_attrs(1, [s, s], [1, 1], [k as i64 / 2; 4])).unwrap();
+        let (g, _) = op.geom(&[&xs, &[m, xs[1], k, k]]).unwrap();
+        assert_eq!(cpu::taps::fetches_output(&g), fetch, "{xs:?} m {m} k {k}");
+    }
     // The 32-channel case's spans: whole tiles, in order, covering a task's positions, its
     // 8 rows of 101 line positions in more than one.
     let op = Conv::plain(&conv_attrs(1, [2, 2], [1, 1], [1, 1, 1, 1])).unwrap();
