@@ -514,10 +514,11 @@ const FETCH_MIN_DEPTH: usize = 100;
 /// the lines arrive before the stores: inside the models (AMD Zen 5, 2 threads, alternated
 /// process by process) resnet50's 0.79x, inception_v2's 0.81x, inception_v1's 0.85x,
 /// densenet121's 0.87x, zfnet512's 3 -> 96 0.78x, alexnet's 11x11/4 0.92x; the models
-/// 0.975-0.995x. 3x3 first convs (27 multiply-adds an output) gained where the output was
+/// 0.97-0.999x. 3x3 first convs (27 multiply-adds an output) gained where the output was
 /// cold (squeezenet 0.95x) and lost where the model's working set keeps it in the L3
 /// (yolov8n's, shufflenet's 1.06x); the 3x3s after them (144-288), whose outputs are warm,
-/// lost 10-12 % (squeezenet). docs/bench.md, "First convs fetch their output lines".
+/// lost 10-12 % (squeezenet). docs/bench.md, "1x1s of up to 256 input
+/// channels on the pointwise kernel; first convs fetch their output lines".
 pub(in crate::conv) fn fetches_output(g: &Geom2) -> bool {
     g.c <= FIRST_CONV_CHANNELS && g.ckk() >= FETCH_MIN_DEPTH
 }
