@@ -13,7 +13,6 @@
 use super::{epilogue, Epilogue, Geom2};
 use crate::phase_planes::{fold_block, Fold, Scratch, Window};
 use crate::shape::rows_by_block;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Whether [`plane_path`] computes `g`: no dilation.
@@ -45,9 +44,11 @@ pub(super) fn plane_path(
     let table = win.tap_table();
     // One piece per plane the rows touch: (plane, its output rows, their block of `out`).
     let pieces = rows_by_block(&mut out[rows.start * ow..rows.end * ow], rows, g.oh, ow);
-    pieces
-        .into_par_iter()
-        .for_each_init(Scratch::default, |scratch, (plane, lines, dst)| {
+    crate::parallel::for_each_item_init(
+        pieces,
+        1,
+        Scratch::default,
+        |scratch, (plane, lines, dst): (usize, std::ops::Range<usize>, &mut [f32])| {
             let (n, oc) = (plane / g.m, plane % g.m);
             let xplane = &x[(n * g.c + oc / g.mg) * g.h * g.w..][..g.h * g.w];
             let taps = &w[oc * g.kh * g.kw..][..g.kh * g.kw];
@@ -61,5 +62,6 @@ pub(super) fn plane_path(
                 line.copy_from_slice(&a[..ow]);
             }
             epilogue(dst, None, None, ep);
-        });
+        },
+    );
 }

@@ -217,6 +217,7 @@ unsafe fn gemm_ptr(
     #[allow(unreachable_code)]
     let par = match threads {
         Threads::Single => Parallelism::None,
+        Threads::Pool if crate::parallel::serial() => Parallelism::None,
         Threads::Pool => match rayon::current_num_threads() {
             0 | 1 => Parallelism::None,
             t => Parallelism::Rayon(t),

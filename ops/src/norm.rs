@@ -358,8 +358,8 @@ impl Op for LayerNorm {
         let (scale, bias, eps, rms) = (&scale[..], bias.as_deref(), self.eps, self.rms);
         let norm = |(xr, yr): (&[f32], &mut [f32])| layer_norm_row(xr, yr, scale, bias, eps, rms);
         if stats.is_empty() {
-            x.par_chunks(n).zip(y.par_chunks_mut(n)).for_each(|r| {
-                norm(r);
+            crate::parallel::for_each_chunk_mut(y, n, |i, yr| {
+                norm((&x[i * n..][..n], yr));
             });
         } else {
             let (mean_t, inv_t) = stats.split_at_mut(1);
@@ -372,10 +372,15 @@ impl Op for LayerNorm {
                     &mut inv_none[..]
                 }
             };
-            x.par_chunks(n)
-                .zip(y.par_chunks_mut(n))
-                .zip(mean.par_iter_mut().zip(inv.par_iter_mut()))
-                .for_each(|(r, (m, i))| (*m, *i) = norm(r));
+            if crate::parallel::serial() {
+                (x.chunks(n).zip(y.chunks_mut(n)))
+                    .zip(mean.iter_mut().zip(inv.iter_mut()))
+                    .for_each(|(r, (m, i))| (*m, *i) = norm(r));
+            } else {
+                (x.par_chunks(n).zip(y.par_chunks_mut(n)))
+                    .zip(mean.par_iter_mut().zip(inv.par_iter_mut()))
+                    .for_each(|(r, (m, i))| (*m, *i) = norm(r));
+            }
         }
         Ok(())
     }
@@ -569,13 +574,11 @@ impl Op for InstanceNorm {
             return Ok(());
         }
         let x = &x[rows.start * n..rows.end * n];
-        x.par_chunks(n)
-            .zip(y.par_chunks_mut(n))
-            .enumerate()
-            .for_each(|(i, (xr, yr))| {
-                let ch = (rows.start + i) % c;
-                instance_norm_row(xr, yr, scale[ch], bias[ch], self.eps);
-            });
+        crate::parallel::for_each_chunk_mut(y, n, |i, yr| {
+            let xr = &x[i * n..][..n];
+            let ch = (rows.start + i) % c;
+            instance_norm_row(xr, yr, scale[ch], bias[ch], self.eps);
+        });
         Ok(())
     }
 

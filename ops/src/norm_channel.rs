@@ -7,7 +7,6 @@
 use crate::conv::Activation;
 use crate::shape::grid_1d;
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// BatchNormalization in inference mode:
@@ -165,20 +164,18 @@ impl Op for BatchNorm {
         let y = &mut y[rows.start * n..rows.end * n];
         let x = &x[rows.start * n..rows.end * n];
         let per = rows_per_task(n);
-        y.par_chunks_mut(per * n)
-            .zip(x.par_chunks(per * n))
-            .enumerate()
-            .for_each(|(t, (yt, xt))| {
-                for (k, (yr, xr)) in yt.chunks_mut(n).zip(xt.chunks(n)).enumerate() {
-                    let ch = (rows.start + t * per + k) % c;
-                    let (m, s) = (a[ch], shift[ch]);
-                    if self.relu {
-                        crate::simd::map(xr, yr, &|v: f32| Activation::Relu.apply(v * m + s));
-                    } else {
-                        crate::simd::map(xr, yr, &|v: f32| v * m + s);
-                    }
+        crate::parallel::for_each_chunk_mut(y, per * n, |t, yt| {
+            let xt = &x[t * per * n..][..yt.len()];
+            for (k, (yr, xr)) in yt.chunks_mut(n).zip(xt.chunks(n)).enumerate() {
+                let ch = (rows.start + t * per + k) % c;
+                let (m, s) = (a[ch], shift[ch]);
+                if self.relu {
+                    crate::simd::map(xr, yr, &|v: f32| Activation::Relu.apply(v * m + s));
+                } else {
+                    crate::simd::map(xr, yr, &|v: f32| v * m + s);
                 }
-            });
+            }
+        });
         Ok(())
     }
 

@@ -6,10 +6,39 @@
 //! once per kernel closure: with closures handed straight to rayon, 490 copies of it made 46 %
 //! of this crate's IR (`cargo llvm-lines -p tandem-ops --lib --release`: 776k of 1.70M lines)
 //! and about half its release build time. The price is one indirect call per piece, and pieces are thousands of elements.
-//! Kernels that need an adapter these helpers lack (rayon's `with_min_len`, `for_each_init`,
-//! several mutable outputs zipped) call rayon themselves: each is one f32 kernel, one copy.
+//! Kernels that need an adapter these helpers lack (rayon's `with_min_len`, several mutable
+//! outputs zipped) call rayon themselves: each is one f32 kernel, one copy, and each asks
+//! [`serial`] first (serial mode: [`serially`]; `runtime/tests/serial.rs` holds the global
+//! pool's workers and runs one case of each such kernel in it).
 
 use rayon::prelude::*;
+use std::cell::Cell;
+
+thread_local! {
+    /// Whether this thread runs every parallel loop of the kernels in order itself ([`serially`]).
+    static SERIAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with every parallel loop of the kernels it calls run in order on this thread:
+/// no job reaches any rayon pool (the helpers below, the kernels that call rayon themselves and
+/// the `gemm` crate's parallelism all ask [`serial`]). For runs too short to pay for waking
+/// another worker, and for a caller that is not on the session's pool at all (a decode step
+/// run on the application's own thread; `tandem::session`).
+pub fn serially<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    f()
+}
+
+/// Whether this thread is inside [`serially`].
+pub fn serial() -> bool {
+    SERIAL.with(Cell::get)
+}
 
 /// `f(i, piece)` for `out` cut into `chunk`-long pieces (the last may be shorter; `chunk` 0
 /// is taken as 1), in parallel on the current rayon pool.
@@ -23,6 +52,9 @@ pub fn for_each_chunk_mut<T: Send>(
 
 #[inline(never)]
 fn chunks_dyn<T: Send>(out: &mut [T], chunk: usize, f: &(dyn Fn(usize, &mut [T]) + Sync)) {
+    if serial() {
+        return out.chunks_mut(chunk).enumerate().for_each(|(i, p)| f(i, p));
+    }
     out.par_chunks_mut(chunk)
         .enumerate()
         .for_each(|(i, piece)| f(i, piece));
@@ -35,6 +67,9 @@ pub fn for_each_index(n: usize, f: impl Fn(usize) + Sync) {
 
 #[inline(never)]
 fn indices_dyn(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    if serial() {
+        return (0..n).for_each(f);
+    }
     (0..n).into_par_iter().for_each(f);
 }
 
@@ -45,6 +80,9 @@ pub fn for_each_ref<I: Sync>(items: &[I], f: impl Fn(&I) + Sync) {
 
 #[inline(never)]
 fn refs_dyn<I: Sync>(items: &[I], f: &(dyn Fn(&I) + Sync)) {
+    if serial() {
+        return items.iter().for_each(f);
+    }
     items.par_iter().for_each(f);
 }
 
@@ -55,7 +93,29 @@ pub fn for_each_item<I: Send>(items: Vec<I>, f: impl Fn(I) + Sync) {
 
 #[inline(never)]
 fn items_dyn<I: Send>(items: Vec<I>, f: &(dyn Fn(I) + Sync)) {
+    if serial() {
+        return items.into_iter().for_each(f);
+    }
     items.into_par_iter().for_each(f);
+}
+
+/// `f(scratch, item)` for every item, in parallel on the current rayon pool, at least
+/// `min_len` items a task, each thread's `scratch` made once by `init` (rayon's
+/// `for_each_init`): the planes of the pools and depthwise convs.
+pub fn for_each_item_init<I: Send, S>(
+    items: Vec<I>,
+    min_len: usize,
+    init: impl Fn() -> S + Sync + Send,
+    f: impl Fn(&mut S, I) + Sync + Send,
+) {
+    if serial() {
+        let mut scratch = init();
+        return items.into_iter().for_each(|i| f(&mut scratch, i));
+    }
+    items
+        .into_par_iter()
+        .with_min_len(min_len.max(1))
+        .for_each_init(init, f);
 }
 
 #[cfg(test)]

@@ -324,18 +324,27 @@ impl Pool {
             }
             None if self.plane_fits(g) => self.pool_planes_f32(x, g, y, start / g.outd[2].max(1)),
             None => self.pool_rows_f32(x, g, y, start),
-            Some(idx) => y
-                .par_chunks_mut(ch)
-                .zip(idx.par_chunks_mut(ch))
-                .enumerate()
-                .for_each(|(ci, (chunk, ichunk))| {
+            Some(idx) => {
+                let one = |(ci, (chunk, ichunk)): (usize, (&mut [f32], &mut [i64]))| {
                     for (k, (y, i)) in chunk.iter_mut().zip(ichunk).enumerate() {
                         let e = start + ci * ch + k;
                         let (v, at) = self.element(x, g, e);
                         *y = v;
                         *i = at.map_or(-1, |at| self.index(g, e / plane, at));
                     }
-                }),
+                };
+                if crate::parallel::serial() {
+                    y.chunks_mut(ch)
+                        .zip(idx.chunks_mut(ch))
+                        .enumerate()
+                        .for_each(one)
+                } else {
+                    y.par_chunks_mut(ch)
+                        .zip(idx.par_chunks_mut(ch))
+                        .enumerate()
+                        .for_each(one)
+                }
+            }
         }
     }
 

@@ -43,7 +43,6 @@ use {
     super::pool3x3_flat as flat,
     crate::lanes::{fetch, lane_bits, load_lanes, row_lane_bits, Avx2, Avx512, Lanes},
     crate::shape::rows_by_block,
-    rayon::prelude::*,
     std::ops::Range,
 };
 
@@ -132,9 +131,11 @@ fn planes<V: Compiled + flat::Compiled>(
     let flat = flat::applies(g, max).then(|| flat::Flat::of(g, V::N, divisors));
     let pieces = rows_by_block(y, rows, oh, ow);
     let per_task = pieces.len().div_ceil(4 * rayon::current_num_threads());
-    pieces.into_par_iter().with_min_len(per_task).for_each_init(
+    crate::parallel::for_each_item_init(
+        pieces,
+        per_task,
         Scratch::default,
-        |scratch, (p, lines, dst)| {
+        |scratch, (p, lines, dst): (usize, Range<usize>, &mut [f32])| {
             let xplane = &x[p * plane..][..plane];
             if let Some(f) = flat.as_ref().filter(|_| lines.len() == oh) {
                 let len = f.scratch_len(V::N).max(scratch.0.len());

@@ -21,7 +21,6 @@ use super::{
 };
 use crate::phase_planes::{combine, fold_block, Fold, Scratch, Window};
 use crate::shape::rows_by_block;
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Per-task scratch of the band path.
@@ -177,14 +176,14 @@ impl Pool {
             (0.0, Fold::Sum)
         };
         let pieces = rows_by_block(y, rows, oh, ow);
-        pieces
-            .into_par_iter()
-            .for_each_init(Scratch::default, |scratch, (plane, lines, dst)| {
-                let xplane = &x[plane * in_plane..][..in_plane];
-                fold_block(win, xplane, lines.clone(), &table, fill, fold, scratch);
-                let div = (!self.max).then(|| &divisors[lines.start * ow..lines.end * ow]);
-                block_out(&scratch.1, win.cols(), dst, ow, div);
-            });
+        let one = |scratch: &mut Scratch,
+                   (plane, lines, dst): (usize, Range<usize>, &mut [f32])| {
+            let xplane = &x[plane * in_plane..][..in_plane];
+            fold_block(win, xplane, lines.clone(), &table, fill, fold, scratch);
+            let div = (!self.max).then(|| &divisors[lines.start * ow..lines.end * ow]);
+            block_out(&scratch.1, win.cols(), dst, ow, div);
+        };
+        crate::parallel::for_each_item_init(pieces, 1, Scratch::default, one);
     }
 
     fn plane_scratch(&self, g: &Geo) -> PlaneScratch {

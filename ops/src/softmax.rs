@@ -166,22 +166,23 @@ impl Op for Softmax {
         let mode = self.mode;
         // At least PAR_MIN elements per task: a small softmax (a decode step's few heads) runs
         // on the calling thread instead of waking another worker for a microsecond of work.
-        let per = |len: usize| PAR_MIN.div_ceil(len.max(1));
-        if mode == Mode::Hard {
-            y.par_chunks_mut(block)
-                .zip(x.par_chunks(block))
-                .with_min_len(per(block))
-                .for_each(|(y, x)| hard_lanes(x, y, n, inner));
-        } else if inner == 1 {
-            y.par_chunks_mut(n)
-                .zip(x.par_chunks(n))
-                .with_min_len(per(n))
-                .for_each(|(y, x)| lane(x, y, mode == Mode::Log));
+        let (len, log) = match (mode, inner) {
+            (Mode::Hard, _) => (block, false),
+            (_, 1) => (n, mode == Mode::Log),
+            _ => (block, mode == Mode::Log),
+        };
+        let one = |(y, x): (&mut [f32], &[f32])| match (mode, inner) {
+            (Mode::Hard, _) => hard_lanes(x, y, n, inner),
+            (_, 1) => lane(x, y, log),
+            _ => strided_lanes(x, y, n, inner, log),
+        };
+        if crate::parallel::serial() {
+            y.chunks_mut(len).zip(x.chunks(len)).for_each(one);
         } else {
-            y.par_chunks_mut(block)
-                .zip(x.par_chunks(block))
-                .with_min_len(per(block))
-                .for_each(|(y, x)| strided_lanes(x, y, n, inner, mode == Mode::Log));
+            y.par_chunks_mut(len)
+                .zip(x.par_chunks(len))
+                .with_min_len(PAR_MIN.div_ceil(len.max(1)))
+                .for_each(one);
         }
         Ok(())
     }

@@ -235,13 +235,16 @@ pub fn check_host_memory(graph: &Graph, plan: &Plan, cap: Option<u64>) -> Result
     Ok(())
 }
 
-/// Run `f` (a CPU kernel) on `pool`, unless the caller is a worker of another rayon pool: then
-/// on the caller's own pool. A cross-pool `install` blocks that worker, which meanwhile runs
+/// Run `f` (a CPU kernel) on `pool`, unless the caller is a worker of another rayon pool (then
+/// on the caller's own pool) or runs serially (`tandem_ops::parallel::serially`: then on the
+/// caller's thread). A cross-pool `install` blocks that worker, which meanwhile runs
 /// other queued jobs of its pool on its stack (more `Session::run`s, nested without bound: a
 /// stack overflow, or a deadlock when such a job waits for a lock the blocked one holds), and
 /// two pools busy at once oversubscribe the cores. A caller already on rayon brings its threads.
 pub fn install<R: Send>(pool: &rayon::ThreadPool, f: impl FnOnce() -> R + Send) -> R {
-    if rayon::current_thread_index().is_some() && pool.current_thread_index().is_none() {
+    if tandem_ops::parallel::serial()
+        || rayon::current_thread_index().is_some() && pool.current_thread_index().is_none()
+    {
         f()
     } else {
         pool.install(f)

@@ -191,7 +191,8 @@ pub struct Session {
     /// Host buffers kept between runs ([`exec::HostBuffers`]): one store per run in flight, at
     /// most [`KEPT_STORES`] kept.
     host_buffers: Mutex<Vec<exec::HostBuffers>>,
-    /// The last run's time on the pool, for waiting on the next ([`handoff::run_on`]).
+    /// The last runs' times per input shapes, on the pool and on the caller's thread: where the
+    /// next runs, and how long to wait for it ([`handoff::run_on`]).
     last_run: handoff::Expected,
 }
 
@@ -450,13 +451,22 @@ impl Session {
 
     /// [`Session::run_owned_async`], blocking. The executor runs on the session's pool, so that
     /// each CPU kernel starts inline instead of through a cross-thread `install` per node (5-10
-    /// us each).
+    /// us each), or, for runs of input shapes that take less so, on the caller's thread with
+    /// every kernel loop in order (`handoff.rs`).
     fn run_blocking(
         &self,
         inputs: Vec<(&str, Arc<Tensor>)>,
         node_times: bool,
     ) -> Result<(Vec<(String, Tensor)>, RunReport)> {
-        handoff::run_on(&self.pool, &self.last_run, || {
+        let shapes = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for (name, t) in &inputs {
+                (name, &t.shape).hash(&mut h);
+            }
+            h.finish()
+        };
+        handoff::run_on(&self.pool, &self.last_run, shapes, || {
             pollster::block_on(self.run_owned_async(inputs, node_times))
         })
     }
