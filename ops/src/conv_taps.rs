@@ -518,7 +518,7 @@ const FETCH_MIN_DEPTH: usize = 100;
 /// cold (squeezenet 0.95x) and lost where the model's working set keeps it in the L3
 /// (yolov8n's, shufflenet's 1.06x); the 3x3s after them (144-288), whose outputs are warm,
 /// lost 10-12 % (squeezenet). docs/bench.md, "1x1s of up to 256 input
-/// channels on the pointwise kernel; first convs fetch their output lines".
+/// channels on the pointwise kernel; first convs fetch their output lines; ...".
 pub(in crate::conv) fn fetches_output(g: &Geom2) -> bool {
     g.c <= FIRST_CONV_CHANNELS && g.ckk() >= FETCH_MIN_DEPTH
 }

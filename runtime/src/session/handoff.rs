@@ -15,9 +15,9 @@
 //! A run that took under [`SERIAL_TRY`] on the pool is tried once on the caller's own thread
 //! with every kernel loop run in order (`tandem_ops::parallel::serially`): no handoff, no
 //! worker woken per node. Then runs of those input shapes go where they last took less, every
-//! [`RETRY_EVERY`]-th the other way. tiny Llama's decode step (50 nodes, about 60 us): 0.057-
-//! 0.070 ms on the pool of two, 0.055-0.057 on the caller (docs/bench.md, "A decode step
-//! runs on the caller's thread").
+//! [`RETRY_EVERY`]-th the other way. tiny Llama's decode step (50 nodes, about 60 us): 0.055-
+//! 0.066 ms on the pool of two, 0.053-0.055 on the caller (fast mode; docs/bench.md, "1x1s of
+//! up to 256 input channels ...; a decode step on the caller's thread").
 //!
 //! Sits between `Session::run_with_report_owned` and rayon.
 
