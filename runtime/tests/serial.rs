@@ -37,11 +37,10 @@ fn cases() -> Vec<(&'static str, Box<dyn Op>, Vec<Tensor>)> {
         let tensor = |s: &&[usize]| hashed(s, seed.replace(seed.get() + 1), 0.05, 0.013);
         shapes.iter().map(tensor).collect()
     };
-    let (c3, c1) = (conv(3, 1, 1, 1), conv(1, 1, 0, 1));
     vec![
         (
             "Conv 3x3 (Winograd)",
-            c3,
+            conv(3, 1, 1, 1),
             t(&[&[1, 64, 20, 20], &[64, 64, 3, 3], &[64]]),
         ),
         (
@@ -56,7 +55,7 @@ fn cases() -> Vec<(&'static str, Box<dyn Op>, Vec<Tensor>)> {
         ),
         (
             "Conv 1x1 (pointwise)",
-            c1,
+            conv(1, 1, 0, 1),
             t(&[&[1, 128, 28, 28], &[64, 128, 1, 1]]),
         ),
         (
