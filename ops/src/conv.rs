@@ -17,10 +17,10 @@
 //! lines; 3x3 stride-1 convs with enough channels and pixels take Winograd (F(4x4, 3x3) on
 //! large planes, F(2x2, 3x3) on small ones)
 //! (`conv_winograd.rs`); convs of few channels the sum over taps of shifted input lines
-//! (`conv_taps.rs`), 1x1s of few output or input channels (AVX-512, from 28x28: up to 256 in) `W @ X` on the input planes in place
-//! (`conv_pointwise.rs`, the same kernel), constant-W convs of many output channels the packed
-//! path (`conv_packed.rs`, `conv_implicit.rs`); everything else is a GEMM per (image, group)
-//! on pixel chunks:
+//! (`conv_taps.rs`), 1x1s of few output or input channels (AVX-512, from 28x28: up to 256 in)
+//! `W @ X` on the input planes in place (`conv_pointwise.rs`, the same kernel), constant-W
+//! convs of many output channels the packed path (`conv_packed.rs`, `conv_implicit.rs`);
+//! everything else is a GEMM per (image, group) on pixel chunks:
 //! `out[oc, p] = W[oc, (c,kh,kw)] x col[(c,kh,kw), p]`, with `col` built by im2col for the
 //! chunk (bounded scratch, parallel over chunks), or read straight from X for 1x1 stride-1
 //! unpadded convs. A row range becomes at most three rectangles (oc range x pixel range)

@@ -18,8 +18,8 @@
 //! im2col of a kernel of several taps in place (`conv_implicit.rs`; `TANDEM_CONV_IMPLICIT=0`).
 //! 1x1 convs of few output or input channels (on AVX-512 and planes from 28x28, up to 256
 //! input channels) run as `W @ X` on the input planes, read in place (on AVX2 from copied
-//! spans; `conv_pointwise.rs`, [`pointwise::applies`]; `TANDEM_CONV_POINTWISE=0`). On planes below 14x14 (Winograd) and 40x40 (taps) a kept W
-//! takes the packed path rather than those two.
+//! spans; `conv_pointwise.rs`, [`pointwise::applies`]; `TANDEM_CONV_POINTWISE=0`). On planes
+//! below 14x14 (Winograd) and 40x40 (taps) a kept W takes the packed path rather than those two.
 //!
 //! Sits between the Conv operator (`conv.rs`: attributes, geometry `Geom2`, the GPU kernel) and
 //! the shared CPU GEMM (`cpu_gemm.rs`).
