@@ -5,8 +5,9 @@
 //! `(di - K / 2) * w + dj - K / 2`. Vectors of outputs (16 or 8, crossing row ends) go four
 //! at a time, their sums independent chains. Where those four, a vector either side and their
 //! tap rows lie in the plane, each tap row is loaded once and the taps across are shifts of
-//! two neighbouring vectors; elsewhere (a plane's first and last rows) each tap is one masked
-//! load. Either way the lanes whose tap falls outside the plane (above, below, or past
+//! two neighbouring vectors; elsewhere (a plane's first and last rows, most of a small plane)
+//! each tap is one masked load, on AVX-512 with no branch on its mask
+//! (`lanes::load_lanes_unbranched`). Either way the lanes whose tap falls outside the plane (above, below, or past
 //! either end of its row) are zero, from masks made once per call, and the taps are summed in
 //! row-major order as the phase planes do (`bias + w0 * x0`, then `+ wt * xt`, a pad's tap
 //! reading 0): the same bits.
@@ -23,7 +24,7 @@
 use super::{epilogue, Epilogue, Geom2};
 #[path = "conv_depthwise_strided.rs"]
 mod strided;
-use crate::lanes::{load_lanes, Avx2, Avx512, Lanes};
+use crate::lanes::{load_lanes_unbranched, Avx2, Avx512, Lanes};
 use crate::shape::rows_by_block;
 use crate::simd::Level;
 use std::ops::Range;
@@ -253,7 +254,7 @@ unsafe fn sum_masked<V: Lanes, const K: usize>(
         for (g, acc) in acc.iter_mut().enumerate() {
             let at = (q + g * V::N) as isize + offset;
             // SAFETY: only the lanes in the plane are read.
-            let xv = load_lanes(V::splat(0.0), masks[g * K * K + t], x, at);
+            let xv = load_lanes_unbranched(V::splat(0.0), masks[g * K * K + t], x, at);
             *acc = V::add(*acc, V::mul(weights[t], xv));
         }
     }

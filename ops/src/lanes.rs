@@ -2,7 +2,8 @@
 //! AVX-512 (16): each a plain intrinsic or two behind one trait ([`Lanes`]), so that a kernel
 //! is one generic body, inlined into each set's `#[target_feature]` copy of it. Loads and
 //! stores take masks, so kernels read input planes in place, pads and row ends masked off;
-//! [`load_lanes`] keeps AVX2's slow masked load for vectors that leave the plane.
+//! [`load_lanes`] keeps AVX2's slow masked load for vectors that leave the plane; AVX-512
+//! masks every load.
 //!
 //! Sits between the kernels that read planes in place (`pool_3x3.rs`, `pool_3x3_flat.rs`,
 //! `pool_3x3_max2.rs`, `conv_depthwise.rs`) and the CPU's vector units.
@@ -27,6 +28,9 @@ pub(crate) fn fetch(at: *const f32, len: usize) {
 pub(crate) trait Lanes: Copy {
     /// Lanes a vector.
     const N: usize;
+    /// Whether a masked load costs what a plain one does, so [`load_lanes`] masks every load
+    /// rather than branching on its mask (AVX-512; AVX2's VMASKMOVPS is slow).
+    const MASKED_LOAD_CHEAP: bool;
     /// Which lanes a load reads.
     type Mask: Copy + Send;
     /// A mask of lanes `lanes`.
@@ -149,6 +153,30 @@ pub(crate) unsafe fn load_lanes<V: Lanes>(fill: V, bits: u32, x: &[f32], at: isi
     }
 }
 
+/// [`load_lanes`] for loops whose masks change from load to load (a small plane's taps, each
+/// vector across row ends): where a masked load costs what a plain one does
+/// ([`Lanes::MASKED_LOAD_CHEAP`], AVX-512) always the masked load, no branch on the mask.
+/// [`load_lanes`]'s branches, mispredicted there, had cost more than they saved (AMD Zen 5,
+/// the two alternated process by process, inside the models: shufflenet's depthwise 3x3s on
+/// 28 x 28 planes 0.66x of their time, the model 0.94x; docs/bench.md, "Masked loads without
+/// branches"); where the masks repeat, plain loads stay faster (ppocr_det's stride-2
+/// depthwise convs took 1.4x their time with every load masked).
+///
+/// # Safety
+/// As [`load_lanes`].
+#[inline(always)]
+pub(crate) unsafe fn load_lanes_unbranched<V: Lanes>(
+    fill: V,
+    bits: u32,
+    x: &[f32],
+    at: isize,
+) -> V {
+    match V::MASKED_LOAD_CHEAP {
+        true => V::load_masked(fill, V::bits(bits), x.as_ptr().wrapping_offset(at)),
+        false => load_lanes(fill, bits, x, at),
+    }
+}
+
 #[derive(Clone, Copy)]
 pub(crate) struct Avx2(__m256);
 
@@ -177,6 +205,7 @@ pub(crate) unsafe fn store_first_avx2(p: *mut f32, v: __m256, n: usize) {
 
 impl Lanes for Avx2 {
     const N: usize = 8;
+    const MASKED_LOAD_CHEAP: bool = false;
     type Mask = __m256i;
     #[inline(always)]
     unsafe fn lanes(lanes: Range<usize>) -> __m256i {
@@ -270,6 +299,7 @@ impl Lanes for Avx2 {
 
 impl Lanes for Avx512 {
     const N: usize = 16;
+    const MASKED_LOAD_CHEAP: bool = true;
     type Mask = __mmask16;
     #[inline(always)]
     unsafe fn lanes(lanes: Range<usize>) -> __mmask16 {

@@ -21,7 +21,7 @@
 //! Sits between `pool_3x3.rs` (which pools take this path) and the CPU's vector units.
 
 use super::Geo;
-use crate::lanes::{fetch, lane_bits, load_lanes, row_lane_bits, Lanes};
+use crate::lanes::{fetch, lane_bits, load_lanes_unbranched, row_lane_bits, Lanes};
 use std::ops::Range;
 
 /// Output rows `lines` of one plane into `dst` (`lines.len()` rows of `OW`): window maxima of
@@ -191,7 +191,7 @@ unsafe fn block<V: Lanes>(
     let at = (row + 2 * V::N * k) as isize - pl;
     let [a, b] = masks[k];
     V::evens_odds(
-        load_lanes(fill, a, xplane, at),
-        load_lanes(fill, b, xplane, at + V::N as isize),
+        load_lanes_unbranched(fill, a, xplane, at),
+        load_lanes_unbranched(fill, b, xplane, at + V::N as isize),
     )
 }
