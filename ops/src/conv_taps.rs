@@ -218,18 +218,47 @@ impl Lines {
             return padded_plane(src, (g.h, g.w, pt, pl), (self.wp, self.hp), plane);
         }
         let (pa, first) = ((phase / g.sw) as i64, (phase % g.sw) as i64 - pl);
-        let Range { start: c0, end: c1 } = inside_columns(g.w, g.sw, first, self.wp);
-        for (r, row) in plane.chunks_exact_mut(self.wp).enumerate() {
-            let iy = r as i64 * g.sh as i64 + pa - pt;
-            if !(0..g.h as i64).contains(&iy) || c0 == c1 {
+        let cols = inside_columns(g.w, g.sw, first, self.wp);
+        let at = PhaseAt {
+            h: g.h,
+            w: g.w,
+            sh: g.sh,
+            sw: g.sw,
+            top: pa - pt,
+            first,
+        };
+        phase_rows(plane, src, self.wp, cols, &at);
+    }
+}
+
+/// Where a phase plane's rows come from: input rows `r sh + top` of the `h x w` input, input
+/// columns `c sw + first` ([`phase_rows`]).
+struct PhaseAt {
+    h: usize,
+    w: usize,
+    sh: usize,
+    sw: usize,
+    top: i64,
+    first: i64,
+}
+
+crate::simd::kernel! {
+    /// The rows of a phase plane (`wp` floats each) from `src`, columns `cols` inside the
+    /// input and zeros elsewhere, on the widest vectors the CPU has (stride 2's
+    /// deinterleave: SSE moved 4 floats a shuffle).
+    fn phase_rows(plane: &mut [f32], src: &[f32], wp: usize, cols: Range<usize>, at: &PhaseAt) {
+        let Range { start: c0, end: c1 } = cols;
+        for (r, row) in plane.chunks_exact_mut(wp).enumerate() {
+            let iy = r as i64 * at.sh as i64 + at.top;
+            if !(0..at.h as i64).contains(&iy) || c0 == c1 {
                 row.fill(0.0);
                 continue;
             }
-            let line = &src[iy as usize * g.w..][..g.w];
+            let line = &src[iy as usize * at.w..][..at.w];
             row[..c0].fill(0.0);
             row[c1..].fill(0.0);
-            let ix0 = (c0 as i64 * g.sw as i64 + first) as usize;
-            copy_every(&mut row[c0..c1], &line[ix0..], g.sw);
+            let ix0 = (c0 as i64 * at.sw as i64 + at.first) as usize;
+            copy_every(&mut row[c0..c1], &line[ix0..], at.sw);
         }
     }
 }
