@@ -37,7 +37,7 @@
 //!
 //! Sits between `conv_cpu.rs`'s path choice ([`applies`]) and the CPU's vector units.
 
-use super::{packed::finish_lines, padded_plane, rects, with_scratch, OutPtr};
+use super::{packed::finish_lines, padded_plane, rects, with_scratch, with_tmp, OutPtr};
 use crate::conv::{Activation, Epilogue, Geom2, Residual};
 use crate::phase_planes::{copy_every, inside_columns};
 use crate::simd::Level;
@@ -143,6 +143,8 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
 struct Lines {
     wp: usize,
     hp: usize,
+    /// The phase planes' first row (of the whole planes'): an output row's.
+    first: usize,
     phases: usize,
     offs: Vec<usize>,
 }
@@ -154,8 +156,14 @@ impl Lines {
     }
 
     fn of(g: &Geom2) -> Lines {
+        Lines::for_rows(g, 0, g.oh)
+    }
+
+    /// The phase planes of output rows `first..first + rows` only: their rows from the one
+    /// output row `first` reads on (what a task reads, [`TaskPlanes`]).
+    fn for_rows(g: &Geom2, first: usize, rows: usize) -> Lines {
         let wp = Lines::row(g);
-        let hp = g.oh + (g.kh - 1) * g.dh / g.sh;
+        let hp = rows + (g.kh - 1) * g.dh / g.sh;
         let offs = (0..g.kh)
             .flat_map(|a| (0..g.kw).map(move |b| (a * g.dh, b * g.dw)))
             .map(|(ra, cb)| {
@@ -166,6 +174,7 @@ impl Lines {
         Lines {
             wp,
             hp,
+            first,
             phases: g.sh * g.sw,
             offs,
         }
@@ -211,11 +220,25 @@ impl Lines {
         });
     }
 
+    /// [`Lines::fill`] on this thread: one task's planes, from image `x` (`c x h x w`).
+    fn fill_serially(&self, g: &Geom2, x: &[f32], xp: &mut [f32]) {
+        let size = self.hp * self.wp;
+        for (i, channel) in xp.chunks_exact_mut(self.channel()).enumerate() {
+            let (planes, tail) = channel.split_at_mut(self.phases * size);
+            tail.fill(0.0);
+            for (phase, dst) in planes.chunks_exact_mut(size).enumerate() {
+                self.fill_phase(g, &x[i * g.h * g.w..][..g.h * g.w], phase, dst);
+            }
+        }
+    }
+
     /// Phase plane `phase` (`hp x wp` floats) of input channel `src` (`h x w`) into `plane`.
     fn fill_phase(&self, g: &Geom2, src: &[f32], phase: usize, plane: &mut [f32]) {
         let (pt, pl) = (g.pt, g.pl);
+        let first_row = self.first as i64;
         if self.phases == 1 {
-            return padded_plane(src, (g.h, g.w, pt, pl), (self.wp, self.hp), plane);
+            let rows_from = pt - first_row;
+            return padded_plane(src, (g.h, g.w, rows_from, pl), (self.wp, self.hp), plane);
         }
         let (pa, first) = ((phase / g.sw) as i64, (phase % g.sw) as i64 - pl);
         let cols = inside_columns(g.w, g.sw, first, self.wp);
@@ -224,7 +247,7 @@ impl Lines {
             w: g.w,
             sh: g.sh,
             sw: g.sw,
-            top: pa - pt,
+            top: first_row * g.sh as i64 + pa - pt,
             first,
         };
         phase_rows(plane, src, self.wp, cols, &at);
@@ -282,11 +305,17 @@ const MIN_TASK_POSITIONS: usize = 8 * NP;
 /// task's block after its product. `blocks` is W as [`pack_weights`] lays it out, where the
 /// op keeps it; without it W is packed for the call.
 ///
-/// The padded planes of each image the range touches are made first (parallel over
-/// channels and phases); then tasks of output rows x blocks of `MR` channels, about four per
-/// thread, each running every block of its channels over a span of its positions
-/// ([`Lines::spans`], the input lines in L2) `NP` at a time, the kernel storing each row's
-/// first `ow` positions straight into the output ([`RowGaps`]).
+/// Tasks of output rows x blocks of `MR` channels, about four per thread, each running every
+/// block of its channels over a span of its positions ([`Lines::spans`], the input lines in
+/// L2) `NP` at a time, the kernel storing each row's first `ow` positions straight into the
+/// output ([`RowGaps`]). Where every task runs all its channels (the planes are tall enough
+/// for four row chunks a thread), each first fills the padded (phase) plane rows its output
+/// rows read into its own temporaries ([`Lines::for_rows`]); otherwise the planes of each
+/// image the range touches are made first, shared (parallel over channels and phases). Shared
+/// planes are written by both cores and read by both, and where the cores sit far apart
+/// every run's fill then waits on the other core's copies of the lines: squeezenet's first
+/// conv 0.87x of its time with its own planes in that mode, even in the other (docs/bench.md,
+/// "Each task fills the plane rows it reads").
 pub(in crate::conv) fn taps_path(
     g: &Geom2,
     x: &[f32],
@@ -312,27 +341,35 @@ pub(in crate::conv) fn taps_path(
     // blocks of channels in groups, about four tasks per thread in all.
     let want = 4 * threads;
     let mut tasks = Vec::new();
+    // Whether every task runs all its rectangle's channels: then each fills the phase-plane
+    // rows it reads itself ([`Lines::for_rows`]).
+    let mut own_planes = true;
     for (n, oc, oy) in &rs {
         let min_rows = MIN_TASK_POSITIONS.div_ceil(l.wp).max(1);
         let chunks = (want.div_ceil(rs.len()))
             .min(oy.len().div_ceil(min_rows))
             .max(1);
         let per_rows = oy.len().div_ceil(chunks);
+        let groups = want.div_ceil(rs.len() * chunks);
+        own_planes &= block_groups(oc, groups).count() == 1;
         for y in (oy.start..oy.end).step_by(per_rows) {
-            for ks in block_groups(oc, want.div_ceil(rs.len() * chunks)) {
+            for ks in block_groups(oc, groups) {
                 tasks.push((*n, ks, y..(y + per_rows).min(oy.end)));
             }
         }
     }
-    let plane = l.channel();
     let wlen = match blocks {
         Some(_) => 0,
         None => oc_hi.div_ceil(MR) * g.c * taps * MR + MR,
     };
-    let xlen = (n_hi - n_lo) * g.c * plane;
+    let xlen = match own_planes {
+        true => 0,
+        false => (n_hi - n_lo) * g.c * l.channel(),
+    };
     let optr = OutPtr(out.as_mut_ptr(), out.len());
     let ke = InKernel::of(b, z, ep);
     let fetch = fetches_output(g);
+    let image = |n: usize| &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
     with_scratch(wlen + xlen, |buf| {
         let (wk, xp) = buf.split_at_mut(wlen);
         let wk: &[f32] = match blocks {
@@ -342,11 +379,11 @@ pub(in crate::conv) fn taps_path(
                 wk
             }
         };
-        l.fill(g, &x[n_lo * g.c * g.h * g.w..], xp);
-        let xp = &*xp;
-        crate::parallel::for_each_ref(&tasks, |(n, oc, oy)| {
-            let span = oy.len() * l.wp;
-            let x0 = &xp[(n - n_lo) * g.c * plane + oy.start * l.wp..];
+        // Output rows `oy` of channels `oc` of image `n` from phase planes `lines` at `x0`
+        // (their row 0 the planes' row `oy.start`).
+        let rows_of = |x0: &[f32], lines: &Lines, (n, oc, oy): &Task| {
+            let plane = lines.channel();
+            let span = oy.len() * lines.wp;
             let (mb0, mb1) = (oc.start / MR, oc.end.div_ceil(MR));
             let first = ((n * g.m + oc.start) * g.oh + oy.start) * g.ow;
             let len = oy.len() * g.ow;
@@ -354,21 +391,22 @@ pub(in crate::conv) fn taps_path(
                 first + (oc.len() - 1) * g.oh * g.ow + len <= optr.1,
                 "taps: output block out of bounds"
             );
-            for (s0, s1) in l.spans(g.c, span) {
+            for (s0, s1) in lines.spans(g.c, span) {
                 for mb in mb0..mb1 {
                     let (ks, wb) = block_in(wk, g.c * taps * MR, mb, oc);
                     for t in (s0..s1).step_by(NP) {
                         let gaps = RowGaps {
-                            wp: l.wp,
+                            wp: lines.wp,
                             ow: g.ow,
                             at: t,
                         };
                         let to = TileOut::of(&ks, g.oh * g.ow, (span - t).min(NP), ke, Some(gaps))
                             .fetching(fetch);
                         // SAFETY: AVX2 or AVX-512 present (`applies`); every plane has `NP` +
-                        // the largest offset floats past its last row's positions; the output
-                        // rows `ks` of the task's output rows are in bounds (checked above)
-                        // and written by this task only (tasks are distinct (image, channels,
+                        // the largest offset floats past its last row's positions (the task's
+                        // own planes hold its rows and their overhang); the output rows
+                        // `ks` of the task's output rows are in bounds (checked above) and
+                        // written by this task only (tasks are distinct (image, channels,
                         // rows) blocks), the kernel storing the first `ow` of each row's
                         // positions.
                         unsafe {
@@ -376,7 +414,7 @@ pub(in crate::conv) fn taps_path(
                                 x0.as_ptr().add(t),
                                 plane,
                                 g.c,
-                                &l.offs,
+                                &lines.offs,
                                 wb,
                                 optr.ptr().add(first + (ks.start - oc.start) * g.oh * g.ow),
                                 to,
@@ -389,9 +427,28 @@ pub(in crate::conv) fn taps_path(
                 let pixels = (oy.start * g.ow, len);
                 finish_lines(g, optr, (*n, oc.clone()), pixels, (b, z, ep));
             }
+        };
+        if own_planes {
+            crate::parallel::for_each_ref(&tasks, |task| {
+                let mine = Lines::for_rows(g, task.2.start, task.2.len());
+                with_tmp(g.c * mine.channel(), |xt| {
+                    mine.fill_serially(g, image(task.0), xt);
+                    rows_of(xt, &mine, task);
+                })
+            });
+            return;
+        }
+        l.fill(g, &x[n_lo * g.c * g.h * g.w..], xp);
+        let xp = &*xp;
+        crate::parallel::for_each_ref(&tasks, |task| {
+            let x0 = &xp[(task.0 - n_lo) * g.c * l.channel() + task.2.start * l.wp..];
+            rows_of(x0, &l, task);
         });
     });
 }
+
+/// A task of [`taps_path`]: image, output channels, output rows.
+type Task = (usize, Range<usize>, Range<usize>);
 
 /// [`Lines::spans`] of `positions` of a task of `g`, for the tests.
 #[cfg(test)]
