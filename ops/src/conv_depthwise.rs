@@ -7,10 +7,10 @@
 //! tap rows lie in the plane, each tap row is loaded once and the taps across are shifts of
 //! two neighbouring vectors; elsewhere (a plane's first and last rows, most of a small plane)
 //! each tap is one masked load, on AVX-512 with no branch on its mask
-//! (`lanes::load_lanes_unbranched`). Either way the lanes whose tap falls outside the plane (above, below, or past
-//! either end of its row) are zero, from masks made once per call, and the taps are summed in
-//! row-major order as the phase planes do (`bias + w0 * x0`, then `+ wt * xt`, a pad's tap
-//! reading 0): the same bits.
+//! (`lanes::load_lanes_unbranched`). Either way the lanes whose tap falls outside the plane
+//! (above, below, or past either end of its row) are zero, from masks made once per call, and
+//! the taps are summed in row-major order as the phase planes do (`bias + w0 * x0`, then `+ wt
+//! * xt`, a pad's tap reading 0): the same bits.
 //!
 //! Stride 2 (pads up to K / 2) reads in place too, row by row (`conv_depthwise_strided.rs`).
 //!

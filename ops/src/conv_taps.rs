@@ -143,7 +143,8 @@ pub(in crate::conv) fn applies(g: &Geom2, kept: bool) -> bool {
 struct Lines {
     wp: usize,
     hp: usize,
-    /// The phase planes' first row (of the whole planes'): an output row's.
+    /// The output row whose taps' input rows the planes begin with: 0 for a whole image's
+    /// planes, a task's first output row for its own.
     first: usize,
     phases: usize,
     offs: Vec<usize>,
@@ -159,8 +160,8 @@ impl Lines {
         Lines::for_rows(g, 0, g.oh)
     }
 
-    /// The phase planes of output rows `first..first + rows` only: their rows from the one
-    /// output row `first` reads on (what a task reads, [`TaskPlanes`]).
+    /// The phase planes of output rows `first..first + rows` only: the plane rows those
+    /// output rows read (a task's own planes in [`taps_path`]).
     fn for_rows(g: &Geom2, first: usize, rows: usize) -> Lines {
         let wp = Lines::row(g);
         let hp = rows + (g.kh - 1) * g.dh / g.sh;

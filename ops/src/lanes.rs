@@ -2,8 +2,8 @@
 //! AVX-512 (16): each a plain intrinsic or two behind one trait ([`Lanes`]), so that a kernel
 //! is one generic body, inlined into each set's `#[target_feature]` copy of it. Loads and
 //! stores take masks, so kernels read input planes in place, pads and row ends masked off;
-//! [`load_lanes`] keeps AVX2's slow masked load for vectors that leave the plane; AVX-512
-//! masks every load.
+//! [`load_lanes`] keeps AVX2's slow masked load for vectors that leave the plane, and
+//! [`load_lanes_unbranched`] masks every load on AVX-512 where masks change load by load.
 //!
 //! Sits between the kernels that read planes in place (`pool_3x3.rs`, `pool_3x3_flat.rs`,
 //! `pool_3x3_max2.rs`, `conv_depthwise.rs`) and the CPU's vector units.
@@ -28,8 +28,8 @@ pub(crate) fn fetch(at: *const f32, len: usize) {
 pub(crate) trait Lanes: Copy {
     /// Lanes a vector.
     const N: usize;
-    /// Whether a masked load costs what a plain one does, so [`load_lanes`] masks every load
-    /// rather than branching on its mask (AVX-512; AVX2's VMASKMOVPS is slow).
+    /// Whether a masked load costs what a plain one does, so [`load_lanes_unbranched`] masks
+    /// every load rather than branching on its mask (AVX-512; AVX2's VMASKMOVPS is slow).
     const MASKED_LOAD_CHEAP: bool;
     /// Which lanes a load reads.
     type Mask: Copy + Send;
