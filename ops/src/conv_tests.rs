@@ -665,6 +665,42 @@ fn winograd_matches_f64_definition() {
     }
 }
 
+/// Small F(4x4) planes whose tile rows split evenly over the threads run one band per thread,
+/// each with its own V, M 16 output channels at a time (`winograd::BAND_MAX_V`): at two
+/// threads squeezenet's 16 -> 64 on 55x55 does, in bands of 7 tile rows; F(2x2) planes
+/// (squeezenet's 32 -> 128 on 27x27), 64 input channels (V too large), an odd count of tile
+/// rows and 12x12 planes do not; one thread never. The banded planes match the f64 definition in a
+/// pool of two threads (20 output channels: M in a chunk of 16 and one of 4), whole and cut.
+#[test]
+fn winograd_small_planes_run_in_bands() {
+    let geom = |xs: [usize; 4], m: usize| {
+        let op = Conv::plain(&Attrs::new(11).with("pads", AttrValue::Ints(vec![1; 4]))).unwrap();
+        op.geom(&[&xs, &[m, xs[1], 3, 3]]).unwrap().0
+    };
+    for (xs, m, v, bands) in [
+        ([1, 16, 55, 55], 64, Variant::F4, Some(7)),
+        ([1, 32, 27, 27], 128, Variant::F2, None),
+        ([1, 64, 55, 55], 64, Variant::F4, None),
+        ([1, 16, 54, 54], 64, Variant::F2, None),
+        ([1, 16, 12, 12], 64, Variant::F4, None),
+    ] {
+        let g = geom(xs, m);
+        assert_eq!(cpu::winograd::bands_of(v, &g, 2), bands, "{xs:?} {v:?}");
+        assert_eq!(cpu::winograd::bands_of(v, &g, 1), None, "{xs:?} {v:?}");
+    }
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    two.install(|| {
+        assert_eq!(
+            cpu::winograd::bands_of(Variant::F4, &geom([1, 16, 55, 55], 20), 2),
+            Some(7)
+        );
+        winograd_case([1, 16, 55, 55], 20, [1, 1, 1, 1], true, Activation::Relu);
+    });
+}
+
 /// Through `Op::cpu`: a conv large enough for `conv_cpu` to choose Winograd (unless
 /// `TANDEM_CONV_WINOGRAD=0`) matches the f64 definition, whole and cut in two mid-channel.
 #[test]

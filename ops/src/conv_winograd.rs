@@ -132,6 +132,21 @@ impl Variant {
 /// images while keeping the GEMMs (one per transform point) wide enough.
 const BLOCK_FLOATS: usize = 1 << 20;
 
+/// A plane of F(4x4, 3x3) whose blocks are fewer than two a thread runs as one band of tile
+/// rows per thread (each task its band's transforms and GEMMs, its own V) where its tile rows
+/// split evenly over the threads, a band fills at least [`BAND_MIN_SLOTS`] slots (one call of
+/// the taps kernel's 48) and its V holds at most [`BAND_MAX_V`] floats; its M then goes
+/// [`BAND_M_CHANNELS`] output channels at a time. Such planes otherwise share one V, written
+/// per input channel by both cores and read whole by both: where the cores sit far apart (this
+/// host's slow mode) squeezenet's 16 -> 64 3x3s on 55x55 took 0.17 ms that way against 0.12-0.14
+/// in bands; in the fast mode 0.089-0.091 against 0.088-0.090 (docs/bench.md, "Winograd's small
+/// planes in bands"). Its F(2x2) 32 -> 128 on 27x27 gained more in the slow mode (0.18 -> 0.11)
+/// but lost in the fast one (0.090 -> 0.096), and four bands (4, 4, 4, 2 tile rows on two
+/// threads) had cost the fast mode 1.06x.
+const BAND_MAX_V: usize = 1 << 16;
+const BAND_MIN_SLOTS: usize = 48;
+const BAND_M_CHANNELS: usize = 16;
+
 /// Smallest input and output channel counts, and output pixels per image, where Winograd was
 /// measured faster than im2col + GEMM inside models (docs/bench.md, "Winograd" and "Winograd
 /// weights kept", both F(2x2, 3x3)). With W transformed on every call, planes below 20x20 do
@@ -269,6 +284,23 @@ impl Tiles {
         (budget / (points * (c + m) * self.row_slots())).clamp(1, tile_rows)
     }
 
+    /// Tile rows per band where `tile_rows` run as one band per thread ([`BAND_MAX_V`]), for
+    /// `c` input channels over `points` transform points; `None` where they do not.
+    fn band_rows(
+        &self,
+        (c, points): (usize, usize),
+        tile_rows: usize,
+        threads: usize,
+    ) -> Option<usize> {
+        let rows = tile_rows / threads.max(1);
+        let slots = self.slots(rows);
+        (threads > 1
+            && tile_rows.is_multiple_of(threads)
+            && slots >= BAND_MIN_SLOTS
+            && c * points * slots <= BAND_MAX_V)
+            .then_some(rows)
+    }
+
     /// Slots per tile row: `tw + 1` (the last is padding, so every transform is one pass over
     /// the whole block; its GEMM column is ignored).
     fn row_slots(&self) -> usize {
@@ -290,7 +322,9 @@ type Block = (usize, Range<usize>, Range<usize>, Range<usize>);
 ///
 /// Work is cut into blocks of tile rows (V and M of a block within [`block_floats`]). With at
 /// least two blocks per thread, each block is one task (transforms and GEMMs on one thread,
-/// in its cache). Otherwise (small planes) blocks run one after another, each with its input
+/// in its cache). Small planes whose tile rows split into one band a thread
+/// ([`BAND_MAX_V`]) run so too, a band's M a few output channels at a time. Otherwise (small
+/// planes) blocks run one after another, each with its input
 /// transform parallel over input channels into a V shared by the threads, then GEMMs and
 /// output transform parallel over parts of its output channels, each part's M in its task's
 /// own temporaries ([`with_tmp`]), reused while hot: as one buffer shared by the threads, M
@@ -314,6 +348,7 @@ pub(in crate::conv) fn winograd_path(
     let img_rows = g.m * g.oh;
     let budget = block_floats();
     let mut blocks: Vec<Block> = Vec::new();
+    let mut banded = true;
     for n in rows.start / img_rows..rows.end.div_ceil(img_rows) {
         let lo = n * img_rows;
         let q = rows.start.max(lo) - lo..rows.end.min(lo + img_rows) - lo;
@@ -324,6 +359,11 @@ pub(in crate::conv) fn winograd_path(
             let orow = r.pix.start / g.ow..r.pix.end / g.ow;
             let tys = orow.start / tile..orow.end.div_ceil(tile);
             let bt = t.block_rows(budget, points, (g.c, r.oc.len()), tys.len());
+            let bands = (v == Variant::F4 && tys.len().div_ceil(bt) < 2 * threads)
+                .then(|| t.band_rows((g.c, points), tys.len(), threads))
+                .flatten();
+            banded &= bands.is_some();
+            let bt = bands.unwrap_or(bt);
             let mut ty = tys.start;
             while ty < tys.end {
                 let te = (ty + bt).min(tys.end);
@@ -341,7 +381,7 @@ pub(in crate::conv) fn winograd_path(
         Some(_) => 0,
         None => weights_len(v, g, oc_hi - oc_lo),
     };
-    let many = blocks.len() >= 2 * threads || threads == 1;
+    let many = blocks.len() >= 2 * threads || threads == 1 || banded;
     let tb_max = blocks.iter().map(|k| t.slots(k.2.len())).max().unwrap_or(0);
     let vshared = if many { 0 } else { g.c * points * tb_max };
     with_scratch(ulen + vshared, |buf| {
@@ -399,7 +439,13 @@ pub(in crate::conv) fn winograd_path(
         if many {
             let run = |(n, oc, tys, wr): &Block| {
                 let tb = t.slots(tys.len());
-                let (vlen, mlen) = (g.c * points * tb, oc.len() * points * tb);
+                let vlen = g.c * points * tb;
+                // A band's M a few output channels at a time (see `BAND_MAX_V`).
+                let kc = match vlen <= BAND_MAX_V {
+                    true => BAND_M_CHANNELS.min(oc.len()),
+                    false => oc.len(),
+                };
+                let mlen = kc * points * tb;
                 with_tmp(vlen + mlen + v.tmp_len(&t, tys.len()), |buf| {
                     let (vt, rest) = buf.split_at_mut(vlen);
                     let (mm, tmp) = rest.split_at_mut(mlen);
@@ -407,12 +453,16 @@ pub(in crate::conv) fn winograd_path(
                         let xp = &xn(*n)[c * g.h * g.w..][..g.h * g.w];
                         v.input_channel(&t, xp, tys.clone(), dst, tmp);
                     }
-                    let mp = OutPtr(mm.as_mut_ptr(), mm.len());
-                    for p in 0..points {
-                        // SAFETY: `mm` is this task's own buffer.
-                        unsafe { point_product(tiles, u, vt, (g.c, oc, tb), (p, points), mp) };
+                    for k0 in oc.clone().step_by(kc.max(1)) {
+                        let ks = k0..(k0 + kc).min(oc.end);
+                        let mm = &mut mm[..ks.len() * points * tb];
+                        let mp = OutPtr(mm.as_mut_ptr(), mm.len());
+                        for p in 0..points {
+                            // SAFETY: `mm` is this task's own buffer.
+                            unsafe { point_product(tiles, u, vt, (g.c, &ks, tb), (p, points), mp) };
+                        }
+                        outputs((*n, ks.clone(), tys, wr), mm, tmp);
                     }
-                    outputs((*n, oc.clone(), tys, wr), mm, tmp);
                 })
             };
             if threads > 1 {
@@ -456,6 +506,18 @@ pub(in crate::conv) fn winograd_path(
             });
         }
     });
+}
+
+/// Tile rows per band of a whole plane of `g` at `threads` threads (`Tiles::band_rows`), for
+/// the tests.
+#[cfg(test)]
+pub(in crate::conv) fn bands_of(v: Variant, g: &Geom2, threads: usize) -> Option<usize> {
+    let t = Tiles::of(v, g);
+    let tile_rows = g.oh.div_ceil(v.tile());
+    let blocks = tile_rows.div_ceil(t.block_rows(BLOCK_FLOATS, v.points(), (g.c, g.m), tile_rows));
+    (v == Variant::F4 && blocks < 2 * threads)
+        .then(|| t.band_rows((g.c, v.points()), tile_rows, threads))
+        .flatten()
 }
 
 /// Scratch floats per block ([`BLOCK_FLOATS`], or the test hook's budget).
