@@ -284,17 +284,19 @@ impl Tiles {
         (budget / (points * (c + m) * self.row_slots())).clamp(1, tile_rows)
     }
 
-    /// Tile rows per band where `tile_rows` run as one band per thread ([`BAND_MAX_V`]), for
-    /// `c` input channels over `points` transform points; `None` where they do not.
+    /// Tile rows per band where `tile_rows` of variant `v` (in blocks of `block_rows`) run as
+    /// one band per thread ([`BAND_MAX_V`]), for `c` input channels; `None` where they do not.
     fn band_rows(
         &self,
-        (c, points): (usize, usize),
-        tile_rows: usize,
+        (v, c): (Variant, usize),
+        (tile_rows, block_rows): (usize, usize),
         threads: usize,
     ) -> Option<usize> {
         let rows = tile_rows / threads.max(1);
-        let slots = self.slots(rows);
-        (threads > 1
+        let (slots, points) = (self.slots(rows), v.points());
+        (v == Variant::F4
+            && threads > 1
+            && tile_rows.div_ceil(block_rows.max(1)) < 2 * threads
             && tile_rows.is_multiple_of(threads)
             && slots >= BAND_MIN_SLOTS
             && c * points * slots <= BAND_MAX_V)
@@ -359,9 +361,7 @@ pub(in crate::conv) fn winograd_path(
             let orow = r.pix.start / g.ow..r.pix.end / g.ow;
             let tys = orow.start / tile..orow.end.div_ceil(tile);
             let bt = t.block_rows(budget, points, (g.c, r.oc.len()), tys.len());
-            let bands = (v == Variant::F4 && tys.len().div_ceil(bt) < 2 * threads)
-                .then(|| t.band_rows((g.c, points), tys.len(), threads))
-                .flatten();
+            let bands = t.band_rows((v, g.c), (tys.len(), bt), threads);
             banded &= bands.is_some();
             let bt = bands.unwrap_or(bt);
             let mut ty = tys.start;
@@ -440,7 +440,7 @@ pub(in crate::conv) fn winograd_path(
             let run = |(n, oc, tys, wr): &Block| {
                 let tb = t.slots(tys.len());
                 let vlen = g.c * points * tb;
-                // A band's M a few output channels at a time (see `BAND_MAX_V`).
+                // A small V's M (every band's) a few output channels at a time (`BAND_MAX_V`).
                 let kc = match vlen <= BAND_MAX_V {
                     true => BAND_M_CHANNELS.min(oc.len()),
                     false => oc.len(),
@@ -514,10 +514,8 @@ pub(in crate::conv) fn winograd_path(
 pub(in crate::conv) fn bands_of(v: Variant, g: &Geom2, threads: usize) -> Option<usize> {
     let t = Tiles::of(v, g);
     let tile_rows = g.oh.div_ceil(v.tile());
-    let blocks = tile_rows.div_ceil(t.block_rows(BLOCK_FLOATS, v.points(), (g.c, g.m), tile_rows));
-    (v == Variant::F4 && blocks < 2 * threads)
-        .then(|| t.band_rows((g.c, v.points()), tile_rows, threads))
-        .flatten()
+    let block_rows = t.block_rows(BLOCK_FLOATS, v.points(), (g.c, g.m), tile_rows);
+    t.band_rows((v, g.c), (tile_rows, block_rows), threads)
 }
 
 /// Scratch floats per block ([`BLOCK_FLOATS`], or the test hook's budget).
