@@ -10,7 +10,6 @@
 
 use crate::shape::{self, grid_1d, normalize_axis};
 use crate::{Attrs, DType, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
-use rayon::prelude::*;
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -372,15 +371,12 @@ impl Op for LayerNorm {
                     &mut inv_none[..]
                 }
             };
-            if crate::parallel::serial() {
-                (x.chunks(n).zip(y.chunks_mut(n)))
-                    .zip(mean.iter_mut().zip(inv.iter_mut()))
-                    .for_each(|(r, (m, i))| (*m, *i) = norm(r));
-            } else {
-                (x.par_chunks(n).zip(y.par_chunks_mut(n)))
-                    .zip(mean.par_iter_mut().zip(inv.par_iter_mut()))
-                    .for_each(|(r, (m, i))| (*m, *i) = norm(r));
-            }
+            // Each row with its two statistics as one item for the parallel helper (which
+            // also runs serial mode), rather than a serial and a parallel copy of the chain.
+            let rows: Vec<_> = (x.chunks(n).zip(y.chunks_mut(n)))
+                .zip(mean.iter_mut().zip(inv.iter_mut()))
+                .collect();
+            crate::parallel::for_each_item(rows, |(r, (m, i))| (*m, *i) = norm(r));
         }
         Ok(())
     }

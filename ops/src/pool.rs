@@ -11,7 +11,6 @@ use crate::phase_planes::{combine, max_nan};
 use crate::reduce::{fold_runs_f32, global_pool, ReduceKind};
 use crate::shape::{self, grid_1d};
 use crate::{Attrs, DType, Data, GpuKernel, Op, OpError, Result, Tensor, TensorMeta, Work};
-use rayon::prelude::*;
 use std::ops::Range;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,17 +332,14 @@ impl Pool {
                         *i = at.map_or(-1, |at| self.index(g, e / plane, at));
                     }
                 };
-                if crate::parallel::serial() {
-                    y.chunks_mut(ch)
-                        .zip(idx.chunks_mut(ch))
-                        .enumerate()
-                        .for_each(one)
-                } else {
-                    y.par_chunks_mut(ch)
-                        .zip(idx.par_chunks_mut(ch))
-                        .enumerate()
-                        .for_each(one)
-                }
+                // The pairs of pieces as items: the parallel helper serves both outputs (and
+                // serial mode) without a second copy of the chain.
+                let pieces: Vec<_> = y
+                    .chunks_mut(ch)
+                    .zip(idx.chunks_mut(ch))
+                    .enumerate()
+                    .collect();
+                crate::parallel::for_each_item(pieces, one);
             }
         }
     }
