@@ -6,10 +6,10 @@
 //! once per kernel closure: with closures handed straight to rayon, 490 copies of it made 46 %
 //! of this crate's IR (`cargo llvm-lines -p tandem-ops --lib --release`: 776k of 1.70M lines)
 //! and about half its release build time. The price is one indirect call per piece, and pieces are thousands of elements.
-//! Kernels that need an adapter these helpers lack (rayon's `with_min_len`, several mutable
-//! outputs zipped) call rayon themselves: each is one f32 kernel, one copy, and each asks
+//! Kernels with several outputs zip their pieces into items ([`for_each_item`]); the softmax,
+//! which needs rayon's `with_min_len` on pairs of chunks, calls rayon itself and asks
 //! [`serial`] first (serial mode: [`serially`]; `runtime/tests/serial.rs` holds the global
-//! pool's workers and runs one case of each such kernel in it).
+//! pool's workers and runs one case of each kernel family in it).
 
 use rayon::prelude::*;
 use std::cell::Cell;
