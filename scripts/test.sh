@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/test.sh: set up this machine if needed, then run every check: formatting, clippy, and
+# scripts/test.sh: set up this machine if needed, then run every check: formatting, clippy, rustdoc and
 # all tests (shader validation, ops on CPU and GPU, conformance, real models against onnxruntime).
 # GPU tests run on the machine's adapter (lavapipe when there is no GPU) and fail, never skip,
 # when there is none.
@@ -15,6 +15,8 @@ step "cargo fmt --check"
 cargo fmt --all --check
 step "cargo clippy"
 cargo clippy --profile "$profile" --workspace --all-targets -q -- -D warnings
+step "cargo doc (broken links in the docs fail; about 10 s after clippy)"
+RUSTDOCFLAGS="-D warnings" cargo doc --profile "$profile" --workspace --no-deps -q
 step "cargo test (profile $profile)"
 cargo test --profile "$profile" --workspace
 step "MatMul, attention and Conv on Cpu adapters through storage buffers (TANDEM_GPU_TEXTURES=0)"

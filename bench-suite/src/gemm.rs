@@ -1,6 +1,6 @@
 //! CPU GEMM next to the machine's f32 peak: tandem's MatMul kernel (the op the runtime runs),
 //! the `gemm` crate called directly, and numpy's BLAS (through `scripts/ort_driver.py
-//! --numpy-gemm`), all on the same thread count in the same run, taking turns ([`TURNS`]):
+//! --numpy-gemm`), all on the same thread count in the same run, taking turns (`TURNS`):
 //! measured one after another, the same call through tandem and the crate read 143 and 109
 //! GFLOP/s in one run (2026-11-30, a 2-vCPU VM whose speed swings by up to 2x within
 //! minutes), whichever ran in the slow stretch losing.

@@ -186,7 +186,7 @@ const TURNS: usize = 20;
 const TIMINGS_PER_TURN: usize = 20;
 
 /// The clock (GHz, the best turn's) and the vector FMAs retired per cycle (the largest ratio of
-/// one turn's FMA rate to the same turn's clock; `None` without FMA), timed in [`TURNS`] turns
+/// one turn's FMA rate to the same turn's clock; `None` without FMA), timed in `TURNS` turns
 /// of the add chain then the FMA loop, about a second in all. On the 2-vCPU VMs here the FMA
 /// rate per cycle changes from moment to moment (an Emerald Rapids host, 30 measurements in a
 /// row: 1.49 to 2.01, while the add chain kept its clock), so one short window of FMA

@@ -21,6 +21,8 @@ use tandem::gpu::AdapterDesc;
 pub const QUICK_MAX_DIFF: f64 = 1e-4;
 
 /// Arguments of `tandem-bench run`.
+// The doc comments on fields are `--help` text, written for a terminal, not Markdown.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Models: names from the manifest or paths to .onnx files (default: every manifest model).

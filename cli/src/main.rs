@@ -3,6 +3,9 @@
 //!
 //! Sits between a user's shell and the `tandem` library; holds no runtime logic of its own.
 
+// The doc comments on arguments are `--help` text, written for a terminal, not Markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 /// mimalloc, not glibc malloc: the runtime allocates small shape vectors in every node and frees
 /// tensors on other threads than made them; glibc cost the tiny Llama decode step about 12 % of
 /// its time and page-faulted on every convnet run (docs/bench.md, "mimalloc"). A program that

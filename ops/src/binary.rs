@@ -5,7 +5,7 @@
 //!
 //! Sits between the registry (one constructor per ONNX op type below) and the shared
 //! broadcasting machinery of `elementwise_common.rs`. The typed kernels here
-//! ([`zip_broadcast`], [`map_broadcast`]) are reused by `where_op.rs`-style callers.
+//! (`zip_broadcast`, `map_broadcast`) are reused by `where_op.rs`-style callers.
 
 use crate::elementwise_common::{
     check_rows, element_range, gpu_broadcast, gpu_range, last_axis, typed, typed_mut, Broadcast,

@@ -15,7 +15,7 @@
 //!
 //! A band's rows of A are read once per panel and a panel once per block of rows: when both
 //! outgrow L2 (a 512 -> 512 3x3 conv on 7x7: 49 pixels x 4608 of im2col and a 1.2 MB panel),
-//! every block streams the panel from L3. [`panel_band`] then runs K in chunks of at most
+//! every block streams the panel from L3. `panel_band` then runs K in chunks of at most
 //! [`CHUNK_BYTES`] of both, keeping each block's partial sums between chunks (2 threads, Intel
 //! Xeon: that conv 4.05 -> 2.65 ms; 32 x 4096 @ 4096 x 1024 101 -> 141 GFLOP/s). A read along
 //! its rows streams and is not counted (counted, 1024^3 lost a third to chunks of 61).
@@ -26,14 +26,14 @@
 //! one after the other (512 -> 2048 1x1 on 7x7, 2 threads: 0.31 ms with its 4 MB of weights
 //! in cache, 0.73 from memory, onnxruntime 0.52 in its model). On AVX-512 each micro-kernel
 //! call therefore fetches into L2, one line per k step, its share of what the task reads
-//! next: the panel's next chunk of K, or after the last the next panel ([`PackedB::ahead`]),
+//! next: the panel's next chunk of K, or after the last the next panel (`PackedB::ahead`),
 //! so memory streams while the kernel computes. In the models, fresh processes alternated
 //! (2 threads, Intel Xeon), it took resnet50's layer-4 1x1 convs 0.77-0.79x of their time and
 //! its 512 -> 512 3x3 convs 0.85-0.88x (the sum of its nodes 0.87-0.995x in 8 rounds),
 //! inception_v2 0.91x, squeezenet 0.89x, yolov8n 0.97x; the rest within noise
 //! (docs/bench.md, "Weights fetched ahead"). A read down its columns (a 1x1 conv's input
 //! planes in place: each k step one line, a plane after the last) is fetched too, into L1,
-//! [`A_AHEAD_STEPS`] k steps ahead: resnet50's 1x1 convs on 14x14 and 28x28 took 0.66-0.86x
+//! `A_AHEAD_STEPS` k steps ahead: resnet50's 1x1 convs on 14x14 and 28x28 took 0.66-0.86x
 //! of their time in the model, densenet121's on 14x14 0.75x (docs/bench.md, "1x1 convs fetch
 //! their input ahead"). `TANDEM_PREFETCH=0` turns both off; the AVX2 kernel does not fetch
 //! ahead (not measured on an AVX2 machine).
@@ -54,7 +54,7 @@ const ACCUMULATORS: usize = 24;
 /// Rows of A per block on AVX2 (`cpu_gemm_packed_avx2.rs`): 6 x 2 vectors of 8 accumulators.
 const AVX2_ROWS: usize = 6;
 
-/// Bytes of A's rows and a panel's K-chunk that [`panel_band`] keeps in L2 (a quarter of the
+/// Bytes of A's rows and a panel's K-chunk that `panel_band` keeps in L2 (a quarter of the
 /// 1 MiB of the cores measured); it splits K only where they outgrow twice this.
 pub const CHUNK_BYTES: usize = 1 << 18;
 
@@ -540,7 +540,7 @@ pub enum BlockOut {
 /// (`conv_implicit.rs`), K in chunks of input channels. The sums start from `init`'s partial
 /// sums where given, else zero. `blk` counts the blocks over this chunk of the panel: the
 /// `blk`-th fetches the `blk`-th stretch of what the task reads next into L2
-/// ([`PackedB::ahead`]).
+/// (`PackedB::ahead`).
 ///
 /// Panics without AVX2 or AVX-512, `rows` exceeds [`PackedB::block_rows`], `steps` have no
 /// taps, are not B's K or not `a`'s columns, `chunk` is empty or past K, or a read of A would

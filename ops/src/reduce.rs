@@ -1,5 +1,5 @@
 //! Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
-//! ReduceSumSquare, ReduceLogSumExp, ReduceLogSum, ArgMax, ArgMin (and, through [`global_pool`],
+//! ReduceSumSquare, ReduceLogSumExp, ReduceLogSum, ArgMax, ArgMin (and, through `global_pool`,
 //! GlobalAveragePool and GlobalMaxPool).
 //!
 //! Sits between the operator contract (`op.rs`) and `reduce.wgsl` (`reduce_wide.wgsl` for folds

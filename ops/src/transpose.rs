@@ -1,7 +1,7 @@
 //! Transpose: permutes the axes of its input (`perm`, default reversed).
 //!
 //! Sits between the operator contract (`op.rs`) and the shared strided index map
-//! (`movement.rs`, `index_map.wgsl`): output axis d walks input axis perm[d].
+//! (`movement.rs`, `index_map.wgsl`): output axis d walks input axis `perm[d]`.
 
 use crate::movement::{first_axis, index_map_cpu, index_map_gpu, IndexMap};
 use crate::shape::{distinct_axes, strides};

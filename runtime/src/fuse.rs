@@ -4,11 +4,11 @@
 //! the Conv as an epilogue ([`Epilogue`]; the patterns are in `fuse/epilogue.rs`), so each runs
 //! in the Conv's pass over its output instead of a pass of its own; so does an Add (or
 //! two-input Sum) of a residual after the Conv or after its activation, which becomes the
-//! Conv's fourth input Z ([`fuse_residual`]; only where the declared shapes show Z has the
+//! Conv's fourth input Z (`fuse_residual`; only where the declared shapes show Z has the
 //! output's shape, `crate::layout::declared_metas`), and an activation after that Add.
 //! A BatchNormalization that follows no Conv takes in the per-channel Mul and Add nodes after
 //! it instead (its scale and B change; densenet121 runs BN, Mul, Add on every Concat), where
-//! the rank of its input is known before any shape is ([`rank_of`]), and a Relu after those
+//! the rank of its input is known before any shape is (`rank_of`), and a Relu after those
 //! (applied in the same pass, `BatchNorm::relu`). A Transpose that only feeds a MatMul folds
 //! into it: the MatMul reads that operand through the permutation (`fuse/matmul_operands.rs`).
 //! An attention block's `MatMul(Q, Kt)`, scale, mask (Add, or Where of a bool mask and a

@@ -2,7 +2,7 @@
 //! constants, and one step per remaining node with its device and precomputed GPU kernels.
 //!
 //! Sits between the graph (`graph.rs`) and the executor (`exec.rs`). Placement decisions come
-//! from [`Placer`] (forced placement here; the cost-model scheduler plugs in the same way); every
+//! from `Placer` (forced placement here; the cost-model scheduler plugs in the same way); every
 //! refusal of the GPU is recorded with its reason so that no fallback is silent.
 
 use crate::costs::{gpu_padding, kernel_variant, Costs, NodeCostQuery};

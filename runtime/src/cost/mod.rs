@@ -346,7 +346,7 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Samples kept per key from calibration and, separately, from runs (oldest dropped first):
-/// runs keep up to 64 shapes of the op kind [`MAX_SAME_POINT`] times each, the distinct shapes
+/// runs keep up to 64 shapes of the op kind `MAX_SAME_POINT` times each, the distinct shapes
 /// of a few models, so one model's runs do not push out the times of the shapes others ran
 /// (`Entry::measured`).
 pub const MAX_CALIBRATION_SAMPLES: usize = 64;

@@ -22,7 +22,7 @@ const QUERIES_PER_SET: u32 = wgpu::QUERY_SET_MAX_QUERIES;
 /// sets it (a large N keeps one batch per stretch).
 const ENTRIES_PER_SUBMIT: usize = 16;
 
-/// [`ENTRIES_PER_SUBMIT`], or `TANDEM_GPU_SUBMIT_AFTER` where it is set to a positive number.
+/// `ENTRIES_PER_SUBMIT`, or `TANDEM_GPU_SUBMIT_AFTER` where it is set to a positive number.
 pub fn entries_per_submit() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *N.get_or_init(|| {

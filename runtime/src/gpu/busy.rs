@@ -2,9 +2,9 @@
 //! GPU time per batch, so that a session about to plan can tell how long other sessions' work
 //! will keep the GPU busy.
 //!
-//! Sits between the GPU layer (`gpu.rs`, which opens a [`Ticket`] per submitted batch and
+//! Sits between the GPU layer (`gpu.rs`, which opens a `Ticket` per submitted batch and
 //! reports each finished batch's GPU time) and the session, which asks
-//! [`Busy::expected_wait`] before a run and plans around it (README, "Re-planning").
+//! `Busy::expected_wait` before a run and plans around it (README, "Re-planning").
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
