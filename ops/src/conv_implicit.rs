@@ -10,6 +10,9 @@
 //! is written or read back, and the padded copy is `taps` times smaller than it. Blocks never
 //! cross an output row, whose pixels are contiguous in the output. Where a panel outgrows a
 //! quarter of L2, K runs in chunks of input channels, each block's sums kept between them.
+//! Where the padded planes outweigh W, each task pads only the rows its band of output rows
+//! reads, into its own temporaries ([`implicit_path`]), so no core reads planes the other
+//! wrote.
 //!
 //! Measured against im2col + GEMM (the kernel alone, 2 threads, interleaved): 1.1-1.8x on
 //! 3x3 convs of 32 to 256 channels on 7x7 to 56x56 planes, 1.3-1.8x strided (docs/bench.md,
@@ -83,7 +86,7 @@ struct Padded {
 
 impl Padded {
     fn of(g: &Geom2) -> Padded {
-        let hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+        let hp = Padded::rows_read(g, g.oh);
         let wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
         let offs = (0..g.kh)
             .flat_map(|a| (0..g.kw).map(move |b| a * g.dh * wp + b * g.dw))
@@ -94,13 +97,26 @@ impl Padded {
     fn plane(&self) -> usize {
         self.hp * self.wp
     }
+
+    /// Padded rows that `rows` output rows read.
+    fn rows_read(g: &Geom2, rows: usize) -> usize {
+        (rows.max(1) - 1) * g.sh + (g.kh - 1) * g.dh + 1
+    }
 }
 
 /// Whole images `rows / (M * OH)` of the convolution into `out`, `ep` (and the residual `z`)
-/// applied to each channel's lines of a task's band right after its panel. The padded planes
-/// of the images first (parallel over channels); then tasks of a band of output rows x a
-/// group of W's panels, about four per thread, panels split first (the padded image is the
-/// smaller operand and every task reads its band of it).
+/// applied to each channel's lines of a task's band right after its panel, in about four
+/// tasks per thread.
+///
+/// Where an image's padded planes outweigh W ([`bands_own_planes`]), tasks are bands of
+/// output rows running every panel, and each first pads the input rows its band reads into
+/// its own temporaries. Otherwise the padded planes of the images come first (parallel over
+/// channels), shared, and tasks are a band x a group of W's panels, panels split first (the
+/// padded image is then the smaller operand and every task reads its band of it). Shared
+/// planes are written by both cores and read by both: where the two cores sit far apart (the
+/// slow mode of docs/bench.md) every task waited on the other core's half of them, and
+/// resnet50's 128 -> 128 3x3/2 on 56x56 took twice its time (docs/bench.md, "The implicit
+/// path's bands pad their own rows").
 pub(in crate::conv) fn implicit_path(
     g: &Geom2,
     x: &[f32],
@@ -110,17 +126,71 @@ pub(in crate::conv) fn implicit_path(
     rows: Range<usize>,
 ) {
     let pd = Padded::of(g);
-    let (plane, pplane, img) = (g.oh * g.ow, pd.plane(), g.m * g.oh);
+    let img = g.m * g.oh;
     let images = rows.start / img..rows.end / img;
     let (panels, nr) = (w.panels(), w.panel_width());
     let want = 4 * rayon::current_num_threads().max(1);
+    let optr = OutPtr(out.as_mut_ptr(), out.len());
+    // One task: image `i` of the range, its panels `ps` over output rows `ys`, reading the
+    // padded planes `at` (whose first row is output row `at.y0`'s).
+    let task = |i: usize, ps: Range<usize>, at: &Band, partial: &mut [f32]| {
+        let n = images.start + i;
+        for p in ps {
+            let ch = p * nr..((p + 1) * nr).min(g.m);
+            let c0 = (n * g.m + ch.start) * g.oh * g.ow;
+            assert!(
+                c0 + (ch.len() - 1) * g.oh * g.ow + at.ys.end * g.ow <= optr.1,
+                "Conv output band out of bounds"
+            );
+            band_product(g, w, p, at, partial, (optr, c0));
+            let pixels = (at.ys.start * g.ow, at.ys.len() * g.ow);
+            finish_lines(g, optr, (n, ch), pixels, (b, z, ep));
+        }
+    };
+    if bands_own_planes(g, &pd) {
+        // Rows split as evenly as they go (28 in 8 bands: 3 and 4 by turns, the halves
+        // even); every band's planes as tall as the tallest band's (a shorter band's extra
+        // rows zero), so one set of steps serves them all.
+        let bands = want.div_ceil(images.len().max(1)).min(g.oh).max(1);
+        let tallest = g.oh.div_ceil(bands);
+        let pplane = Padded::rows_read(g, tallest) * pd.wp;
+        let steps = TapSteps::new(&pd.offs, g.c, pplane);
+        crate::parallel::for_each_index(images.len() * bands, |t| {
+            let (i, band) = (t / bands, t % bands);
+            let ys = band * g.oh / bands..(band + 1) * g.oh / bands;
+            let image = &x[(images.start + i) * g.c * g.h * g.w..][..g.c * g.h * g.w];
+            with_tmp(g.c * pplane + tallest * g.ow * nr, |tmp| {
+                let (xt, partial) = tmp.split_at_mut(g.c * pplane);
+                let top = (ys.start * g.sh) as i64;
+                for (src, dst) in image
+                    .chunks_exact(g.h * g.w)
+                    .zip(xt.chunks_exact_mut(pplane))
+                {
+                    let rows = Padded::rows_read(g, ys.len());
+                    padded_plane(src, (g.h, g.w, g.pt - top, g.pl), (pd.wp, rows), dst);
+                }
+                let at = Band {
+                    xp: xt,
+                    x0: 0,
+                    y0: ys.start,
+                    pplane,
+                    wp: pd.wp,
+                    steps: &steps,
+                    ys,
+                };
+                task(i, 0..panels, &at, partial);
+            })
+        });
+        return;
+    }
     let groups = want.div_ceil(images.len().max(1)).min(panels);
     let per_group = panels.div_ceil(groups);
     let groups = panels.div_ceil(per_group);
     let bands = want.div_ceil(images.len() * groups).min(g.oh).max(1);
     let per_band = g.oh.div_ceil(bands);
     let bands = g.oh.div_ceil(per_band);
-    let optr = OutPtr(out.as_mut_ptr(), out.len());
+    let band_of = |band: usize| band * per_band..((band + 1) * per_band).min(g.oh);
+    let pplane = pd.plane();
     let steps = TapSteps::new(&pd.offs, g.c, pplane);
     with_scratch(images.len() * g.c * pplane, |xp| {
         crate::parallel::for_each_chunk_mut(xp, pplane, |i, dst| {
@@ -131,39 +201,43 @@ pub(in crate::conv) fn implicit_path(
         crate::parallel::for_each_index(images.len() * groups * bands, |t| {
             let (i, t) = (t / (groups * bands), t % (groups * bands));
             let (group, band) = (t / bands, t % bands);
-            let n = images.start + i;
-            let ys = band * per_band..((band + 1) * per_band).min(g.oh);
+            let ys = band_of(band);
             let ps = group * per_group..((group + 1) * per_group).min(panels);
             let at = Band {
                 xp,
                 x0: i * g.c * pplane,
+                y0: 0,
                 pplane,
                 wp: pd.wp,
                 steps: &steps,
                 ys: ys.clone(),
             };
-            with_tmp(ys.len() * g.ow * nr, |partial| {
-                for p in ps {
-                    let ch = p * nr..((p + 1) * nr).min(g.m);
-                    let c0 = (n * g.m + ch.start) * plane;
-                    assert!(
-                        c0 + (ch.len() - 1) * plane + ys.end * g.ow <= optr.1,
-                        "Conv output band out of bounds"
-                    );
-                    band_product(g, w, p, &at, partial, (optr, c0));
-                    let pixels = (ys.start * g.ow, ys.len() * g.ow);
-                    finish_lines(g, optr, (n, ch), pixels, (b, z, ep));
-                }
-            })
+            with_tmp(ys.len() * g.ow * nr, |partial| task(i, ps, &at, partial))
         });
     });
 }
 
+/// Whether [`implicit_path`]'s tasks are bands that pad their own input rows: where an
+/// image's padded planes hold at least as many floats as W (`m x c x taps`), which each such
+/// task then reads whole (resnet50's 128 -> 128 3x3/2 on 56x56: 1.7 MB of planes, 0.6 MB of
+/// W), rather than the panels splitting W between tasks that each read every plane.
+fn bands_own_planes(g: &Geom2, pd: &Padded) -> bool {
+    pd.plane() >= g.m * pd.offs.len()
+}
+
+/// [`bands_own_planes`] of `g`, for the tests.
+#[cfg(test)]
+pub(in crate::conv) fn bands_own_planes_of(g: &Geom2) -> bool {
+    bands_own_planes(g, &Padded::of(g))
+}
+
 /// A task's band of output rows `ys` of one image: its padded planes (`pplane` floats, rows
-/// of `wp`) from `x0` in `xp`, and where each k step reads in them.
+/// of `wp`, the first that of output row `y0`) from `x0` in `xp`, and where each k step
+/// reads in them.
 struct Band<'a> {
     xp: &'a [f32],
     x0: usize,
+    y0: usize,
     pplane: usize,
     wp: usize,
     steps: &'a TapSteps,
@@ -192,7 +266,7 @@ fn band_product(
         let chunk = k0..(k0 + per_chunk).min(g.c);
         let (first_chunk, last_chunk) = (k0 == 0, chunk.end == g.c);
         for y in at.ys.clone() {
-            let row = at.x0 + y * g.sh * at.wp;
+            let row = at.x0 + (y - at.y0) * g.sh * at.wp;
             let mut x0 = 0;
             for blk in 0..blocks {
                 let r = g.ow / blocks + usize::from(blk < g.ow % blocks);

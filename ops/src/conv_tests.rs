@@ -980,7 +980,9 @@ type OneGroupCase = (
 /// blocks a row), two images of 7-pixel rows (stores that would run past the band) with
 /// asymmetric pads, a dilated 5x5 ending mid-panel, a strided 3x5, and K in chunks (384 -> 64
 /// 3x3: a 884 KB panel in four chunks; 250 -> 50 on 12x13: three); on the global pool and on
-/// 7 threads (bands of one or two rows).
+/// 7 threads (bands of one or two rows). Planes that outweigh W take bands that pad their own
+/// rows (`bands_own_planes`): the first case, two images strided in bands of unequal heights, a
+/// dilated one with pads on every side, and K in chunks; the rest share planes.
 #[test]
 fn implicit_im2col_matches_definition() {
     // On any AVX2 host as on Zen 1, where the path runs (`packed::runs_here`).
@@ -996,7 +998,11 @@ fn implicit_im2col_cases() {
         ([1, 20, 14, 15], 70, [3, 5], [2, 2], [1, 1], [1, 2, 1, 2]),
         ([1, 384, 6, 5], 64, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
         ([1, 250, 12, 13], 50, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+        ([2, 16, 29, 31], 32, [3, 3], [2, 2], [1, 1], [1, 0, 0, 1]),
+        ([1, 8, 40, 36], 32, [3, 3], [1, 1], [2, 2], [2, 1, 2, 3]),
+        ([1, 384, 34, 34], 32, [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
     ];
+    let mut own_planes = Vec::new();
     let on = std::env::var("TANDEM_CONV_IMPLICIT").as_deref() != Ok("0")
         && std::env::var("TANDEM_CONV_PACKED").as_deref() != Ok("0");
     let seven = rayon::ThreadPoolBuilder::new()
@@ -1021,6 +1027,7 @@ fn implicit_im2col_cases() {
             on && cpu::packed::runs_here(),
             "{xs:?} m {m} k {k:?}"
         );
+        own_planes.push(cpu::implicit::bands_own_planes_of(&g));
         for pool in [None, Some(&seven)] {
             let run = || outputs_of(&op, xs, m, k, 1, s, d, pads, true);
             let (got, mut want) = pool.map_or_else(run, |p| p.install(run));
@@ -1035,6 +1042,8 @@ fn implicit_im2col_cases() {
             }
         }
     }
+    let own: Vec<_> = (0..own_planes.len()).filter(|&i| own_planes[i]).collect();
+    assert_eq!(own, [0, 6, 7, 8]);
 }
 
 /// The taps path (`conv_taps.rs`) through `Op::cpu`, whole and in two row ranges that cut
