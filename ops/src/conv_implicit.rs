@@ -161,12 +161,11 @@ pub(in crate::conv) fn implicit_path(
             let image = &x[(images.start + i) * g.c * g.h * g.w..][..g.c * g.h * g.w];
             with_tmp(g.c * pplane + tallest * g.ow * nr, |tmp| {
                 let (xt, partial) = tmp.split_at_mut(g.c * pplane);
-                let top = (ys.start * g.sh) as i64;
+                let (top, rows) = ((ys.start * g.sh) as i64, Padded::rows_read(g, ys.len()));
                 for (src, dst) in image
                     .chunks_exact(g.h * g.w)
                     .zip(xt.chunks_exact_mut(pplane))
                 {
-                    let rows = Padded::rows_read(g, ys.len());
                     padded_plane(src, (g.h, g.w, g.pt - top, g.pl), (pd.wp, rows), dst);
                 }
                 let at = Band {
@@ -189,7 +188,6 @@ pub(in crate::conv) fn implicit_path(
     let bands = want.div_ceil(images.len() * groups).min(g.oh).max(1);
     let per_band = g.oh.div_ceil(bands);
     let bands = g.oh.div_ceil(per_band);
-    let band_of = |band: usize| band * per_band..((band + 1) * per_band).min(g.oh);
     let pplane = pd.plane();
     let steps = TapSteps::new(&pd.offs, g.c, pplane);
     with_scratch(images.len() * g.c * pplane, |xp| {
@@ -201,7 +199,7 @@ pub(in crate::conv) fn implicit_path(
         crate::parallel::for_each_index(images.len() * groups * bands, |t| {
             let (i, t) = (t / (groups * bands), t % (groups * bands));
             let (group, band) = (t / bands, t % bands);
-            let ys = band_of(band);
+            let ys = band * per_band..((band + 1) * per_band).min(g.oh);
             let ps = group * per_group..((group + 1) * per_group).min(panels);
             let at = Band {
                 xp,
