@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/test.sh: set up this machine if needed, then run every check: formatting, clippy, rustdoc and
-# all tests (shader validation, ops on CPU and GPU, conformance, real models against onnxruntime).
+# scripts/test.sh: set up this machine if needed, then run every check: formatting, clippy,
+# rustdoc and all tests (shader validation, ops on CPU and GPU, conformance, real models against
+# onnxruntime).
 # GPU tests run on the machine's adapter (lavapipe when there is no GPU) and fail, never skip,
 # when there is none.
 set -euo pipefail
