@@ -202,7 +202,8 @@ impl Lines {
     /// Every input channel of `x` (`h x w` each, from the first image the call reads) as its
     /// phase planes into `xp` ([`Lines::channel`] floats each), in parallel over channels and
     /// phases: a 3-channel first conv of stride 2 is 12 pieces for the threads, not 3 (2:1 on
-    /// two threads; yolov8n's 3 -> 16 3x3/2 on 320x320 0.226 -> 0.176 ms in the model).
+    /// two threads; yolov8n's 3 -> 16 3x3/2 on 320x320 0.226 -> 0.176 ms in the model). A
+    /// task filling its own planes runs it in order on its thread (`parallel::serially`).
     fn fill(&self, g: &Geom2, x: &[f32], xp: &mut [f32]) {
         let size = self.hp * self.wp;
         let mut pieces = Vec::with_capacity(xp.len() / self.channel() * self.phases);
@@ -219,18 +220,6 @@ impl Lines {
         crate::parallel::for_each_item(pieces, |(i, phase, dst)| {
             self.fill_phase(g, &x[i * g.h * g.w..][..g.h * g.w], phase, dst);
         });
-    }
-
-    /// [`Lines::fill`] on this thread: one task's planes, from image `x` (`c x h x w`).
-    fn fill_serially(&self, g: &Geom2, x: &[f32], xp: &mut [f32]) {
-        let size = self.hp * self.wp;
-        for (i, channel) in xp.chunks_exact_mut(self.channel()).enumerate() {
-            let (planes, tail) = channel.split_at_mut(self.phases * size);
-            tail.fill(0.0);
-            for (phase, dst) in planes.chunks_exact_mut(size).enumerate() {
-                self.fill_phase(g, &x[i * g.h * g.w..][..g.h * g.w], phase, dst);
-            }
-        }
     }
 
     /// Phase plane `phase` (`hp x wp` floats) of input channel `src` (`h x w`) into `plane`.
@@ -433,7 +422,9 @@ pub(in crate::conv) fn taps_path(
             crate::parallel::for_each_ref(&tasks, |task| {
                 let mine = Lines::for_rows(g, task.2.start, task.2.len());
                 with_tmp(g.c * mine.channel(), |xt| {
-                    mine.fill_serially(g, image(task.0), xt);
+                    // On this task's thread: its pieces are small, and a fork per task
+                    // would hand half of its planes to the other core.
+                    crate::parallel::serially(|| mine.fill(g, image(task.0), xt));
                     rows_of(xt, &mine, task);
                 })
             });
