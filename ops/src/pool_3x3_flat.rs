@@ -6,9 +6,14 @@
 //! the lanes of the first and last row masked alike (an average then divides by its window's
 //! positions). The masks repeat for every plane and are made once per call ([`Flat`]).
 //! MaxPools of stride 2 on such planes whose windows are all centred inside them (inception's
-//! 320 x 28 x 28 and 576 x 14 x 14, squeezenet's 256 x 27 x 27) take the same across pass,
-//! then per output row fold the three reduced rows around its centre row and keep the centre
-//! columns (every other lane).
+//! 320 x 28 x 28 and 576 x 14 x 14, squeezenet's 256 x 27 x 27) go row by row instead, in
+//! registers: each input row is loaded once as two vectors, folded with its neighbours
+//! shifted in by a lane, and each output row folds the three rows around its centre row and
+//! keeps the centre columns (every other lane), the row below carried to the next output
+//! row. The flat across pass through a scratch plane had taken 1.27-1.38x the time (AMD Zen 5,
+//! squeezenet's 256 x 27 x 27 alone, a run short enough for one thread: 28-30 -> 21-22 us; in
+//! the model, two threads, 19-20 -> 16 us; inception_v1's 14 x 14 and 28 x 28 ones 0.035-0.036
+//! -> 0.027-0.028 ms; docs/bench.md, "Halving flat pools in registers").
 //!
 //! Row vectors (`pool_3x3.rs`) fill 7 or 14 of 16 lanes on such planes and pay their steps
 //! per row. On an Intel Xeon (AVX-512, 2 threads, best of 200, the two paths alternated in one
@@ -85,6 +90,8 @@ pub(super) struct Flat {
     halving: Option<(usize, usize, usize, usize)>,
     /// `[inside, left, right, up, down]` per vector.
     bits: Vec<[u32; 5]>,
+    /// Stride 2: per vector of a row (columns `0..n`, `n..2n`), the lanes inside the row.
+    row_bits: [u32; 2],
     divisors: Vec<f32>,
 }
 
@@ -127,11 +134,13 @@ impl Flat {
             let centre = |a: usize| 1 - g.pb[a];
             (g.outd[1], g.outd[2], centre(1), centre(2))
         });
+        let row_bits = [0, n].map(|from| crate::lanes::row_lane_bits(from as isize, w, n));
         Flat {
             h,
             w,
             halving,
             bits,
+            row_bits,
             divisors,
         }
     }
@@ -172,6 +181,10 @@ unsafe fn plane<V: Lanes, const MAX: bool>(
     let fill = V::splat(if MAX { f32::NEG_INFINITY } else { -0.0 });
     let (x, t) = (xplane.as_ptr(), across.as_mut_ptr());
     fetch_plane_ahead(x, hw);
+    let o = out.as_mut_ptr();
+    if let Some((oh, ow, r0, c0)) = f.halving {
+        return halving::<V, MAX>(f, x, o, (oh, ow, r0, c0));
+    }
     // Masked lanes are never read: the pointers may point before or past the slices.
     for (v, b) in f.bits.iter().enumerate() {
         let at = x.wrapping_add(v * n);
@@ -180,28 +193,6 @@ unsafe fn plane<V: Lanes, const MAX: bool>(
         let right = V::load_masked(fill, V::bits(b[2]), at.wrapping_add(1));
         let lc = fold_two::<V, MAX>(left, centre);
         V::store(t.add(v * n), fold_two::<V, MAX>(lc, right));
-    }
-    let o = out.as_mut_ptr();
-    if let Some((oh, ow, r0, c0)) = f.halving {
-        for i in 0..oh {
-            // The reduced rows above, at and below the centre row inside the plane, two
-            // vectors across (lanes past the row are never kept). No closures in this
-            // function: LLVM left such closures uninlined, their intrinsics as calls (the
-            // strided max ran 4-7x slower than the row vectors).
-            let r = r0 + 2 * i;
-            let mut m = [fill; 2];
-            for rr in [r.wrapping_sub(1), r, r + 1] {
-                if rr < f.h {
-                    for (v, m) in m.iter_mut().enumerate() {
-                        *m = fold_two::<V, MAX>(*m, V::load(t.add(rr * w + v * n)));
-                    }
-                }
-            }
-            let (evens, odds) = V::evens_odds(m[0], m[1]);
-            let centres = if c0 == 0 { evens } else { odds };
-            V::store_first(o.add(i * ow), centres, ow);
-        }
-        return;
     }
     for (v, b) in f.bits.iter().enumerate() {
         let at = t.wrapping_add(v * n).cast_const();
@@ -217,6 +208,83 @@ unsafe fn plane<V: Lanes, const MAX: bool>(
             false => V::store_first(o.add(v * n), m, hw - v * n),
         }
     }
+}
+
+/// A strided max's output plane at `o` (`oh x ow`) from the plane at `x`: per output row, the
+/// input rows above, at and below its windows' centre row `r0 + 2i`, each folded across in
+/// registers (two vectors of columns, [`across_row`]), folded down in that order; the row
+/// below is the next output row's row above and is kept. The every other lane from column
+/// `c0` (the windows' centres) is stored, a whole vector where it stays inside the plane:
+/// the lanes past the row land on the rows after it, which overwrite them (the masked store
+/// of each row had taken 1.1x the time). No closures here: LLVM left them uninlined, their
+/// intrinsics as calls (a `[0, 1].map` over the two vectors ran 6x slower).
+///
+/// # Safety
+/// As [`plane`]; `f.halving` is `Some`.
+#[inline(always)]
+unsafe fn halving<V: Lanes, const MAX: bool>(
+    f: &Flat,
+    x: *const f32,
+    o: *mut f32,
+    (oh, ow, r0, c0): (usize, usize, usize, usize),
+) {
+    let fill = V::splat(f32::NEG_INFINITY);
+    let mut above = match r0 {
+        0 => None,
+        _ => Some(across_row::<V, MAX>(f, x, r0 - 1)),
+    };
+    for i in 0..oh {
+        let r = r0 + 2 * i;
+        let centre = across_row::<V, MAX>(f, x, r);
+        let below = match r + 1 < f.h {
+            true => Some(across_row::<V, MAX>(f, x, r + 1)),
+            false => None,
+        };
+        let mut m = [fill; 2];
+        for (v, m) in m.iter_mut().enumerate() {
+            if let Some(a) = above {
+                *m = fold_two::<V, MAX>(*m, a[v]);
+            }
+            *m = fold_two::<V, MAX>(*m, centre[v]);
+            if let Some(b) = below {
+                *m = fold_two::<V, MAX>(*m, b[v]);
+            }
+        }
+        let (evens, odds) = V::evens_odds(m[0], m[1]);
+        let centres = if c0 == 0 { evens } else { odds };
+        match i * ow + V::N <= oh * ow {
+            true => V::store(o.add(i * ow), centres),
+            false => V::store_first(o.add(i * ow), centres, ow),
+        }
+        above = below;
+    }
+}
+
+/// Row `r` of the plane at `x`, each column folded with its left and right neighbours (in
+/// that order: left, centre, right), two vectors across: the row loaded once, lanes outside
+/// it -inf, the neighbours shifted in by a lane (a masked load at each of the three offsets
+/// took 1.1x the time).
+///
+/// # Safety
+/// As [`halving`]; `r` a row of the plane.
+#[inline(always)]
+unsafe fn across_row<V: Lanes, const MAX: bool>(f: &Flat, x: *const f32, r: usize) -> [V; 2] {
+    let (n, fill) = (V::N, V::splat(f32::NEG_INFINITY));
+    let every = V::bits(crate::lanes::lane_bits(0..n));
+    let at = x.wrapping_add(r * f.w);
+    let c0 = V::load_masked(fill, V::bits(f.row_bits[0]), at);
+    let c1 = V::load_masked(fill, V::bits(f.row_bits[1]), at.wrapping_add(n));
+    // Each column's left neighbour is lane n - 1 on of the vector pair before it, its right
+    // one lane 1 on.
+    let left = [
+        V::across(fill, c0, n - 1, every),
+        V::across(c0, c1, n - 1, every),
+    ];
+    let right = [V::across(c0, c1, 1, every), V::across(c1, fill, 1, every)];
+    [
+        fold_two::<V, MAX>(fold_two::<V, MAX>(left[0], c0), right[0]),
+        fold_two::<V, MAX>(fold_two::<V, MAX>(left[1], c1), right[1]),
+    ]
 }
 
 /// `earlier` and `later` folded: the first maximum (`MAX`) or the sum.
