@@ -13,8 +13,9 @@
 //! constant W, `Conv::with_constant_weight`); then per image, in blocks of tile rows (bounded
 //! scratch): the input transform (`V = B^T d B`, layout `[c][point][slot]`), one GEMM per
 //! transform point `M[p] = U[p] (K x C) x V[p] (C x slots)`, and the output transform
-//! (`Y = A^T M A`) with the bias and the fused activation (on AVX-512, for a bias and a Relu,
-//! in registers straight into the output rows: `conv_winograd_out_avx512.rs`). Large planes
+//! (`Y = A^T M A`) with the bias and the fused activation (on AVX-512 in registers straight
+//! into the output rows with the bias and a Relu, any other activation in a pass after:
+//! `conv_winograd_out_avx512.rs`). Large planes
 //! run one block per task (all of it on one thread); small ones parallelise each phase of a
 //! block (channels, points, output channels).
 //! A row range (`(n, oc, oh)` lines) becomes the rectangles of `conv_cpu::rects`; each is
@@ -396,9 +397,10 @@ pub(in crate::conv) fn winograd_path(
             }
         };
         let xn = |n: usize| &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
-        // The output transform and the epilogue in one pass where `out_avx512` computes them.
+        // The output transform in registers on AVX-512 (`out_avx512`), with the bias and a
+        // Relu; any other epilogue in one pass over each channel's rows after it.
         #[cfg(target_arch = "x86_64")]
-        let fused = out_avx512::applies(ep);
+        let (in_registers, fused) = (crate::simd::avx512(), out_avx512::applies(ep));
         // Output transform of channels `oc` of block `(n, tys, wr)` from their `mm`.
         let outputs = |(n, oc, tys, wr): (usize, Range<usize>, &Range<usize>, &Range<usize>),
                        mm: &[f32],
@@ -413,10 +415,10 @@ pub(in crate::conv) fn winograd_path(
                 let op = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(at), len) };
                 let bias = b.map(|b| b[k]);
                 #[cfg(target_arch = "x86_64")]
-                if fused {
-                    let relu = ep.act == crate::conv::Activation::Relu;
-                    // SAFETY: `fused` checked AVX-512; `op` holds rows `wr`, inside the tile
-                    // rows `tys` of `mk`.
+                if in_registers {
+                    let relu = fused && ep.act == crate::conv::Activation::Relu;
+                    // SAFETY: `in_registers` checked AVX-512; `op` holds rows `wr`, inside the
+                    // tile rows `tys` of `mk`.
                     unsafe {
                         out_avx512::output_channel(
                             v,
@@ -428,12 +430,15 @@ pub(in crate::conv) fn winograd_path(
                             (bias, relu),
                         )
                     };
+                    if !fused {
+                        epilogue(op, None, None, ep);
+                    }
                     continue;
                 }
                 v.output_channel(&t, mk, tys.clone(), wr.clone(), op, tmp);
-                for line in op.chunks_exact_mut(g.ow) {
-                    epilogue(line, bias, None, ep);
-                }
+                // One line: the channel's rows, one bias (a call per row of a small plane cost
+                // more than its work).
+                epilogue(op, bias, None, ep);
             }
         };
         if many {
