@@ -2,7 +2,7 @@
 //! with the bias and a Relu applied before the store (any other epilogue runs over each
 //! channel's rows after it: yolov8n's SiLU convs had taken the portable transform, its 64 ->
 //! 64 3x3 on 20x20 with SiLU 0.125 ms against 0.100 now, one thread, AMD Zen 5; the model
-//! 0.92-0.95x of its time; docs/bench.md).
+//! 0.92-0.95x of its time; docs/bench.md, "Winograd's SiLU convs on the register transform").
 //!
 //! The portable transforms (`conv_winograd_f4.rs`, `conv_winograd_f2.rs`: `output_channel`)
 //! make a pass over the whole block per step (`A^T m` down, then along, rounds of

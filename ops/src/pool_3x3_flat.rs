@@ -13,7 +13,7 @@
 //! row. The flat across pass through a scratch plane had taken 1.27-1.38x the time (AMD Zen 5,
 //! squeezenet's 256 x 27 x 27 alone, a run short enough for one thread: 28-30 -> 21-22 us; in
 //! the model, two threads, 19-20 -> 16 us; inception_v1's 14 x 14 and 28 x 28 ones 0.035-0.036
-//! -> 0.027-0.028 ms; docs/bench.md, "Halving flat pools in registers").
+//! -> 0.027-0.028 ms; docs/bench.md, "halving flat MaxPools in registers").
 //!
 //! Row vectors (`pool_3x3.rs`) fill 7 or 14 of 16 lanes on such planes and pay their steps
 //! per row. On an Intel Xeon (AVX-512, 2 threads, best of 200, the two paths alternated in one
