@@ -88,7 +88,7 @@ pub(super) struct Flat {
     w: usize,
     /// Stride 2: output rows and columns, and the first window's centre row and column.
     halving: Option<(usize, usize, usize, usize)>,
-    /// `[inside, left, right, up, down]` per vector.
+    /// `[inside, left, right, up, down]` per vector (none for a halving pool).
     bits: Vec<[u32; 5]>,
     /// Stride 2: per vector of a row (columns `0..n`, `n..2n`), the lanes inside the row.
     row_bits: [u32; 2],
@@ -102,7 +102,13 @@ impl Flat {
     pub(super) fn of(g: &Geo, n: usize, average: Option<(&[f32], &[f32])>) -> Flat {
         let (h, w) = (g.ind[1], g.ind[2]);
         let hw = h * w;
-        let vecs = hw.div_ceil(n);
+        let halving = (g.s[1] == 2).then(|| {
+            assert!(g.outd[2] <= n, "pool 3x3 flat: {} outputs a row", g.outd[2]);
+            let centre = |a: usize| 1 - g.pb[a];
+            (g.outd[1], g.outd[2], centre(1), centre(2))
+        });
+        // A halving pool reads rows in registers ([`halving`]): no flat vectors, no scratch.
+        let vecs = if halving.is_some() { 0 } else { hw.div_ceil(n) };
         let bits = (0..vecs)
             .map(|v| {
                 let lanes = |ok: &dyn Fn(usize) -> bool| {
@@ -129,11 +135,6 @@ impl Flat {
                 d
             }
         };
-        let halving = (g.s[1] == 2).then(|| {
-            assert!(g.outd[2] <= n, "pool 3x3 flat: {} outputs a row", g.outd[2]);
-            let centre = |a: usize| 1 - g.pb[a];
-            (g.outd[1], g.outd[2], centre(1), centre(2))
-        });
         let row_bits = [0, n].map(|from| crate::lanes::row_lane_bits(from as isize, w, n));
         Flat {
             h,
@@ -145,10 +146,10 @@ impl Flat {
         }
     }
 
-    /// Floats of a plane's reduced-across scratch: its whole vectors, and two more that a
-    /// strided last row's loads may run into.
+    /// Floats of a plane's reduced-across scratch: its whole vectors (none for a halving
+    /// pool, which keeps its rows in registers).
     pub(super) fn scratch_len(&self, n: usize) -> usize {
-        (self.bits.len() + 2) * n
+        self.bits.len() * n
     }
 
     /// Output floats of a plane.
@@ -159,9 +160,8 @@ impl Flat {
 }
 
 /// One plane `xplane` (`h x w`) pooled into `out` (`h x w`, or the strided output plane):
-/// maxima (`MAX`) or averages, through `across` ([`Flat::scratch_len`] floats). A strided
-/// max folds, per output row, the reduced rows above, at and below its windows' centre row,
-/// one or two vectors across, and keeps their every other lane (the centre columns).
+/// maxima (`MAX`) or averages, through `across` ([`Flat::scratch_len`] floats); a strided
+/// max through [`halving`] instead, in registers.
 ///
 /// # Safety
 /// `V`'s instructions present (inlined into its `#[target_feature]` function); `f` made for
