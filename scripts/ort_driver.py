@@ -1,28 +1,33 @@
 #!/usr/bin/env python3
-"""onnxruntime CPU peer of tandem-bench: load one model, run it on the given inputs under the
-suite's rule (warm-up, then at least N iterations AND at least T seconds, stopping at a hard cap),
-write its outputs as .npy, and print one JSON object on stdout.
+"""onnxruntime CPU peer of tandem-bench: load one model, make its first run on the given inputs
+and write its outputs as .npy, then make its timed runs in the slices the suite asks for (the
+rows of a round interleave them, bench-suite/src/interleave.rs) under the suite's rule (at least N
+iterations AND at least T seconds of its own time, stopping at a hard cap), and print its
+timings as JSON.
 
 Sits between tandem-bench (bench-suite/src/peers/ort.rs spawns it with .venv/bin/python) and the
-pip-installed onnxruntime. Nothing else is printed on stdout; errors go to stderr and the exit
-status is non-zero.
+pip-installed onnxruntime. Errors go to stderr and the exit status is non-zero.
 
 Usage:
   ort_driver.py --numpy-gemm N [--threads 2] [--secs T]   (numpy's BLAS on an N^3 f32 matmul)
   ort_driver.py --model M.onnx --input NAME=FILE.npy ... --out-dir DIR
                 [--iters N] [--secs T] [--max-secs X] [--threads 2] [--profile-runs K]
+                [--slice-secs S]
 
-Output JSON: {"runtime": "onnxruntime", "version", "threads", "load_ms", "first_run_ms",
-"samples_ms": [...], "outputs": [{"name", "path"}], "peak_rss_kb", "op_times": [{"op",
-"count", "ms"}]}. peak_rss_kb is the process's ru_maxrss (Python + numpy + onnxruntime + the
-model) before op times are taken, so it is an upper bound on what onnxruntime itself needs.
-op_times (with --profile-runs K > 0, else empty): a second session of the same options with
-onnxruntime's profiler on runs K + 1 times after the timed runs; each node's kernel time is
-its median over the last K (the first is that session's warm-up), summed per op type
-(onnxruntime's own types after its fusions: FusedConv, QuickGelu, ReorderInput, ...), largest
-first. The timed runs never profile. With --numpy-gemm: {"numpy": version, "gflops": best,
-"blas": the BLAS numpy links}; the thread count is set through the BLAS environment variables
-before numpy loads.
+With --model it speaks interleave.rs's line protocol: after the first run it prints
+`ready {"outputs": [{"name", "path"}]}`; each `go` line on stdin runs timed runs for S seconds
+(at least one; the whole rule where S is 0) and answers `slice N` or, once the rule is met,
+`done N` (N: timed runs so far); after `finish` it prints one JSON object: {"runtime":
+"onnxruntime", "version", "threads", "load_ms", "first_run_ms", "samples_ms": [...],
+"peak_rss_kb", "op_times": [{"op", "count", "ms"}]}. peak_rss_kb is the process's ru_maxrss
+(Python + numpy + onnxruntime + the model) before op times are taken, so it is an upper bound
+on what onnxruntime itself needs. op_times (with --profile-runs K > 0, else empty): a second
+session of the same options with onnxruntime's profiler on runs K + 1 times after the timed
+runs; each node's kernel time is its median over the last K (the first is that session's
+warm-up), summed per op type (onnxruntime's own types after its fusions: FusedConv, QuickGelu,
+ReorderInput, ...), largest first. The timed runs never profile. With --numpy-gemm: {"numpy":
+version, "gflops": best, "blas": the BLAS numpy links} on stdout alone; the thread count is
+set through the BLAS environment variables before numpy loads.
 """
 import argparse
 import json
@@ -99,6 +104,7 @@ def main():
     p.add_argument("--max-secs", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--profile-runs", type=int, default=0, metavar="K")
+    p.add_argument("--slice-secs", type=float, default=0.0, metavar="S")
     a = p.parse_args()
     if a.numpy_gemm:
         return numpy_gemm(a.numpy_gemm, a.threads, a.secs)
@@ -124,24 +130,42 @@ def main():
     outs = sess.run(names, feeds)
     first_ms = (time.perf_counter() - t0) * 1e3
 
-    samples = []
-    start = time.perf_counter()
-    while True:
-        elapsed = time.perf_counter() - start
-        if len(samples) >= a.iters and elapsed >= a.secs:
-            break
-        if elapsed >= a.max_secs and samples:
-            break
-        t0 = time.perf_counter()
-        sess.run(names, feeds)
-        samples.append((time.perf_counter() - t0) * 1e3)
-
     os.makedirs(a.out_dir, exist_ok=True)
     written = []
     for name, value in zip(names, outs):
         path = os.path.join(a.out_dir, safe(name) + ".npy")
         np.save(path, np.ascontiguousarray(value))
         written.append({"name": name, "path": path})
+    say("ready " + json.dumps({"outputs": written}))
+
+    samples = []
+    spent = 0.0  # this row's own time: its slices', not the other rows' slices between them
+
+    def met():
+        if len(samples) >= a.iters and spent >= a.secs:
+            return True
+        return spent >= a.max_secs and len(samples) > 0
+
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "go":
+            start, before = time.perf_counter(), spent
+            while not met():
+                t0 = time.perf_counter()
+                sess.run(names, feeds)
+                t1 = time.perf_counter()
+                samples.append((t1 - t0) * 1e3)
+                spent = before + (t1 - start)
+                if a.slice_secs > 0 and t1 - start >= a.slice_secs:
+                    break
+            say(("done " if met() else "slice ") + str(len(samples)))
+        elif command == "finish" and met():
+            break
+        else:
+            sys.exit(f"ort_driver.py: unexpected `{command}` on stdin")
+    else:
+        sys.exit("ort_driver.py: stdin closed before `finish`")
+
     peak_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ops = op_times(a.model, opts, feeds, names, a.profile_runs, a.out_dir) if a.profile_runs else []
 
@@ -153,13 +177,17 @@ def main():
             "load_ms": load_ms,
             "first_run_ms": first_ms,
             "samples_ms": samples,
-            "outputs": written,
             "peak_rss_kb": peak_rss_kb,
             "op_times": ops,
         },
         sys.stdout,
     )
     sys.stdout.write("\n")
+
+
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

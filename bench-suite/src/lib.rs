@@ -10,6 +10,7 @@
 pub mod coexec;
 pub mod compare;
 pub mod gemm;
+pub mod interleave;
 pub mod machine;
 pub mod models;
 pub mod peers;

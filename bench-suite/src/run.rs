@@ -4,6 +4,7 @@
 //! Sits between the command line and the runners (`tandem_row`, `peers::*`, `gemm`); writes
 //! through `render`.
 
+use crate::interleave::{wait_until_idle, RoundRow, Slices};
 use crate::models::{self, ModelCase, Named};
 use crate::peers;
 use crate::render;
@@ -14,6 +15,7 @@ use crate::tandem_row::{self, Variant};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use tandem::cost::keys::AdapterKey;
 use tandem::gpu::AdapterDesc;
 
@@ -81,6 +83,12 @@ pub struct Args {
     /// and per-op times from the turn whose breakdown took least. `--quick` takes at most 2.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Within a round, the rows interleave their timed runs in slices of this many seconds (at
+    /// least one run each), so that every row samples the host over the same seconds: a shared
+    /// VM's speed swings within a second. 0: each row runs its round's share at once, one row
+    /// after the other.
+    #[arg(long, default_value_t = 0.1)]
+    pub slice_secs: f64,
     /// Folder for report.json, report.md, report.html.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
@@ -236,7 +244,7 @@ fn bench_model(
     peers_on: &[String],
     cpu_rule: &RunRule,
     gpu_rule: &RunRule,
-    (threads, rounds): (usize, usize),
+    (threads, rounds, slice): (usize, usize, Option<Duration>),
     work: &Path,
     pb: &ProgressBar,
 ) -> Result<ModelResult> {
@@ -261,8 +269,8 @@ fn bench_model(
         let pb = pb.clone();
         move |n: usize| pb.set_message(format!("{label}: {n} runs"))
     };
-    // Each round runs every row once with its share of the rule; later rounds' rows pool
-    // into the first's (same order).
+    // Each round runs every row with its share of the rule, the rows' timed runs interleaved;
+    // later rounds' rows pool into the first's (same order).
     let mut tandem_files = None;
     for round in 0..rounds {
         let (cpu_share, gpu_share) = (cpu_rule.share(rounds), gpu_rule.share(rounds));
@@ -273,34 +281,45 @@ fn bench_model(
         result
             .core_round_trip_ns
             .extend(crate::machine::core_round_trip_ns());
-        // Each row with the whole rule it runs a share of (its samples pool under that).
-        let mut rows: Vec<(Row, RunRule)> = Vec::new();
+        // Each row with the whole rule it runs a share of (its samples pool under that): started
+        // one after the other (cold starts alone, each followed by a wait until its threads are
+        // idle), then their timed runs interleaved, then each finished (outputs, profiles,
+        // reports) alone.
+        let mut started: Vec<(Box<dyn RoundRow>, RunRule)> = Vec::new();
+        let mut start = |row: Box<dyn RoundRow>, whole: RunRule| {
+            if let Some(pid) = row.process() {
+                wait_until_idle(pid);
+            }
+            started.push((row, whole));
+        };
         if peers_on.iter().any(|p| p == "onnxruntime") {
             pb.set_message(format!("{} onnxruntime{tag}", case.name));
-            let (row, outs) = peers::ort::bench(
+            let ort = peers::ort::start(
                 &case.path,
                 &inputs,
                 reference.as_ref(),
                 threads,
-                &cpu_share,
+                (&cpu_share, slice),
                 work,
+                Box::new(ticker(format!("{} onnxruntime{tag}", case.name))),
             );
-            if reference.is_none() {
-                reference = outs;
+            if let (None, (_, Some(outs))) = (&reference, &ort) {
+                reference = Some(outs.clone());
             }
-            rows.push((row, *cpu_rule));
+            start(ort.0, *cpu_rule);
         }
         if peers_on.iter().any(|p| p == "tract") {
-            let mut tick = ticker(format!("{} tract{tag}", case.name));
-            let (row, _) = peers::tract::bench(
+            pb.set_message(format!("{} tract{tag}", case.name));
+            let tick = ticker(format!("{} tract{tag}", case.name));
+            let tract = peers::tract::start(
                 &case.path,
                 &inputs,
                 reference.as_ref(),
                 threads,
-                &cpu_share,
-                &mut tick,
+                (&cpu_share, slice),
+                Box::new(tick),
             );
-            rows.push((row, *cpu_rule));
+            start(tract, *cpu_rule);
         }
         for target in targets(variants, adapters) {
             let rule = |cpu: &RunRule, gpu: &RunRule| match target.variant {
@@ -308,21 +327,31 @@ fn bench_model(
                 Variant::Gpu => *gpu,
                 Variant::Auto | Variant::AutoNoSplit => cpu.capped(gpu.max_secs),
             };
-            let mut tick = ticker(format!("{} tandem {}{tag}", case.name, target.placement()));
-            tick(0);
+            let label = format!("{} tandem {}{tag}", case.name, target.placement());
+            pb.set_message(label.clone());
             let files = tandem_files.get_or_insert_with(|| {
                 tandem_process::RowFiles::write(&inputs, reference.as_ref(), work)
             });
-            let row = tandem_process::bench(
+            let tandem = tandem_process::start(
                 &case.path,
                 files.as_ref(),
                 target,
                 threads,
-                &rule(&cpu_share, &gpu_share),
-                &mut tick,
+                (&rule(&cpu_share, &gpu_share), slice),
+                Box::new(ticker(label)),
             );
-            rows.push((row, rule(cpu_rule, gpu_rule)));
+            start(tandem, rule(cpu_rule, gpu_rule));
         }
+        let mut slices: Vec<&mut dyn Slices> = started
+            .iter_mut()
+            .map(|(s, _)| s.as_mut() as &mut dyn Slices)
+            .collect();
+        let ended = crate::interleave::interleave(&mut slices);
+        let mut rows: Vec<(Row, RunRule)> = started
+            .into_iter()
+            .zip(ended)
+            .map(|((s, whole), end)| (s.finish(end), whole))
+            .collect();
         if peers_on.iter().any(|p| p == "burn") {
             let burn = peers::burn::bench(
                 &case.name,
@@ -389,6 +418,9 @@ pub fn main(mut args: Args) -> Result<()> {
     if args.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
+    if args.slice_secs.is_nan() || args.slice_secs < 0.0 {
+        bail!("--slice-secs must be 0 or more seconds");
+    }
     let variants: Vec<Variant> = args
         .placements
         .iter()
@@ -436,6 +468,7 @@ pub fn main(mut args: Args) -> Result<()> {
             threads: args.threads,
             quick: args.quick,
             rounds: args.rounds,
+            slice_secs: args.slice_secs,
         },
         models: Vec::new(),
         gemm: None,
@@ -463,7 +496,11 @@ pub fn main(mut args: Args) -> Result<()> {
             &args.peers,
             &cpu_rule,
             &gpu_rule,
-            (args.threads, args.rounds),
+            (
+                args.threads,
+                args.rounds,
+                tandem_process::slice_of(args.slice_secs),
+            ),
             &work.join(&case.name),
             &pb,
         );

@@ -65,6 +65,10 @@ pub struct Config {
     /// reports from before rounds existed read as 1.
     #[serde(default = "one_round")]
     pub rounds: usize,
+    /// Seconds of each slice in which a round's rows interleaved their timed runs (`run
+    /// --slice-secs`); 0: each row ran its share at once, as reports from before slices read.
+    #[serde(default)]
+    pub slice_secs: f64,
 }
 
 fn one_round() -> usize {

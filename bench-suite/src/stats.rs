@@ -65,16 +65,66 @@ pub fn measure<I, E>(
     mut f: impl FnMut(I) -> Result<(), E>,
     mut tick: impl FnMut(usize),
 ) -> Result<Vec<f64>, E> {
-    let start = Instant::now();
-    let mut samples = Vec::new();
-    while !rule.done(samples.len(), start.elapsed()) {
-        let args = inputs();
-        let t = Instant::now();
-        f(args)?;
-        samples.push(t.elapsed().as_secs_f64() * 1e3);
-        tick(samples.len());
+    let mut timed = Timed::new(*rule);
+    timed.slice(None, &mut inputs, &mut f, &mut tick)?;
+    Ok(timed.samples_ms)
+}
+
+/// A row's timed runs under its rule, made in slices (`run --slice-secs`: the rows of a round
+/// interleave their timed runs slice by slice). The rule counts the row's own time, the sum
+/// of its slices, not the time it waited while the other rows ran theirs.
+#[derive(Debug, Clone)]
+pub struct Timed {
+    rule: RunRule,
+    /// The row's own time so far: every slice's wall time (runs and the untimed input
+    /// preparation between them).
+    spent: Duration,
+    pub samples_ms: Vec<f64>,
+}
+
+impl Timed {
+    pub fn new(rule: RunRule) -> Timed {
+        Timed {
+            rule,
+            spent: Duration::ZERO,
+            samples_ms: Vec::new(),
+        }
     }
-    Ok(samples)
+
+    /// The rule the runs are made under.
+    pub fn rule(&self) -> RunRule {
+        self.rule
+    }
+
+    /// True once the rule is met (or its cap reached).
+    pub fn done(&self) -> bool {
+        self.rule.done(self.samples_ms.len(), self.spent)
+    }
+
+    /// Runs until the rule is met, or, with `slice`, until this slice took that long (at least
+    /// one run); true when the rule is met. `inputs`, `f` and `tick` as in [`measure`], `tick`
+    /// with the row's runs so far.
+    pub fn slice<I, E>(
+        &mut self,
+        slice: Option<Duration>,
+        inputs: &mut impl FnMut() -> I,
+        f: &mut impl FnMut(I) -> Result<(), E>,
+        tick: &mut impl FnMut(usize),
+    ) -> Result<bool, E> {
+        let (start, before) = (Instant::now(), self.spent);
+        while !self.done() {
+            let args = inputs();
+            let t = Instant::now();
+            f(args)?;
+            self.samples_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            self.spent = before + start.elapsed();
+            tick(self.samples_ms.len());
+            if slice.is_some_and(|s| start.elapsed() >= s) {
+                break;
+            }
+        }
+        Ok(self.done())
+    }
 }
 
 /// Summary of one row's steady-state latencies (milliseconds).
@@ -158,8 +208,8 @@ impl Latency {
         }
     }
 
-    /// `self / other` per round, round i of each taken together (the rows of a model take
-    /// turns, so round i of each ran within seconds of the other, on the same host speed);
+    /// `self / other` per round, round i of each taken together (the rows of a round
+    /// interleave their timed runs, so round i of each ran over the same seconds);
     /// empty unless both have the same number of rounds, at least two.
     pub fn paired_ratios(&self, other: &Latency) -> Vec<f64> {
         let (a, b) = (&self.round_p50_ms, &other.round_p50_ms);
@@ -192,6 +242,58 @@ mod tests {
         assert_eq!(percentile(&v, 0.99), 10.0);
         assert_eq!(percentile(&v, 0.0), 1.0);
         assert!(percentile(&[], 0.5).is_nan());
+    }
+
+    /// Slices of no length run one run each, the rule counting runs over all of them; the
+    /// time between slices (the other rows' slices) is not the row's: 2 ms runs with 100 ms
+    /// waits between them do not meet 0.2 s of the row's own time after three slices.
+    #[test]
+    fn slices_pool_runs_and_count_only_their_own_time() {
+        let rule = RunRule {
+            min_iters: 3,
+            min_secs: 0.0,
+            max_secs: 10.0,
+        };
+        let mut timed = Timed::new(rule);
+        let mut ticks = Vec::new();
+        let mut run = |_: ()| Ok::<(), ()>(());
+        for want in [false, false, true] {
+            let done = timed.slice(Some(Duration::ZERO), &mut || (), &mut run, &mut |n| {
+                ticks.push(n)
+            });
+            assert_eq!(done, Ok(want));
+        }
+        assert_eq!(ticks, [1, 2, 3]);
+        assert_eq!(timed.samples_ms.len(), 3);
+        // A met rule runs nothing more.
+        assert_eq!(
+            timed.slice(None, &mut || (), &mut run, &mut |_| {}),
+            Ok(true)
+        );
+        assert_eq!(timed.samples_ms.len(), 3);
+
+        let rule = RunRule {
+            min_iters: 1,
+            min_secs: 0.2,
+            max_secs: 10.0,
+        };
+        let mut timed = Timed::new(rule);
+        let mut run = |_: ()| {
+            std::thread::sleep(Duration::from_millis(2));
+            Ok::<(), ()>(())
+        };
+        for _ in 0..3 {
+            let done = timed.slice(Some(Duration::ZERO), &mut || (), &mut run, &mut |_| {});
+            assert_eq!(done, Ok(false), "after {} runs", timed.samples_ms.len());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(timed.samples_ms.len(), 3);
+        // Unsliced, it runs until its own 0.2 s are spent.
+        assert_eq!(
+            timed.slice(None, &mut || (), &mut run, &mut |_| {}),
+            Ok(true)
+        );
+        assert!(timed.samples_ms.iter().sum::<f64>() >= 190.0);
     }
 
     #[test]

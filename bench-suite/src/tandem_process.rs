@@ -8,19 +8,21 @@
 //! its peak RSS is the row's own.
 //!
 //! The child reads its inputs and the reference outputs from .npy files named in a JSON file
-//! (`Io`), reports progress as `runs N` lines on stdout and ends with `row {json}`.
+//! (`Io`), interleaves its timed runs with the round's other rows (`interleave.rs`: `ready`,
+//! then a slice per `go`), reports progress as `runs N` lines on stdout and, told to finish,
+//! ends with `row {json}`; a failed row ends it with the error on stderr.
 //!
 //! Sits between `run.rs` (rows and rounds) and `tandem_row.rs` (the measurement itself).
 
-use crate::models::{read_npys, stderr_tail, write_npys, Named};
+use crate::interleave::{ChildSlices, Failed, RoundRow, Slices, RUNS};
+use crate::models::{read_npys, write_npys, Named};
 use crate::schema::Row;
 use crate::stats::RunRule;
 use crate::tandem_row::{self, Target, Variant};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The files a child reads: inputs and, where there is one, the reference outputs.
@@ -32,8 +34,6 @@ struct Io {
 
 /// The prefix of the child's last line, before the row's JSON.
 const ROW: &str = "row ";
-/// The prefix of a progress line, before the count of timed runs.
-const RUNS: &str = "runs ";
 
 /// A model's inputs and reference as .npy files in `work`, and the JSON file naming them that
 /// each of its tandem rows' child processes reads: written once per model, before its first
@@ -59,37 +59,81 @@ impl RowFiles {
     }
 }
 
-/// Measure `model` on `target` in a child process (`tandem-bench row`) reading `files` (or
-/// failing with why they were not written); never panics (a failure, the child's crash
-/// included, is a row with `error` set). `tick(done)` reports the child's timed runs.
-pub fn bench(
+/// A tandem row's child process at `ready`: its cold start done, its timed runs to come in
+/// slices ([`crate::interleave`]).
+pub struct Started {
+    slices: ChildSlices,
+    placement: String,
+}
+
+/// Starts the child (`tandem-bench row`) that measures `model` on `target` reading `files`,
+/// and waits for its cold start; a failure (the child's crash included) is a row with `error`
+/// set. `tick(done)` reports the child's timed runs.
+pub fn start(
     model: &Path,
     files: Result<&RowFiles, &String>,
     target: Target,
     threads: usize,
-    rule: &RunRule,
-    tick: &mut dyn FnMut(usize),
-) -> Row {
+    (rule, slice): (&RunRule, Option<Duration>),
+    tick: Box<dyn FnMut(usize)>,
+) -> Box<dyn RoundRow> {
     let placement = target.placement();
     let exe = std::env::current_exe().map_err(|e| format!("the suite's own binary: {e}"));
-    match (exe, files) {
-        (Ok(exe), Ok(files)) => run_child(&exe, model, files, target, threads, rule, tick),
+    let started = match (exe, files) {
+        (Ok(exe), Ok(files)) => {
+            let cmd = command(&exe, model, files, target, threads, (rule, slice));
+            ChildSlices::start("`tandem-bench row`", cmd, tick).map(|(slices, _)| Started {
+                slices,
+                placement: placement.clone(),
+            })
+        }
         (Err(e), _) => Err(e),
         (_, Err(e)) => Err(e.clone()),
+    };
+    match started {
+        Ok(s) => Box::new(s),
+        Err(e) => Box::new(Failed(failed(&placement, e))),
     }
-    .unwrap_or_else(|e| Row::failed("tandem", &placement, env!("CARGO_PKG_VERSION"), e))
 }
 
-/// [`bench`] through `exe row ...`.
-fn run_child(
+fn failed(placement: &str, e: String) -> Row {
+    Row::failed("tandem", placement, env!("CARGO_PKG_VERSION"), e)
+}
+
+impl Slices for Started {
+    fn process(&self) -> Option<u32> {
+        self.slices.process()
+    }
+
+    fn next_slice(&mut self) -> Result<bool, String> {
+        self.slices.next_slice()
+    }
+}
+
+impl RoundRow for Started {
+    fn finish(self: Box<Self>, err: Result<(), String>) -> Row {
+        let Started { slices, placement } = *self;
+        err.and_then(|()| slices.finish())
+            .and_then(|out| {
+                let json = out
+                    .lines()
+                    .find_map(|l| l.strip_prefix(ROW))
+                    .ok_or_else(|| format!("`tandem-bench row` printed no row: {out}"))?;
+                serde_json::from_str::<Row>(json).map_err(|e| format!("its row: {e}"))
+            })
+            .unwrap_or_else(|e| failed(&placement, e))
+    }
+}
+
+/// The command line of the child.
+fn command(
     exe: &Path,
     model: &Path,
     files: &RowFiles,
     target: Target,
     threads: usize,
-    rule: &RunRule,
-    tick: &mut dyn FnMut(usize),
-) -> Result<Row, String> {
+    (rule, slice): (&RunRule, Option<Duration>),
+) -> Command {
     let mut cmd = Command::new(exe);
     cmd.arg("row")
         .arg(model)
@@ -100,42 +144,15 @@ fn run_child(
         .args(["--threads", &threads.to_string()])
         .args(["--iters", &rule.min_iters.to_string()])
         .args(["--secs", &rule.min_secs.to_string()])
-        .args(["--max-secs", &rule.max_secs.to_string()]);
+        .args(["--max-secs", &rule.max_secs.to_string()])
+        .args([
+            "--slice-secs",
+            &slice.map_or(0.0, |s| s.as_secs_f64()).to_string(),
+        ]);
     if let Some(a) = target.adapter {
         cmd.args(["--adapter-name", &a.name, "--adapter-backend", &a.backend]);
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start `tandem-bench row`: {e}"))?;
-    // stderr on a thread of its own, so that neither pipe fills while the other is read.
-    let mut stderr = child.stderr.take().expect("piped");
-    let err_text = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let mut row = None;
-    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
-        let line = line.map_err(|e| format!("reading `tandem-bench row`: {e}"))?;
-        if let Some(n) = line.strip_prefix(RUNS).and_then(|n| n.parse().ok()) {
-            tick(n);
-        } else if let Some(json) = line.strip_prefix(ROW) {
-            row = Some(serde_json::from_str::<Row>(json).map_err(|e| format!("its row: {e}")));
-        }
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for `tandem-bench row`: {e}"))?;
-    let err = err_text.join().unwrap_or_default();
-    match row {
-        Some(row) if status.success() => row,
-        _ => Err(format!(
-            "`tandem-bench row` ended ({status}) without a row: {}",
-            stderr_tail(&err)
-        )),
-    }
+    cmd
 }
 
 /// Measure one (model, placement) of tandem and print its row as JSON (the child process
@@ -166,6 +183,14 @@ pub struct Args {
     secs: f64,
     #[arg(long)]
     max_secs: f64,
+    /// Seconds of timed runs per slice (0: the whole rule in one).
+    #[arg(long)]
+    slice_secs: f64,
+}
+
+/// A slice's length from `--slice-secs`: `None` (the whole rule) for 0.
+pub fn slice_of(slice_secs: f64) -> Option<Duration> {
+    (slice_secs > 0.0).then(|| Duration::from_secs_f64(slice_secs))
 }
 
 /// Least time between two progress lines.
@@ -220,9 +245,15 @@ impl crate::Subcommand for Args {
             reference.as_ref(),
             target,
             self.threads,
-            &rule,
+            (&rule, slice_of(self.slice_secs)),
             &mut tick,
         );
+        // A failed row ends the child with its error on stderr, which the suite's side
+        // (`ChildSlices`) reports wherever the child stopped (before `ready`, in a slice,
+        // finishing).
+        if let Some(e) = &row.error {
+            bail!("{e}");
+        }
         println!("{ROW}{}", serde_json::to_string(&row)?);
         Ok(())
     }
@@ -232,11 +263,11 @@ impl crate::Subcommand for Args {
 mod tests {
     use super::*;
 
-    /// A child that dies without printing its row (here a shell that cannot open the script
-    /// `row`) fails the row with its exit status and the last of its stderr; the inputs and
+    /// A child that dies before its cold start is done (here a shell that cannot open the
+    /// script `row`) fails with its exit status and the last of its stderr; the inputs and
     /// reference it would have read are on disk, named in the io file.
     #[test]
-    fn a_child_that_dies_without_its_row_fails_the_row_with_why() {
+    fn a_child_that_dies_before_ready_fails_with_why() {
         let work = std::env::temp_dir().join(format!("tandem-process-{}", std::process::id()));
         let inputs = vec![("x".to_string(), tandem::Tensor::f32(&[2], vec![1.0, 2.0]))];
         let target = Target {
@@ -251,18 +282,19 @@ mod tests {
         };
         let files = RowFiles::write(&inputs, Some(&inputs), &work).unwrap();
         let model = Path::new("model.onnx");
-        let got = run_child(
+        let cmd = command(
             Path::new("/bin/sh"),
             model,
             &files,
             target,
             1,
-            &rule,
-            &mut |_| {},
+            (&rule, None),
         );
-        let err = got.expect_err("no row from the shell");
+        let err = ChildSlices::start("the child", cmd, Box::new(|_| {}))
+            .err()
+            .expect("no `ready` from the shell");
         assert!(
-            err.contains("without a row") && err.contains("exit status"),
+            err.contains("ended") && err.contains("exit status"),
             "{err}"
         );
         assert!(

@@ -5,14 +5,15 @@
 //! Sits between the public `tandem` API (`Session`, `RunReport`, `Gpu::pooled_bytes`) and the
 //! report schema.
 
+use crate::interleave::child_slices;
 use crate::machine::{peak_rss_mib, reset_peak_rss};
 use crate::models::{max_abs_diff, Named};
 use crate::schema::{Cold, NodeSummary, OpTime, Row, Settle, Span};
-use crate::stats::{measure, Latency, RunRule};
+use crate::stats::{Latency, RunRule, Timed};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tandem::gpu::{AdapterDesc, Gpu, GpuOptions};
 use tandem::report::Ran;
 use tandem::schedule::Policy;
@@ -95,20 +96,30 @@ impl Target<'_> {
 }
 
 /// Measure `model` on `target` with `threads` CPU threads; never panics (a failure is a row
-/// with `error` set). `tick(done)` reports timed iterations (progress bars).
+/// with `error` set). The timed runs interleave with the round's other rows' over stdin and
+/// stdout (`interleave.rs`: `slice` long each, or the whole rule at once where `None`).
+/// `tick(done)` reports timed iterations (progress bars).
 pub fn bench(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
     target: Target,
     threads: usize,
-    rule: &RunRule,
+    (rule, slice): (&RunRule, Option<Duration>),
     tick: &mut dyn FnMut(usize),
 ) -> Row {
     let version = env!("CARGO_PKG_VERSION");
     let placement = target.placement();
     match catch_unwind(AssertUnwindSafe(|| {
-        bench_inner(model, inputs, reference, target, threads, rule, tick)
+        bench_inner(
+            model,
+            inputs,
+            reference,
+            target,
+            threads,
+            (rule, slice),
+            tick,
+        )
     })) {
         Ok(Ok(row)) => row,
         Ok(Err(e)) => Row::failed("tandem", &placement, version, e),
@@ -127,7 +138,7 @@ fn bench_inner(
     reference: Option<&Named>,
     target: Target,
     threads: usize,
-    rule: &RunRule,
+    (rule, slice): (&RunRule, Option<Duration>),
     tick: &mut dyn FnMut(usize),
 ) -> Result<Row, String> {
     reset_peak_rss();
@@ -187,13 +198,20 @@ fn bench_inner(
     // runs the cost model learns from; timestamps around every pass slowed runs of many short
     // kernels 0.65-0.96x on a lent H200). Where the time went comes from REPORTED runs after
     // them, with every GPU node timed: the one of median total.
-    let samples = measure(
-        rule,
-        || shared.clone(),
-        |args| session.run_owned(args).map(drop),
-        tick,
-    )
-    .map_err(|e| format!("run: {e}"))?;
+    let mut timed = Timed::new(*rule);
+    child_slices(
+        &mut timed,
+        slice,
+        &mut || shared.clone(),
+        &mut |args| {
+            session
+                .run_owned(args)
+                .map(drop)
+                .map_err(|e| format!("run: {e}"))
+        },
+        &mut |n| tick(n),
+    )?;
+    let samples = timed.samples_ms;
     let latency = Latency::from_samples(samples, rule);
     if latency.capped {
         row.notes.push(format!(

@@ -14,7 +14,7 @@
 //! fails the run. Full mode always has burn rows.
 
 use crate::models::{max_abs_diff, stderr_tail, write_npys, Named};
-use crate::peers::ort::{fill_timing, read_outputs, repo_root, DriverOutput};
+use crate::peers::ort::{fill_timing, read_outputs, repo_root, DriverOutput, Timing};
 use crate::schema::Row;
 use crate::stats::RunRule;
 use serde::Deserialize;
@@ -48,15 +48,9 @@ struct DriverOut {
     error: Option<String>,
     device: Option<String>,
     #[serde(default)]
-    load_ms: f64,
-    #[serde(default)]
-    first_run_ms: f64,
-    #[serde(default)]
-    samples_ms: Vec<f64>,
-    #[serde(default)]
     outputs: Vec<DriverOutput>,
-    #[serde(default)]
-    peak_rss_kb: f64,
+    #[serde(flatten, default)]
+    timing: Timing,
 }
 
 /// burn's two rows for `model` (a manifest name): `cpu_rule` for ndarray, `gpu_rule` for wgpu
@@ -163,14 +157,7 @@ fn row_from_output(
             .notes
             .push("no reference outputs to compare with".into()),
     }
-    fill_timing(
-        &mut row,
-        d.load_ms,
-        d.first_run_ms,
-        d.samples_ms,
-        d.peak_rss_kb,
-        rule,
-    );
+    fill_timing(&mut row, d.timing, rule);
     row.notes
         .push("each run uploads the inputs and reads every output back".into());
     Ok(row)

@@ -1,16 +1,19 @@
 //! onnxruntime (CPU execution provider, the PyPI wheel) as a peer: `scripts/ort_driver.py`
 //! runs in a child Python process on the same inputs (written as .npy), under the same rule,
-//! and hands back its timings as JSON and its outputs as .npy.
+//! interleaved with the round's other rows' (`interleave.rs`), and hands back its outputs as .npy
+//! after its first run and its timings as JSON at the end.
 //!
 //! Sits between the suite and the pip-installed onnxruntime; no binary download at build time.
 //! The Python is `$TANDEM_BENCH_PYTHON`, else `<repo>/.venv/bin/python` (made by setup.sh).
 
-use crate::models::{max_abs_diff, read_npys, stderr_tail, write_npys, Named};
+use crate::interleave::{ChildSlices, Failed, RoundRow, Slices};
+use crate::models::{max_abs_diff, read_npys, write_npys, Named};
 use crate::schema::{Cold, OpTime, Row};
 use crate::stats::{Latency, RunRule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// The repository root this binary was built from.
 pub fn repo_root() -> PathBuf {
@@ -27,14 +30,31 @@ pub fn python() -> PathBuf {
         .unwrap_or_else(|| repo_root().join(".venv/bin/python"))
 }
 
+/// The driver's `ready` line: the first run's outputs.
+#[derive(Deserialize)]
+struct Ready {
+    outputs: Vec<DriverOutput>,
+}
+
+/// The timing fields of a driver's report (`ort_driver.py`'s, and burn's driver's).
+#[derive(Deserialize, Default)]
+pub(crate) struct Timing {
+    #[serde(default)]
+    load_ms: f64,
+    #[serde(default)]
+    first_run_ms: f64,
+    #[serde(default)]
+    samples_ms: Vec<f64>,
+    #[serde(default)]
+    peak_rss_kb: f64,
+}
+
+/// The driver's result, after `finish`.
 #[derive(Deserialize)]
 struct DriverOut {
     version: String,
-    load_ms: f64,
-    first_run_ms: f64,
-    samples_ms: Vec<f64>,
-    outputs: Vec<DriverOutput>,
-    peak_rss_kb: f64,
+    #[serde(flatten)]
+    timing: Timing,
     /// Per op type, from a profiled session after the timed runs (`--profile-runs`).
     #[serde(default)]
     op_times: Vec<OpTime>,
@@ -65,51 +85,68 @@ pub(crate) fn read_outputs(outputs: &[DriverOutput]) -> Result<Named, String> {
 }
 
 /// The timing fields of a driver's row: cold start, latency under `rule`, throughput, peak RSS.
-pub(crate) fn fill_timing(
-    row: &mut Row,
-    load_ms: f64,
-    first_run_ms: f64,
-    samples_ms: Vec<f64>,
-    peak_rss_kb: f64,
-    rule: &RunRule,
-) {
-    let latency = Latency::from_samples(samples_ms, rule);
+pub(crate) fn fill_timing(row: &mut Row, t: Timing, rule: &RunRule) {
+    let latency = Latency::from_samples(t.samples_ms, rule);
     row.cold = Some(Cold {
-        load_ms,
-        first_run_ms,
+        load_ms: t.load_ms,
+        first_run_ms: t.first_run_ms,
         settle: None,
     });
     row.throughput_per_s = Some(latency.throughput());
     row.latency = Some(latency);
-    row.peak_rss_mib = Some(peak_rss_kb / 1024.0);
+    row.peak_rss_mib = Some(t.peak_rss_kb / 1024.0);
 }
 
-/// Measure `model` on onnxruntime with `threads` intra-op threads. Returns the row and
-/// onnxruntime's outputs (the reference where the model has no stored one) and its per-op times
-/// (each round's: the report keeps the fastest round's, `Row::pool`). `work` is a scratch
-/// folder for the .npy files.
-pub fn bench(
-    model: &Path,
-    inputs: &Named,
-    reference: Option<&Named>,
-    threads: usize,
-    rule: &RunRule,
-    work: &Path,
-) -> (Row, Option<Named>) {
-    match run(model, inputs, reference, threads, rule, work) {
-        Ok(r) => r,
-        Err(e) => (Row::failed("onnxruntime", "cpu", "?", e), None),
+/// onnxruntime's driver at `ready` (its first run made), its timed runs to come in slices.
+pub struct Started {
+    slices: ChildSlices,
+    rule: RunRule,
+    /// The row so far: the comparison of the first run's outputs with the reference.
+    row: Row,
+}
+
+impl Slices for Started {
+    fn process(&self) -> Option<u32> {
+        self.slices.process()
+    }
+
+    fn next_slice(&mut self) -> Result<bool, String> {
+        self.slices.next_slice()
     }
 }
 
-fn run(
+/// Starts onnxruntime's driver on `model` with `threads` intra-op threads and waits for its
+/// first run. Returns it (or the failed row) and onnxruntime's outputs (the reference where
+/// the model has no stored one). `work` is a scratch folder for the .npy files; the timed
+/// runs come in slices `slice` long (the whole `rule` in one where `None`); `tick` gets the
+/// timed runs so far after each.
+pub fn start(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
     threads: usize,
-    rule: &RunRule,
+    (rule, slice): (&RunRule, Option<Duration>),
     work: &Path,
-) -> Result<(Row, Option<Named>), String> {
+    tick: Box<dyn FnMut(usize)>,
+) -> (Box<dyn RoundRow>, Option<Named>) {
+    match start_inner(model, inputs, reference, threads, (rule, slice), work, tick) {
+        Ok((started, outs)) => (Box::new(started), Some(outs)),
+        Err(e) => (
+            Box::new(Failed(Row::failed("onnxruntime", "cpu", "?", e))),
+            None,
+        ),
+    }
+}
+
+fn start_inner(
+    model: &Path,
+    inputs: &Named,
+    reference: Option<&Named>,
+    threads: usize,
+    (rule, slice): (&RunRule, Option<Duration>),
+    work: &Path,
+    tick: Box<dyn FnMut(usize)>,
+) -> Result<(Started, Named), String> {
     let out_dir = work.join("ort_out");
     let mut cmd = Command::new(python());
     cmd.arg(repo_root().join("scripts/ort_driver.py"))
@@ -121,27 +158,21 @@ fn run(
         .args(["--secs", &rule.min_secs.to_string()])
         .args(["--max-secs", &rule.max_secs.to_string()])
         .args(["--threads", &threads.to_string()])
-        .args(["--profile-runs", &profile_runs(rule).to_string()]);
+        .args(["--profile-runs", &profile_runs(rule).to_string()])
+        .args([
+            "--slice-secs",
+            &slice.map_or(0.0, |s| s.as_secs_f64()).to_string(),
+        ]);
     for (name, p) in write_npys(inputs, &work.join("in"))? {
         cmd.arg("--input").arg(format!("{name}={}", p.display()));
     }
-    let out = cmd.output().map_err(|e| {
-        format!(
-            "cannot start {}: {e} (run scripts/setup.sh)",
-            python().display()
-        )
-    })?;
-    if !out.status.success() {
-        return Err(format!(
-            "ort_driver.py failed ({}): {}",
-            out.status,
-            stderr_tail(&String::from_utf8_lossy(&out.stderr))
-        ));
-    }
-    let d: DriverOut = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("ort_driver.py printed no report: {e}"))?;
-    let got = read_outputs(&d.outputs)?;
-    let mut row = Row::failed("onnxruntime", "cpu", &d.version, String::new());
+    let name = format!("ort_driver.py ({})", python().display());
+    let (slices, ready) = ChildSlices::start(&name, cmd, tick)
+        .map_err(|e| format!("{e} (run scripts/setup.sh if it did not start)"))?;
+    let ready: Ready =
+        serde_json::from_str(&ready).map_err(|e| format!("ort_driver.py's `ready`: {e}"))?;
+    let got = read_outputs(&ready.outputs)?;
+    let mut row = Row::failed("onnxruntime", "cpu", "?", String::new());
     row.error = None;
     if let Some(want) = reference {
         match max_abs_diff(&got, want) {
@@ -153,16 +184,34 @@ fn run(
         row.notes
             .push("this run's outputs are the reference".into());
     }
-    row.op_times = d.op_times;
-    fill_timing(
-        &mut row,
-        d.load_ms,
-        d.first_run_ms,
-        d.samples_ms,
-        d.peak_rss_kb,
-        rule,
-    );
-    row.notes
-        .push("peak RSS includes the Python interpreter and numpy".into());
-    Ok((row, Some(got)))
+    let started = Started {
+        slices,
+        rule: *rule,
+        row,
+    };
+    Ok((started, got))
+}
+
+impl RoundRow for Started {
+    fn finish(self: Box<Self>, err: Result<(), String>) -> Row {
+        let Started {
+            slices,
+            rule,
+            mut row,
+        } = *self;
+        let out = err.and_then(|()| slices.finish()).and_then(|out| {
+            serde_json::from_str::<DriverOut>(&out)
+                .map_err(|e| format!("ort_driver.py printed no report: {e}"))
+        });
+        let d = match out {
+            Ok(d) => d,
+            Err(e) => return Row::failed("onnxruntime", "cpu", "?", e),
+        };
+        row.version = d.version;
+        row.op_times = d.op_times;
+        fill_timing(&mut row, d.timing, &rule);
+        row.notes
+            .push("peak RSS includes the Python interpreter and numpy".into());
+        row
+    }
 }

@@ -5,15 +5,16 @@
 //! output shapes or value_info tract disagrees with are retried with
 //! `with_ignore_output_shapes(true)` and `with_ignore_value_info(true)` (noted in the row).
 
+use crate::interleave::{Failed, RoundRow, Slices};
 use crate::machine::{peak_rss_mib, reset_peak_rss};
 use crate::models::{max_abs_diff, Named};
 use crate::schema::{Cold, Row};
-use crate::stats::{measure, Latency, RunRule};
+use crate::stats::{Latency, RunRule, Timed};
 use crate::tandem_row::panic_text;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Once;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tandem::{Data, Tensor};
 use tract_onnx::prelude::{
     DatumType, Framework, InferenceFact, InferenceModelExt, IntoTValue, TValue, TVec,
@@ -75,40 +76,96 @@ fn load(model: &Path, inputs: &Named, lenient: bool) -> TractResult<(Plan, Vec<u
     Ok((m.into_optimized()?.into_runnable()?, order))
 }
 
-/// Measure `model` on tract with `threads` threads; never panics.
-pub fn bench(
+/// tract at its first run's end, its timed runs to come in slices (`interleave.rs`).
+pub struct Started {
+    row: Row,
+    plan: Plan,
+    feed: Vec<TTensor>,
+    timed: Timed,
+    slice: Option<Duration>,
+    tick: Box<dyn FnMut(usize)>,
+    cold: Cold,
+}
+
+/// Loads `model` on tract with `threads` threads and makes its first run; returns it, or the
+/// failed row (never panics). Its timed runs come in slices `slice` long (the
+/// whole `rule` in one where `None`); `tick` gets its timed runs so far.
+pub fn start(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
     threads: usize,
-    rule: &RunRule,
-    tick: &mut dyn FnMut(usize),
-) -> (Row, Option<Named>) {
+    (rule, slice): (&RunRule, Option<Duration>),
+    tick: Box<dyn FnMut(usize)>,
+) -> Box<dyn RoundRow> {
+    let failed = |e| Box::new(Failed(Row::failed("tract", "cpu", VERSION, e)));
     match catch_unwind(AssertUnwindSafe(|| {
-        bench_inner(model, inputs, reference, threads, rule, tick)
+        start_inner(model, inputs, reference, threads)
     })) {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => (Row::failed("tract", "cpu", VERSION, e), None),
-        Err(p) => (
-            Row::failed(
-                "tract",
-                "cpu",
-                VERSION,
-                format!("panicked: {}", panic_text(p)),
-            ),
-            None,
-        ),
+        Ok(Ok((row, plan, feed, cold))) => Box::new(Started {
+            row,
+            plan,
+            feed,
+            timed: Timed::new(*rule),
+            slice,
+            tick,
+            cold,
+        }),
+        Ok(Err(e)) => failed(e),
+        Err(p) => failed(format!("panicked: {}", panic_text(p))),
     }
 }
 
-fn bench_inner(
+impl Slices for Started {
+    fn process(&self) -> Option<u32> {
+        Some(std::process::id())
+    }
+
+    fn next_slice(&mut self) -> Result<bool, String> {
+        let Started {
+            plan, feed, timed, ..
+        } = self;
+        let mut args =
+            || -> TVec<TValue> { feed.iter().map(|t| t.clone().into_tvalue()).collect() };
+        let mut run = |a| plan.run(a).map(|_| ()).map_err(|e| format!("run: {e:#}"));
+        match catch_unwind(AssertUnwindSafe(|| {
+            timed.slice(self.slice, &mut args, &mut run, &mut |n| (self.tick)(n))
+        })) {
+            Ok(r) => r,
+            Err(p) => Err(format!("panicked: {}", panic_text(p))),
+        }
+    }
+}
+
+impl RoundRow for Started {
+    fn finish(self: Box<Self>, err: Result<(), String>) -> Row {
+        let Started {
+            mut row,
+            timed,
+            cold,
+            ..
+        } = *self;
+        if let Err(e) = err {
+            return Row::failed("tract", "cpu", VERSION, e);
+        }
+        let rule = timed.rule();
+        let latency = Latency::from_samples(timed.samples_ms, &rule);
+        row.cold = Some(cold);
+        row.throughput_per_s = Some(latency.throughput());
+        row.latency = Some(latency);
+        row.peak_rss_mib = peak_rss_mib();
+        row
+    }
+}
+
+/// Load, optimise, first run (its outputs compared with the reference): the row so far, the
+/// plan, its inputs and the cold start.
+fn start_inner(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
     threads: usize,
-    rule: &RunRule,
-    tick: &mut dyn FnMut(usize),
-) -> Result<(Row, Option<Named>), String> {
+) -> Result<(Row, Plan, Vec<TTensor>, Cold), String> {
     static EXECUTOR: Once = Once::new();
     EXECUTOR.call_once(|| {
         if threads > 1 {
@@ -166,16 +223,10 @@ fn bench_inner(
             Err(e) => row.notes.push(format!("outputs not compared: {e}")),
         }
     }
-    let samples = measure(rule, args, |a| plan.run(a).map(|_| ()), tick)
-        .map_err(|e| format!("run: {e:#}"))?;
-    let latency = Latency::from_samples(samples, rule);
-    row.cold = Some(Cold {
+    let cold = Cold {
         load_ms,
         first_run_ms,
         settle: None,
-    });
-    row.throughput_per_s = Some(latency.throughput());
-    row.latency = Some(latency);
-    row.peak_rss_mib = peak_rss_mib();
-    Ok((row, Some(got)))
+    };
+    Ok((row, plan, feed, cold))
 }

@@ -378,9 +378,11 @@ fn header(r: &Report) -> String {
         r.config.gpu_rule.min_iters,
         r.config.gpu_rule.min_secs,
         r.config.gpu_rule.max_secs,
-        match r.config.rounds {
-            0 | 1 => String::new(),
-            n => format!(", in {n} rounds"),
+        match (r.config.rounds, r.config.slice_secs) {
+            (0 | 1, 0.0) => String::new(),
+            (0 | 1, s) => format!(", runs interleaved in {s} s slices"),
+            (n, 0.0) => format!(", in {n} rounds"),
+            (n, s) => format!(", in {n} rounds, runs interleaved in {s} s slices"),
         },
         if r.config.quick { " | quick" } else { "" },
         m.git.as_deref().unwrap_or("?"),
