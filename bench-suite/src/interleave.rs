@@ -134,6 +134,11 @@ fn running_threads(pid: u32) -> Option<usize> {
     Some(running)
 }
 
+/// A slice's length from `--slice-secs`: `None` (the whole rule) for 0.
+pub fn slice_of(slice_secs: f64) -> Option<Duration> {
+    (slice_secs > 0.0).then(|| Duration::from_secs_f64(slice_secs))
+}
+
 /// The line a child prints when its cold start is done.
 const READY: &str = "ready";
 /// The line that gives a child its slice.

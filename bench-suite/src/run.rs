@@ -499,7 +499,7 @@ pub fn main(mut args: Args) -> Result<()> {
             (
                 args.threads,
                 args.rounds,
-                tandem_process::slice_of(args.slice_secs),
+                crate::interleave::slice_of(args.slice_secs),
             ),
             &work.join(&case.name),
             &pb,

@@ -188,11 +188,6 @@ pub struct Args {
     slice_secs: f64,
 }
 
-/// A slice's length from `--slice-secs`: `None` (the whole rule) for 0.
-pub fn slice_of(slice_secs: f64) -> Option<Duration> {
-    (slice_secs > 0.0).then(|| Duration::from_secs_f64(slice_secs))
-}
-
 /// Least time between two progress lines.
 const TICK_EVERY: Duration = Duration::from_millis(100);
 
@@ -245,7 +240,7 @@ impl crate::Subcommand for Args {
             reference.as_ref(),
             target,
             self.threads,
-            (&rule, slice_of(self.slice_secs)),
+            (&rule, crate::interleave::slice_of(self.slice_secs)),
             &mut tick,
         );
         // A failed row ends the child with its error on stderr, which the suite's side
