@@ -238,9 +238,8 @@ impl ChildSlices {
     }
 
     fn say(&mut self, line: &str) -> Result<(), String> {
-        writeln!(self.stdin, "{line}")
-            .and_then(|()| self.stdin.flush())
-            .map_err(|e| format!("{} stopped listening ({e})", self.name))
+        let sent = writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush());
+        sent.map_err(|e| self.ended(&format!("stopped listening ({e})")))
     }
 
     /// Lets the child finish and returns everything it printed after (its result), once it
