@@ -710,3 +710,33 @@ fn a_profile_of_other_cpu_kernels_is_stale_and_recalibrated() {
         Some(tandem::cost::keys::cpu_kernels_hash())
     );
 }
+
+/// A saved profile keeps each entry's curve shape, and a loaded entry is fitted with it rather
+/// than choosing again by cross-validation (which took an `auto` session 2.2 s once runs had
+/// filled the entries): a shape written into the file by hand is the one the curve takes.
+#[test]
+fn a_saved_curve_shape_is_the_one_a_loaded_profile_fits() {
+    let path = tmp("shapes");
+    let (m, _, _) = synthetic(None);
+    m.save(&path).unwrap();
+    let mut file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let entries = file["profiles"][0]["entries"].as_array_mut().unwrap();
+    let matmul = (entries.iter_mut())
+        .find(|e| e["op"] == "MatMul" && e["device"] == "cpu")
+        .expect("the CPU MatMul entry");
+    // The synthetic samples lie on a straight line: the shape chosen and saved is the plain one.
+    assert_eq!(matmul["shape"]["spill_at"], serde_json::Value::Null);
+    assert_eq!(matmul["shape"]["whole"], false);
+    matmul["shape"] = serde_json::json!({"spill_at": 100000.0, "whole": true, "rows": false});
+    std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+    let back = CostModel::load(&path, None, &cpu_key()).unwrap();
+    let key = EntryKey {
+        op: "MatMul".into(),
+        dtype: DType::F32,
+        device: Device::Cpu,
+    };
+    let curve = back.curve(&key).expect("a fitted curve");
+    assert_eq!((curve.spill_at, curve.spill_whole), (100000.0, true));
+    assert_eq!(m.curve(&key).unwrap().spill_at, 0.0);
+}

@@ -182,7 +182,7 @@ impl Curve {
 }
 
 /// The terms a [`Curve`] is fitted with beyond `a*flops + b*bytes + c`.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct CurveShape {
     /// The working-set size where the cost per byte changes, if any.
     pub spill_at: Option<f64>,

@@ -9,7 +9,7 @@
 
 use super::calibrate::{calibrate_on_threads, CalibrationOptions};
 use super::keys::{cpu_kernels_hash, profile_stem, shader_hash, AdapterKey, CpuKey};
-use super::{CostModel, Entry, EntryKey, Links, Roofline, Sample};
+use super::{CostModel, CurveShape, Entry, EntryKey, Links, Roofline, Sample};
 use crate::gpu::Gpu;
 use crate::plan::Device;
 use serde::{Deserialize, Serialize};
@@ -61,6 +61,12 @@ struct EntryFile {
     device: String,
     calibration: Vec<Sample>,
     observed: Vec<Sample>,
+    /// The curve shape cross-validation chose for these samples, where it was chosen: a
+    /// session that loads the profile refits with it instead of choosing again, which took
+    /// 2.2 s of an `auto` session's load once runs had filled the entries (docs/bench.md,
+    /// "Rows in slices"). Absent in files written before it: chosen when first fitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shape: Option<CurveShape>,
 }
 
 /// One (adapter, CPU)'s profile within a [`ProfileFile`].
@@ -175,6 +181,7 @@ fn parse_entries(
         let entry = Entry {
             calibration: e.calibration,
             observed: VecDeque::from(e.observed),
+            spill: e.shape,
             ..Entry::default()
         };
         entries.insert(
@@ -317,6 +324,7 @@ impl CostModel {
                 device: k.device.to_string(),
                 calibration: e.calibration,
                 observed: e.observed.into_iter().collect(),
+                shape: e.spill,
             })
             .collect();
         let profile = Profile {
