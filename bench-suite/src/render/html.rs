@@ -36,13 +36,14 @@ pub fn page(r: &Report) -> String {
     let m = &r.machine;
     let mut s = format!(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>tandem-bench</title><style>{STYLE}</style></head><body>\
-         <h1>tandem-bench</h1><p class=\"meta\">{} &middot; CPU {} ({} cores, {}) &middot; GPU {} &middot; {} threads &middot; tree {}{}</p>",
+         <h1>tandem-bench</h1><p class=\"meta\">{} &middot; CPU {} ({} cores, {}) &middot; GPU {} &middot; {} threads &middot; {} &middot; tree {}{}</p>",
         esc(&r.schema),
         esc(&m.cpu_model),
         m.cores,
         esc(&m.simd),
         esc(&m.adapter.as_ref().map_or("none".into(), |a| format!("{} ({}, {})", a.name, a.backend, a.driver_info))),
         r.config.threads,
+        esc(&tables::method(&r.config)),
         esc(m.git.as_deref().unwrap_or("?")),
         if r.config.quick { " &middot; quick mode" } else { "" },
     );

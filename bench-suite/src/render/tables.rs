@@ -5,7 +5,7 @@
 //! Sits between the report schema and `render::{terminal, markdown}`; the HTML page reuses the
 //! cells.
 
-use crate::schema::{GemmResult, ModelResult, Report, Row};
+use crate::schema::{Config, GemmResult, ModelResult, Report, Row};
 use crate::stats::Latency;
 use crate::tandem_row::SETTLED_RUNS;
 
@@ -365,29 +365,42 @@ pub fn all(r: &Report) -> Vec<Table> {
 fn header(r: &Report) -> String {
     let m = &r.machine;
     format!(
-        "{} | CPU {} ({} cores, {}) | GPU {} | {} threads | rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){}{} | tree {} | load average {} -> {}",
+        "{} | CPU {} ({} cores, {}) | GPU {} | {} threads | {}{} | tree {} | load average {} -> {}",
         r.schema,
         m.cpu_model,
         m.cores,
         m.simd,
-        m.adapter.as_ref().map_or("none".into(), |a| format!("{} ({}, {})", a.name, a.backend, a.driver_info)),
+        m.adapter.as_ref().map_or("none".into(), |a| format!(
+            "{} ({}, {})",
+            a.name, a.backend, a.driver_info
+        )),
         r.config.threads,
-        r.config.cpu_rule.min_iters,
-        r.config.cpu_rule.min_secs,
-        r.config.cpu_rule.max_secs,
-        r.config.gpu_rule.min_iters,
-        r.config.gpu_rule.min_secs,
-        r.config.gpu_rule.max_secs,
-        match (r.config.rounds, r.config.slice_secs) {
+        method(&r.config),
+        if r.config.quick { " | quick" } else { "" },
+        m.git.as_deref().unwrap_or("?"),
+        m.load_average_start
+            .map_or("?".into(), |l| format!("{l:.1}")),
+        m.load_average_end.map_or("?".into(), |l| format!("{l:.1}")),
+    )
+}
+
+/// How the rows were timed: the rules, the rounds and the slices the rows' runs interleaved in.
+pub fn method(c: &Config) -> String {
+    let (cpu, gpu) = (&c.cpu_rule, &c.gpu_rule);
+    format!(
+        "rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){}",
+        cpu.min_iters,
+        cpu.min_secs,
+        cpu.max_secs,
+        gpu.min_iters,
+        gpu.min_secs,
+        gpu.max_secs,
+        match (c.rounds, c.slice_secs) {
             (0 | 1, 0.0) => String::new(),
             (0 | 1, s) => format!(", runs interleaved in {s} s slices"),
             (n, 0.0) => format!(", in {n} rounds"),
             (n, s) => format!(", in {n} rounds, runs interleaved in {s} s slices"),
         },
-        if r.config.quick { " | quick" } else { "" },
-        m.git.as_deref().unwrap_or("?"),
-        m.load_average_start.map_or("?".into(), |l| format!("{l:.1}")),
-        m.load_average_end.map_or("?".into(), |l| format!("{l:.1}")),
     )
 }
 
@@ -487,6 +500,36 @@ mod tests {
     use super::*;
     use crate::schema::OpTime;
     use crate::stats::{Latency, RunRule};
+
+    /// The method line names the rounds and the slices the rows' runs interleaved in, where
+    /// there were any; the terminal, Markdown and HTML reports all print it.
+    #[test]
+    fn the_method_says_how_rows_were_interleaved() {
+        let rule = RunRule {
+            min_iters: 20,
+            min_secs: 2.0,
+            max_secs: 10.0,
+        };
+        let config = |rounds, slice_secs| Config {
+            cpu_rule: rule,
+            gpu_rule: rule,
+            threads: 2,
+            quick: false,
+            rounds,
+            slice_secs,
+        };
+        let sliced = method(&config(3, 0.1));
+        assert!(
+            sliced.starts_with("rule cpu: >= 20 runs and >= 2 s (cap 10 s)"),
+            "{sliced}"
+        );
+        assert!(
+            sliced.ends_with(", in 3 rounds, runs interleaved in 0.1 s slices"),
+            "{sliced}"
+        );
+        assert!(method(&config(3, 0.0)).ends_with("(cap 10 s), in 3 rounds"));
+        assert!(method(&config(1, 0.0)).ends_with("(cap 10 s)"));
+    }
 
     fn row(runtime: &str, p50: f64, ops: &[(&str, usize, f64)]) -> Row {
         let mut r = Row::failed(runtime, "cpu", "v", String::new());
