@@ -293,7 +293,8 @@ fn bench_model(
             started.push((row, whole));
         };
         if peers_on.iter().any(|p| p == "onnxruntime") {
-            pb.set_message(format!("{} onnxruntime{tag}", case.name));
+            let label = format!("{} onnxruntime{tag}", case.name);
+            pb.set_message(label.clone());
             let ort = peers::ort::start(
                 &case.path,
                 &inputs,
@@ -301,7 +302,7 @@ fn bench_model(
                 threads,
                 (&cpu_share, slice),
                 work,
-                Box::new(ticker(format!("{} onnxruntime{tag}", case.name))),
+                Box::new(ticker(label)),
             );
             if let (None, (_, Some(outs))) = (&reference, &ort) {
                 reference = Some(outs.clone());
@@ -309,15 +310,15 @@ fn bench_model(
             start(ort.0, *cpu_rule);
         }
         if peers_on.iter().any(|p| p == "tract") {
-            pb.set_message(format!("{} tract{tag}", case.name));
-            let tick = ticker(format!("{} tract{tag}", case.name));
+            let label = format!("{} tract{tag}", case.name);
+            pb.set_message(label.clone());
             let tract = peers::tract::start(
                 &case.path,
                 &inputs,
                 reference.as_ref(),
                 threads,
                 (&cpu_share, slice),
-                Box::new(tick),
+                Box::new(ticker(label)),
             );
             start(tract, *cpu_rule);
         }

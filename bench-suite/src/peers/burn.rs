@@ -49,8 +49,10 @@ struct DriverOut {
     device: Option<String>,
     #[serde(default)]
     outputs: Vec<DriverOutput>,
-    #[serde(flatten, default)]
-    timing: Timing,
+    /// Absent from a report of a failure (`error`); read as zeros and no runs then, as each
+    /// field was before the struct was shared.
+    #[serde(flatten)]
+    timing: Option<Timing>,
 }
 
 /// burn's two rows for `model` (a manifest name): `cpu_rule` for ndarray, `gpu_rule` for wgpu
@@ -157,7 +159,7 @@ fn row_from_output(
             .notes
             .push("no reference outputs to compare with".into()),
     }
-    fill_timing(&mut row, d.timing, rule);
+    fill_timing(&mut row, d.timing.unwrap_or_default(), rule);
     row.notes
         .push("each run uploads the inputs and reads every output back".into());
     Ok(row)

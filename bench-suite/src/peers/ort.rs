@@ -36,16 +36,13 @@ struct Ready {
     outputs: Vec<DriverOutput>,
 }
 
-/// The timing fields of a driver's report (`ort_driver.py`'s, and burn's driver's).
+/// The timing fields of a driver's report (`ort_driver.py`'s, and burn's driver's), each
+/// required.
 #[derive(Deserialize, Default)]
 pub(crate) struct Timing {
-    #[serde(default)]
     load_ms: f64,
-    #[serde(default)]
     first_run_ms: f64,
-    #[serde(default)]
     samples_ms: Vec<f64>,
-    #[serde(default)]
     peak_rss_kb: f64,
 }
 
@@ -213,5 +210,23 @@ impl RoundRow for Started {
         row.notes
             .push("peak RSS includes the Python interpreter and numpy".into());
         row
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// onnxruntime's report must carry every timing field: one without its samples is no
+    /// report, not a row of no runs.
+    #[test]
+    fn a_driver_report_without_its_timings_is_refused() {
+        let full = r#"{"version": "1.2", "load_ms": 1.0, "first_run_ms": 2.0,
+                       "samples_ms": [3.0], "peak_rss_kb": 4.0}"#;
+        let d: DriverOut = serde_json::from_str(full).unwrap();
+        assert_eq!(d.timing.samples_ms, [3.0]);
+        let short =
+            r#"{"version": "1.2", "load_ms": 1.0, "first_run_ms": 2.0, "peak_rss_kb": 4.0}"#;
+        assert!(serde_json::from_str::<DriverOut>(short).is_err());
     }
 }
