@@ -137,7 +137,8 @@ impl SessionOptions {
     /// Refuse, with `Error::ResourceLimit` and before allocating, a run whose host working set
     /// (inputs + constants + peak live intermediates, from the plan) exceeds `bytes`. The
     /// host buffers a session keeps for reuse between runs stay within what is left of `bytes`
-    /// above that working set (without a cap: up to the peak of live intermediates).
+    /// above that working set (without a cap: up to three times the peak of live
+    /// intermediates, trimmed to what runs take).
     pub fn max_host_memory(mut self, bytes: u64) -> Self {
         self.max_host_memory = Some(bytes);
         self
@@ -503,8 +504,7 @@ impl Session {
             node_times,
         };
         let mut buffers = self.host_buffers.lock().unwrap().pop().unwrap_or_default();
-        let (base, most) = self.kept_host_bytes(&plan);
-        buffers.set_cap(base, most);
+        buffers.set_cap(self.kept_host_bytes(&plan));
         let result = exec::execute_reusing(&cx, ordered, &mut buffers).await;
         let mut kept = self.host_buffers.lock().unwrap();
         if kept.len() < KEPT_STORES {
@@ -531,20 +531,16 @@ impl Session {
         Ok((names.zip(outs).collect(), report))
     }
 
-    /// Bytes of released host tensors kept for reuse during and after a run of `plan`, as
-    /// (base, most): its peak of live intermediates (so the next run mostly reuses this one's),
-    /// and three times that, the most the store may learn to keep ([`exec::HostBuffers::set_cap`]);
-    /// both within the headroom [`SessionOptions::max_host_memory`] leaves above the run's own
-    /// working set.
-    fn kept_host_bytes(&self, plan: &Plan) -> (u64, u64) {
+    /// The most bytes of released host tensors kept for reuse during and after a run of
+    /// `plan` ([`exec::HostBuffers::set_cap`]): three times its peak of live intermediates, so
+    /// that the next run finds what this one released whatever their order, within the
+    /// headroom [`SessionOptions::max_host_memory`] leaves above the run's own working set.
+    fn kept_host_bytes(&self, plan: &Plan) -> u64 {
         let headroom = match self.limits.host_memory {
             None => u64::MAX,
             Some(cap) => cap.saturating_sub(crate::limits::host_working_set(&self.graph, plan)),
         };
-        (
-            plan.host_peak.min(headroom),
-            plan.host_peak.saturating_mul(3).min(headroom),
-        )
+        plan.host_peak.saturating_mul(3).min(headroom)
     }
 
     /// When other sessions' batches keep the shared GPU busy for a noticeable share of this

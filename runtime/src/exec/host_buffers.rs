@@ -23,18 +23,19 @@
 //! in all of it (densenet121's Concat outputs grow by 32 channels a layer, and each needed a
 //! fresh one).
 //! The store holds at most `cap` bytes (counted by capacity): the session sets it before each
-//! run to the plan's peak of live intermediates, plus what earlier runs still had to free to
-//! make room (learned, [`HostBuffers::set_cap`]), up to three times that peak. With the peak
-//! alone, every steady run of squeezenet1.0 still allocated 9 to 10 fresh tensors (41 over 4
-//! runs), densenet121 about 9: the store ends a run holding the sizes of its last tensors, not
-//! the first ones the next run asks for, and the fresh ones push out others when released.
-//! Learning took squeezenet to none after the first runs but its outputs' and its median from
-//! 6.29 to 6.00 ms, densenet121's from 45.4 to 43.4 ms (docs/bench.md, "Kept host buffers
-//! learn what runs missed"). A buffer that sits through a whole run untaken is freed before the
-//! next one: buffers no request fits (a caller's inputs, handed over each run) otherwise piled
-//! up, each pushing out a kept one and so counted as a miss, and the cap crept to three times
-//! the peak (a decode step: 1,609 buffers after 400 runs, one size 986 deep, and every `put`
-//! shifting that list). A buffer put into a full store
+//! run to three times the plan's peak of live intermediates. With the peak alone, every steady
+//! run of squeezenet1.0 still allocated 9 to 10 fresh tensors (41 over 4 runs), densenet121
+//! about 9: the store ends a run holding the sizes of its last tensors, not the first ones the
+//! next run asks for, and the fresh ones push out others when released. What the store holds
+//! is trimmed by use, not by the cap: a buffer that sits through a whole run untaken is freed
+//! before the next one, so from the second run on it holds what runs take (squeezenet 7.9 MB,
+//! 2x its peak). The cap used to start at the peak and learn the bytes runs had to free, which
+//! ended in the same store, but only after the first runs had allocated what it lacked:
+//! magika's second and third runs faulted 700 and 510 pages in and took 7.0-7.4 ms against a
+//! steady 4.5 (docs/bench.md, "The second run reuses the first one's buffers"). Without the
+//! untaken rule, buffers no request fits (a caller's inputs, handed over each run) piled up,
+//! each pushing out a kept one (a decode step: 1,609 buffers after 400 runs, one size 986
+//! deep, and every `put` shifting that list). A buffer put into a full store
 //! makes room by freeing the buffers kept longest, oldest first: a buffer nobody took since
 //! is the least likely to fit the next requests (a store left full of the largest buffers of
 //! an earlier part of the run served none of densenet121's later, smaller tensors, and every
@@ -51,12 +52,6 @@ pub struct HostBuffers {
     bytes: u64,
     cap: u64,
     puts: u64,
-    /// Bytes `put` freed or did not keep for want of room since the last `set_cap`.
-    evicted: u64,
-    /// Whether the store held buffers when the run began (its evictions are then learned).
-    warm: bool,
-    /// Bytes kept above the base cap, learned from warm runs that still evicted.
-    learned: u64,
     /// `puts` when the last run began: buffers put before it and still here sat through that
     /// whole run untaken, and the next `set_cap` frees them.
     run_began: u64,
@@ -76,20 +71,12 @@ impl HostBuffers {
         self.bytes
     }
 
-    /// Set the most bytes kept before a run: `base`, plus the bytes that runs begun with kept
-    /// buffers had to free (or not keep) for want of room, at most `most` in all; frees the
-    /// oldest buffers first until the store fits, after freeing those the last run left
-    /// untaken. A run's outputs leave the store and are allocated fresh by every run; only
-    /// buffers released back count.
-    pub fn set_cap(&mut self, base: u64, most: u64) {
-        if self.warm {
-            self.learned = (self.learned + self.evicted).min(most.saturating_sub(base));
-        }
+    /// Before a run: free the buffers the last run left untaken, then the oldest ones until the
+    /// store holds at most `cap` bytes, the most it keeps during this run.
+    pub fn set_cap(&mut self, cap: u64) {
         self.free_untaken_since(self.run_began);
         self.run_began = self.puts;
-        self.evicted = 0;
-        self.warm = self.bytes > 0;
-        self.cap = (base + self.learned).min(most.max(base));
+        self.cap = cap;
         self.free_oldest_until(0);
     }
 
@@ -112,12 +99,9 @@ impl HostBuffers {
     pub fn put(&mut self, t: Tensor) {
         let bytes = held_bytes(&t);
         if bytes == 0 || bytes > self.cap {
-            self.evicted += bytes;
             return;
         }
-        let before = self.bytes;
         self.free_oldest_until(bytes);
-        self.evicted += before - self.bytes;
         self.bytes += bytes;
         self.puts += 1;
         let key = (t.dtype(), t.data.capacity());
@@ -317,7 +301,7 @@ mod tests {
         assert_eq!(store.bytes(), 400, "the first made room for the second");
         store.put(Tensor::f32(&[50], vec![0.0; 50]));
         assert_eq!(store.bytes(), 600);
-        store.set_cap(300, 300);
+        store.set_cap(300);
         assert_eq!(store.bytes(), 200, "the oldest went first");
         store.put(Tensor::f32(&[0], vec![]));
         assert_eq!(store.bytes(), 200);
@@ -325,9 +309,9 @@ mod tests {
 
     /// One run of a chain where each tensor is released once the next is made, the last one
     /// handed to the caller: 800, 800, 100, 100, 10 elements (peak of live ones: 1,600 =
-    /// 6,400 bytes). Returns (bytes evicted, requests allocated fresh).
-    fn chain_run(store: &mut HostBuffers, base: u64, most: u64) -> (u64, usize) {
-        store.set_cap(base, most);
+    /// 6,400 bytes). Returns the requests allocated fresh.
+    fn chain_run(store: &mut HostBuffers, cap: u64) -> usize {
+        store.set_cap(cap);
         let (mut prev, mut fresh) = (None, 0);
         for n in [800, 800, 100, 100, 10] {
             let held = store.bytes();
@@ -337,43 +321,32 @@ mod tests {
                 store.put(p);
             }
         }
-        (store.evicted, fresh)
+        fresh
     }
 
     #[test]
-    fn warm_runs_that_evict_raise_the_cap_until_only_outputs_are_fresh() {
-        let (base, most) = (6_400, 3 * 6_400);
+    fn the_second_run_takes_all_but_its_output_from_the_first() {
         let mut store = HostBuffers::default();
-        let runs: Vec<_> = (0..5).map(|_| chain_run(&mut store, base, most)).collect();
-        assert!(runs[1].0 > 0 && runs[1].1 > 1, "the peak alone: {runs:?}");
-        assert_eq!(
-            runs[4],
-            (0, 1),
-            "learned: only the output is fresh: {runs:?}"
-        );
-        assert!(store.cap > base && store.cap <= most, "cap {}", store.cap);
-        // Bounded by `most`: with no room above the peak, warm runs keep evicting.
+        let fresh: Vec<_> = (0..4).map(|_| chain_run(&mut store, 3 * 6_400)).collect();
+        assert_eq!(fresh, [5, 1, 1, 1], "fresh allocations per run");
+        // The store ends a run holding its last tensors, not the first ones the next run asks
+        // for: with the peak alone as the cap, every run allocates again.
         let mut tight = HostBuffers::default();
-        let runs: Vec<_> = (0..5).map(|_| chain_run(&mut tight, base, base)).collect();
-        assert!(runs[4].0 > 0 && runs[4].1 > 1, "{runs:?}");
-        assert_eq!(tight.cap, base);
+        let fresh: Vec<_> = (0..4).map(|_| chain_run(&mut tight, 6_400)).collect();
+        assert!(fresh[1..].iter().all(|&f| f > 1), "{fresh:?}");
     }
 
     #[test]
-    fn buffers_no_run_takes_are_freed_and_do_not_raise_the_cap() {
+    fn buffers_no_run_takes_are_freed() {
         // Besides the chain, every run puts a 30-element buffer that no request fits (as a
         // caller's inputs, handed over each run).
-        let (base, most) = (6_400, 3 * 6_400);
         let mut store = HostBuffers::default();
-        let mut caps = Vec::new();
         for _ in 0..30 {
-            chain_run(&mut store, base, most);
+            chain_run(&mut store, 3 * 6_400);
             store.put(Tensor::zeros(DType::F32, &[30]));
-            caps.push(store.cap);
         }
         let untaken = store.free.get(&(DType::F32, 30)).map_or(0, Vec::len);
         assert!(untaken <= 2, "{untaken} untaken buffers kept");
-        assert_eq!(caps[10], caps[29], "the cap kept growing: {caps:?}");
-        assert_eq!(chain_run(&mut store, base, most), (0, 1));
+        assert_eq!(chain_run(&mut store, 3 * 6_400), 1);
     }
 }
