@@ -77,6 +77,15 @@ struct RunArgs {
     /// CPU threads for kernels (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Pin the kernel threads one to a CPU (Linux, Android). Where the OS packs woken threads
+    /// onto busy CPUs, unpinned ones run a run that follows a pause on one thread for its first
+    /// milliseconds (see --idle-ms).
+    #[arg(long)]
+    pin_threads: bool,
+    /// Wait this many milliseconds before each timed run (the warm-up excepted): the latency of
+    /// a model run now and then, after the CPUs idled, rather than back to back.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    idle_ms: u64,
     /// Print per node where it ran and its time (with --runs: its median over the runs). GPU
     /// nodes are then timed by timestamp queries in every run, which slows runs of many short
     /// GPU kernels; without --report (or --trace) only the runs the cost model learns from are.
@@ -205,7 +214,9 @@ fn session_options(
 }
 
 fn run(a: &RunArgs) -> Result<()> {
-    let mut opts = session_options(&a.placement, &a.force, a.threads)?.fuse(!a.no_fuse);
+    let mut opts = session_options(&a.placement, &a.force, a.threads)?
+        .fuse(!a.no_fuse)
+        .pin_threads(a.pin_threads);
     if let Some(p) = &a.profile {
         opts = opts.cost_profile(p);
     }
@@ -240,7 +251,9 @@ fn run(a: &RunArgs) -> Result<()> {
         println!("warm-up run (plans, compiles pipelines): {ms:.3} ms");
         last = Some((outs, report));
     }
+    let idle = std::time::Duration::from_millis(a.idle_ms);
     for _ in 0..a.runs.max(1) {
+        std::thread::sleep(idle);
         if !reporting {
             let began = std::time::Instant::now();
             let outs = session.run_owned(named())?;
@@ -271,13 +284,18 @@ fn run(a: &RunArgs) -> Result<()> {
     }
     if a.runs > 1 {
         times.sort();
+        let after = match a.idle_ms {
+            0 => String::new(),
+            ms => format!(", each after {ms} ms idle"),
+        };
         println!(
-            "median latency over {} runs: {:.3} ms",
+            "median latency over {} runs{after}: {:.3} ms",
             a.runs,
             times[times.len() / 2].as_secs_f64() * 1e3
         );
     }
     if a.report {
+        println!("{}", threads_line(&session));
         println!("{report}");
     } else if report.fallbacks().count() > 0 {
         println!(
@@ -315,6 +333,20 @@ fn run(a: &RunArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How many CPU kernel threads the session runs and where they are pinned.
+fn threads_line(session: &Session) -> String {
+    let pinned = session.pinned_cpus();
+    let cpus: Vec<String> = pinned.iter().map(usize::to_string).collect();
+    match pinned.is_empty() {
+        true => format!("CPU: {} kernel threads, not pinned", session.cpu_threads()),
+        false => format!(
+            "CPU: {} kernel threads, pinned to CPUs {}",
+            session.cpu_threads(),
+            cpus.join(", ")
+        ),
+    }
 }
 
 /// Print the plan's per-node predictions and choices.

@@ -20,6 +20,7 @@ use tandem_ops::{Tensor, TensorMeta};
 
 mod cache;
 mod handoff;
+mod pool;
 mod spin;
 use cache::{learns_from_run, uses_gpu, CachedPlan};
 pub use cache::{LEARN_EVERY, LEARN_FIRST, WARM_UP_RUNS};
@@ -32,6 +33,8 @@ pub struct SessionOptions {
     pub overrides: Vec<(Selector, Device)>,
     /// CPU threads for kernels (default: all cores).
     pub cpu_threads: Option<usize>,
+    /// Whether those threads are pinned, one to a CPU (default: no).
+    pub pin_threads: bool,
     /// A GPU to share between sessions; when `None`, one is opened if the placement needs it
     /// (`auto` opens one if the machine has any, and runs on the CPU alone otherwise).
     pub gpu: Option<Arc<Gpu>>,
@@ -61,6 +64,7 @@ impl Default for SessionOptions {
             placement: Placement::Auto,
             overrides: Vec::new(),
             cpu_threads: None,
+            pin_threads: false,
             gpu: None,
             cost_model: None,
             cost_profile: None,
@@ -87,6 +91,16 @@ impl SessionOptions {
 
     pub fn cpu_threads(mut self, n: usize) -> Self {
         self.cpu_threads = Some(n);
+        self
+    }
+
+    /// Pin the CPU kernel threads one to a CPU (thread `i` to the `i`-th CPU the process may run
+    /// on; Linux and Android), instead of leaving them to the OS scheduler. For a scheduler
+    /// that packs woken threads onto busy CPUs (a KVM guest here), where a run that follows a
+    /// pause otherwise runs on one thread for its first milliseconds (module `session::pool`;
+    /// [`Session::pinned_cpus`] says where they went).
+    pub fn pin_threads(mut self, pin: bool) -> Self {
+        self.pin_threads = pin;
         self
     }
 
@@ -172,6 +186,8 @@ pub struct Session {
     /// Why `auto` runs without a GPU, when it does.
     gpu_missing: Option<String>,
     pool: Arc<rayon::ThreadPool>,
+    /// The CPU each of `pool`'s workers is pinned to (empty: none).
+    pinned: Vec<usize>,
     placement: Placement,
     overrides: Vec<(Selector, Device)>,
     policy: Policy,
@@ -262,8 +278,12 @@ impl Session {
             },
             (None, false, _) => None,
         };
-        let pool = cpu_pool(options.cpu_threads.unwrap_or(0))?;
-        let mut warnings = Vec::new();
+        let pool::CpuPool {
+            pool,
+            pinned,
+            warning,
+        } = pool::cpu_pool(options.cpu_threads.unwrap_or(0), options.pin_threads)?;
+        let mut warnings: Vec<String> = warning.into_iter().collect();
         let mut profile_file = None;
         let costs = match (options.placement, options.cost_model) {
             (_, Some(c)) => Some(c),
@@ -308,6 +328,7 @@ impl Session {
             },
             gpu_missing,
             pool,
+            pinned,
             placement: options.placement,
             overrides: options.overrides,
             policy,
@@ -380,6 +401,12 @@ impl Session {
     /// CPU threads used by kernels.
     pub fn cpu_threads(&self) -> usize {
         self.pool.current_num_threads()
+    }
+
+    /// The CPU each kernel thread is pinned to (thread `i` to entry `i`); empty where they are
+    /// left to the OS ([`SessionOptions::pin_threads`]).
+    pub fn pinned_cpus(&self) -> &[usize] {
+        &self.pinned
     }
 
     fn io(&self, ids: &[usize]) -> Vec<IoInfo> {
@@ -858,40 +885,6 @@ fn borrowed<'a, 't>(inputs: &'t [(&'a str, Tensor)]) -> Vec<(&'a str, &'t Tensor
 /// References to tensors however they are held.
 fn refs<T: Borrow<Tensor>>(tensors: &[T]) -> Vec<&Tensor> {
     tensors.iter().map(Borrow::borrow).collect()
-}
-
-/// The rayon pool of a session's CPU kernels (`threads` 0: one per core).
-#[cfg(not(target_arch = "wasm32"))]
-fn cpu_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("tandem-cpu-{i}"))
-        .build()
-        .map(Arc::new)
-        .map_err(|e| Error::Usage(format!("cannot start {threads} CPU threads: {e}")))
-}
-
-/// The rayon pool of a session's CPU kernels, in the browser: wasm32 without atomics cannot
-/// spawn threads (rayon-core 1.13 refuses to build a pool there; only its global pool falls back
-/// to the current thread), so every session shares one pool whose single worker is the calling
-/// thread (`use_current_thread`), and kernels run inline on it. `threads` is ignored.
-#[cfg(target_arch = "wasm32")]
-fn cpu_pool(_threads: usize) -> Result<Arc<rayon::ThreadPool>> {
-    thread_local! {
-        static POOL: std::cell::OnceCell<Arc<rayon::ThreadPool>> = const { std::cell::OnceCell::new() };
-    }
-    POOL.with(|cell| {
-        if let Some(p) = cell.get() {
-            return Ok(p.clone());
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .use_current_thread()
-            .build()
-            .map(Arc::new)
-            .map_err(|e| Error::Usage(format!("cannot make this thread a CPU pool: {e}")))?;
-        Ok(cell.get_or_init(|| pool).clone())
-    })
 }
 
 /// `[1, 3, height, width]`-style text for a declared shape.

@@ -559,6 +559,35 @@ fn the_cpu_thread_count_is_configurable() {
     assert_eq!(s.cpu_threads(), 1);
 }
 
+/// Kernel threads asked to be pinned are, one to a CPU (the default leaves them to the OS),
+/// and the result is the same either way.
+#[test]
+fn kernel_threads_are_pinned_when_asked() {
+    let (bytes, w) = mlp();
+    let session = |opts: SessionOptions| {
+        let s = Session::new(bytes.as_slice(), opts.placement(Placement::Cpu)).unwrap();
+        let y = s.run(&[("x", x())]).unwrap().remove(0).1;
+        assert_close(&y, &reference(&w), 1e-5, 1e-6);
+        s
+    };
+    let default = session(SessionOptions::default().cpu_threads(2));
+    assert!(
+        default.pinned_cpus().is_empty(),
+        "{:?}",
+        default.pinned_cpus()
+    );
+    let pinned = session(SessionOptions::default().pin_threads(true));
+    if cfg!(target_os = "linux") {
+        let mut cpus = pinned.pinned_cpus().to_vec();
+        assert_eq!(cpus.len(), pinned.cpu_threads());
+        let cores = std::thread::available_parallelism().unwrap().get();
+        cpus.sort();
+        cpus.dedup();
+        assert_eq!(cpus.len(), cores.min(pinned.cpu_threads()), "one CPU each");
+        assert!(pinned.warnings().is_empty(), "{:?}", pinned.warnings());
+    }
+}
+
 /// An `auto` plan that keeps every node on the CPU executes exactly like placement `cpu`: the
 /// same steps in the graph's order. On a graph with a long and a short branch the scheduler's
 /// upward-rank order would run the long branch first (b1, b2, then a).

@@ -1,0 +1,179 @@
+//! A session's CPU kernel threads: its rayon pool, and, where asked, which CPU each worker is
+//! pinned to.
+//!
+//! Pinning is for schedulers that place a woken worker on the CPU of the thread that woke it
+//! rather than wake an idle CPU. This host's kernel (`sched_vcpu_pack=15` on its command line,
+//! a KVM guest) does so for a CPU idle for more than about 15 ms: a C probe's woken thread
+//! started 3.8 ms late, on its waker's CPU, after 20 ms or more of idling, against 0.05 ms
+//! after 1 ms, and 0.06-0.11 ms when pinned to the idle CPU. Every run that follows a pause
+//! then runs on one thread for its first milliseconds: after 50 ms idle magika took 9.45 ms
+//! unpinned against 5.57 pinned (4.4-5.0 back to back). It stays off by default: back to back,
+//! pinned resnet50 ran slower in a third of the processes here (medians 43.1 against 39.2 ms
+//! over 12 alternated processes; the other models level), for a reason not found (both
+//! workers ran on their CPUs ~97 % of the time either way). docs/bench.md, "A run after a
+//! pause".
+//!
+//! Sits between `Session::new` and rayon's pool builder (and, for pinning, the OS: Linux and
+//! Android; elsewhere pinning asked for is a session warning).
+
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// A session's pool and the CPUs its workers are pinned to (worker `i` to `pinned[i]`; empty:
+/// not pinned), with a warning where pinning was asked for and not done.
+pub(super) struct CpuPool {
+    pub pool: Arc<rayon::ThreadPool>,
+    pub pinned: Vec<usize>,
+    pub warning: Option<String>,
+}
+
+/// The pool of `threads` workers (0: one per CPU the process may run on); with `pin`, worker
+/// `i` pinned to the `i`-th CPU the process may run on (modulo their number).
+#[cfg(not(target_arch = "wasm32"))]
+pub(super) fn cpu_pool(threads: usize, pin: bool) -> Result<CpuPool> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("tandem-cpu-{i}"))
+        .build()
+        .map(Arc::new)
+        .map_err(|e| Error::Usage(format!("cannot start {threads} CPU threads: {e}")))?;
+    let (pinned, warning) = match pin {
+        true => pin_workers(&pool),
+        false => (Vec::new(), None),
+    };
+    Ok(CpuPool {
+        pool,
+        pinned,
+        warning,
+    })
+}
+
+/// Pin worker `i` of `pool` to the `i`-th CPU this thread may run on (modulo their number):
+/// the CPUs, or none and why not.
+#[cfg(not(target_arch = "wasm32"))]
+fn pin_workers(pool: &rayon::ThreadPool) -> (Vec<usize>, Option<String>) {
+    let cpus = affinity::allowed_cpus();
+    if cpus.is_empty() {
+        let why = format!("CPU threads not pinned: {}", affinity::NO_CPUS);
+        return (Vec::new(), Some(why));
+    }
+    let plan: Vec<usize> = (0..pool.current_num_threads())
+        .map(|i| cpus[i % cpus.len()])
+        .collect();
+    let results = pool.broadcast(|cx| affinity::pin_this_thread(plan[cx.index()]));
+    let failed: Vec<String> = (results.into_iter().enumerate())
+        .filter_map(|(i, r)| {
+            r.err()
+                .map(|e| format!("thread {i} to CPU {}: {e}", plan[i]))
+        })
+        .collect();
+    match failed.is_empty() {
+        true => (plan, None),
+        false => (
+            Vec::new(),
+            Some(format!("CPU threads not pinned: {}", failed.join("; "))),
+        ),
+    }
+}
+
+/// The rayon pool of a session's CPU kernels, in the browser: wasm32 without atomics cannot
+/// spawn threads (rayon-core 1.13 refuses to build a pool there; only its global pool falls back
+/// to the current thread), so every session shares one pool whose single worker is the calling
+/// thread (`use_current_thread`), and kernels run inline on it. `threads` and `pin` are ignored.
+#[cfg(target_arch = "wasm32")]
+pub(super) fn cpu_pool(_threads: usize, _pin: bool) -> Result<CpuPool> {
+    thread_local! {
+        static POOL: std::cell::OnceCell<Arc<rayon::ThreadPool>> = const { std::cell::OnceCell::new() };
+    }
+    let pool = POOL.with(|cell| {
+        if let Some(p) = cell.get() {
+            return Ok(p.clone());
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .use_current_thread()
+            .build()
+            .map(Arc::new)
+            .map_err(|e| Error::Usage(format!("cannot make this thread a CPU pool: {e}")))?;
+        Ok(cell.get_or_init(|| pool).clone())
+    })?;
+    Ok(CpuPool {
+        pool,
+        pinned: Vec::new(),
+        warning: None,
+    })
+}
+
+/// The OS side: which CPUs this thread may run on, and pinning a thread to one of them.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod affinity {
+    /// Why no CPU could be pinned to.
+    pub const NO_CPUS: &str = "this thread's CPU affinity mask could not be read";
+
+    /// The CPUs the calling thread may run on, in order (its affinity mask; empty if unreadable).
+    pub fn allowed_cpus() -> Vec<usize> {
+        // SAFETY: `set` is a plain bit set the call fills; its size is passed with it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect()
+    }
+
+    /// Pin the calling thread to `cpu`.
+    pub fn pin_this_thread(cpu: usize) -> std::io::Result<()> {
+        // SAFETY: as above; the set holds one CPU below CPU_SETSIZE (from `allowed_cpus`).
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        match unsafe { libc::sched_setaffinity(0, size, &set) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android", target_arch = "wasm32")))]
+mod affinity {
+    pub const NO_CPUS: &str = "tandem pins threads on Linux and Android only";
+
+    pub fn allowed_cpus() -> Vec<usize> {
+        Vec::new()
+    }
+
+    pub fn pin_this_thread(_cpu: usize) -> std::io::Result<()> {
+        Err(std::io::Error::other(NO_CPUS))
+    }
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::*;
+
+    /// Each worker's own affinity mask, read on the worker.
+    fn masks(pool: &rayon::ThreadPool) -> Vec<Vec<usize>> {
+        pool.broadcast(|_| affinity::allowed_cpus())
+    }
+
+    #[test]
+    fn pinned_workers_may_run_on_their_cpu_alone() {
+        let cpus = affinity::allowed_cpus();
+        assert!(!cpus.is_empty(), "this thread's affinity mask is readable");
+        let p = cpu_pool(2, true).unwrap();
+        assert_eq!(p.warning, None);
+        assert_eq!(p.pinned, [cpus[0], cpus[1 % cpus.len()]]);
+        let want: Vec<Vec<usize>> = p.pinned.iter().map(|&c| vec![c]).collect();
+        assert_eq!(masks(&p.pool), want);
+    }
+
+    #[test]
+    fn unpinned_workers_may_run_on_every_cpu() {
+        let cpus = affinity::allowed_cpus();
+        let p = cpu_pool(2, false).unwrap();
+        assert!(p.pinned.is_empty());
+        assert_eq!(masks(&p.pool), [cpus.clone(), cpus]);
+    }
+}
