@@ -12,14 +12,17 @@ Usage:
   ort_driver.py --numpy-gemm N [--threads 2] [--secs T]   (numpy's BLAS on an N^3 f32 matmul)
   ort_driver.py --model M.onnx --input NAME=FILE.npy ... --out-dir DIR
                 [--iters N] [--secs T] [--max-secs X] [--threads 2] [--profile-runs K]
-                [--slice-secs S]
+                [--slice-secs S] [--pause-ms P --pause-runs R] [--pin-threads]
 
 With --model it speaks interleave.rs's line protocol: after the first run it prints
 `ready {"outputs": [{"name", "path"}]}`; each `go` line on stdin runs timed runs for S seconds
 (at least one; the whole rule where S is 0) and answers `slice N` or, once the rule is met,
-`done N` (N: timed runs so far); after `finish` it prints one JSON object: {"runtime":
-"onnxruntime", "version", "threads", "load_ms", "first_run_ms", "samples_ms": [...],
-"peak_rss_kb", "op_times": [{"op", "count", "ms"}]}. peak_rss_kb is the process's ru_maxrss
+`done N` (N: timed runs so far); after `finish` it makes R runs each after P ms of sleep
+and prints one JSON object: {"runtime": "onnxruntime", "version", "threads", "load_ms",
+"first_run_ms", "samples_ms": [...], "after_pause_ms": [...], "peak_rss_kb", "op_times":
+[{"op", "count", "ms"}]}. --pin-threads pins the pool's workers one to a CPU (onnxruntime's
+`session.intra_op_thread_affinities`: worker i to the (i+1)-th CPU this process may run on,
+the caller unpinned, as onnxruntime's own default pool does). peak_rss_kb is the process's ru_maxrss
 (Python + numpy + onnxruntime + the model) before op times are taken, so it is an upper bound
 on what onnxruntime itself needs. op_times (with --profile-runs K > 0, else empty): a second
 session of the same options with onnxruntime's profiler on runs K + 1 times after the timed
@@ -105,6 +108,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--profile-runs", type=int, default=0, metavar="K")
     p.add_argument("--slice-secs", type=float, default=0.0, metavar="S")
+    p.add_argument("--pause-ms", type=float, default=50.0, metavar="P")
+    p.add_argument("--pause-runs", type=int, default=0, metavar="R")
+    p.add_argument("--pin-threads", action="store_true")
     a = p.parse_args()
     if a.numpy_gemm:
         return numpy_gemm(a.numpy_gemm, a.threads, a.secs)
@@ -121,6 +127,12 @@ def main():
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = a.threads
     opts.inter_op_num_threads = 1
+    if a.pin_threads and a.threads > 1:
+        cpus = sorted(os.sched_getaffinity(0))
+        workers = [cpus[(i + 1) % len(cpus)] + 1 for i in range(a.threads - 1)]
+        opts.add_session_config_entry(
+            "session.intra_op_thread_affinities", ";".join(map(str, workers))
+        )
     t0 = time.perf_counter()
     sess = ort.InferenceSession(a.model, opts, providers=["CPUExecutionProvider"])
     load_ms = (time.perf_counter() - t0) * 1e3
@@ -166,6 +178,13 @@ def main():
     else:
         sys.exit("ort_driver.py: stdin closed before `finish`")
 
+    after_pause = []
+    for _ in range(a.pause_runs):
+        time.sleep(a.pause_ms / 1e3)
+        t0 = time.perf_counter()
+        sess.run(names, feeds)
+        after_pause.append((time.perf_counter() - t0) * 1e3)
+
     peak_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ops = op_times(a.model, opts, feeds, names, a.profile_runs, a.out_dir) if a.profile_runs else []
 
@@ -177,6 +196,7 @@ def main():
             "load_ms": load_ms,
             "first_run_ms": first_ms,
             "samples_ms": samples,
+            "after_pause_ms": after_pause,
             "peak_rss_kb": peak_rss_kb,
             "op_times": ops,
         },

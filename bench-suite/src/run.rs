@@ -9,13 +9,12 @@ use crate::models::{self, ModelCase, Named};
 use crate::peers;
 use crate::render;
 use crate::schema::{Config, ModelResult, Report, Row, SCHEMA};
-use crate::stats::RunRule;
+use crate::stats::{Method, Pause, RunRule};
 use crate::tandem_process;
 use crate::tandem_row::{self, Variant};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use tandem::cost::keys::AdapterKey;
 use tandem::gpu::AdapterDesc;
 
@@ -89,6 +88,19 @@ pub struct Args {
     /// after the other.
     #[arg(long, default_value_t = 0.1)]
     pub slice_secs: f64,
+    /// After its timed runs, each row (but tandem's `gpu` ones) makes `--pause-runs` runs a
+    /// round, each after this many milliseconds of sleep: the latency of a model run now and
+    /// then, where the OS lets idle CPUs sleep or packs woken threads onto busy ones.
+    #[arg(long, default_value_t = 50.0)]
+    pub pause_ms: f64,
+    /// Runs after a pause a round (0: none). `--quick` takes at most 2.
+    #[arg(long, default_value_t = 5)]
+    pub pause_runs: usize,
+    /// Pin tandem's kernel threads and onnxruntime's pool workers one to a CPU (tract's
+    /// executor has no affinity); by default both are left to the OS, as they are with a
+    /// thread count set.
+    #[arg(long)]
+    pub pin_threads: bool,
     /// Folder for report.json, report.md, report.html.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
@@ -235,16 +247,16 @@ fn targets<'a>(variants: &[Variant], adapters: &'a [Adapter]) -> Vec<tandem_row:
     out
 }
 
-/// Everything measured on one model.
+/// Everything measured on one model: its rows under the CPU and GPU rules, in `rounds`, as
+/// `method` says.
 #[allow(clippy::too_many_arguments)]
 fn bench_model(
     case: &ModelCase,
     variants: &[Variant],
     adapters: &[Adapter],
     peers_on: &[String],
-    cpu_rule: &RunRule,
-    gpu_rule: &RunRule,
-    (threads, rounds, slice): (usize, usize, Option<Duration>),
+    (cpu_rule, gpu_rule, rounds): (&RunRule, &RunRule, usize),
+    method: &Method,
     work: &Path,
     pb: &ProgressBar,
 ) -> Result<ModelResult> {
@@ -299,8 +311,8 @@ fn bench_model(
                 &case.path,
                 &inputs,
                 reference.as_ref(),
-                threads,
-                (&cpu_share, slice),
+                &cpu_share,
+                method,
                 work,
                 Box::new(ticker(label)),
             );
@@ -316,8 +328,8 @@ fn bench_model(
                 &case.path,
                 &inputs,
                 reference.as_ref(),
-                threads,
-                (&cpu_share, slice),
+                &cpu_share,
+                method,
                 Box::new(ticker(label)),
             );
             start(tract, *cpu_rule);
@@ -333,12 +345,24 @@ fn bench_model(
             let files = tandem_files.get_or_insert_with(|| {
                 tandem_process::RowFiles::write(&inputs, reference.as_ref(), work)
             });
+            // lavapipe's runs of the larger models take seconds: gpu rows make no runs after
+            // a pause.
+            let method = match target.variant {
+                Variant::Gpu => &Method {
+                    pause: Pause {
+                        runs: 0,
+                        ..method.pause
+                    },
+                    ..*method
+                },
+                _ => method,
+            };
             let tandem = tandem_process::start(
                 &case.path,
                 files.as_ref(),
                 target,
-                threads,
-                (&rule(&cpu_share, &gpu_share), slice),
+                &rule(&cpu_share, &gpu_share),
+                method,
                 Box::new(ticker(label)),
             );
             start(tandem, rule(cpu_rule, gpu_rule));
@@ -358,7 +382,7 @@ fn bench_model(
                 &case.name,
                 &inputs,
                 reference.as_ref(),
-                threads,
+                method.threads,
                 &cpu_share,
                 &gpu_share,
                 work,
@@ -415,12 +439,16 @@ pub fn main(mut args: Args) -> Result<()> {
         args.gpu_max_secs = args.gpu_max_secs.min(10.0);
         args.no_gemm = true;
         args.rounds = args.rounds.min(2);
+        args.pause_runs = args.pause_runs.min(2);
     }
     if args.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
     if args.slice_secs.is_nan() || args.slice_secs < 0.0 {
         bail!("--slice-secs must be 0 or more seconds");
+    }
+    if args.pause_ms.is_nan() || args.pause_ms < 0.0 {
+        bail!("--pause-ms must be 0 or more milliseconds");
     }
     let variants: Vec<Variant> = args
         .placements
@@ -451,6 +479,16 @@ pub fn main(mut args: Args) -> Result<()> {
         min_secs: args.gpu_secs,
         max_secs: args.gpu_max_secs,
     };
+    let pause = Pause {
+        ms: args.pause_ms,
+        runs: args.pause_runs,
+    };
+    let method = Method {
+        threads: args.threads,
+        slice: crate::interleave::slice_of(args.slice_secs),
+        pause,
+        pin_threads: args.pin_threads,
+    };
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -470,6 +508,8 @@ pub fn main(mut args: Args) -> Result<()> {
             quick: args.quick,
             rounds: args.rounds,
             slice_secs: args.slice_secs,
+            pause: Some(pause),
+            pin_threads: args.pin_threads,
         },
         models: Vec::new(),
         gemm: None,
@@ -495,13 +535,8 @@ pub fn main(mut args: Args) -> Result<()> {
             &variants,
             &adapters,
             &args.peers,
-            &cpu_rule,
-            &gpu_rule,
-            (
-                args.threads,
-                args.rounds,
-                crate::interleave::slice_of(args.slice_secs),
-            ),
+            (&cpu_rule, &gpu_rule, args.rounds),
+            &method,
             &work.join(&case.name),
             &pb,
         );
@@ -545,6 +580,20 @@ pub fn main(mut args: Args) -> Result<()> {
                     m.name,
                     r.label()
                 )),
+                // Every row but tandem's gpu ones and burn's makes its runs after a pause.
+                _ if pause.is_on()
+                    && r.after_pause.as_ref().map(|p| p.samples_ms.len())
+                        != (!r.placement.starts_with("gpu") && !r.runtime.starts_with("burn"))
+                            .then_some(pause.runs * args.rounds) =>
+                {
+                    Some(format!(
+                        "{} {}: runs after a pause {:?}, {} a round asked for",
+                        m.name,
+                        r.label(),
+                        r.after_pause.as_ref().map(|p| &p.samples_ms),
+                        pause.runs
+                    ))
+                }
                 _ => None,
             })
             .collect();

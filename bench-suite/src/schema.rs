@@ -5,7 +5,7 @@
 //! Sits between the runners (tandem and peer rows) and the writers (terminal, Markdown, HTML)
 //! and `tandem-bench compare`, which reads two of these files back.
 
-use crate::stats::{Latency, RunRule};
+use crate::stats::{percentile, Latency, Pause, RunRule};
 use serde::{Deserialize, Serialize};
 use tandem::cost::keys::AdapterKey;
 
@@ -69,6 +69,14 @@ pub struct Config {
     /// --slice-secs`); 0: each row ran its share at once, as reports from before slices read.
     #[serde(default)]
     pub slice_secs: f64,
+    /// Runs each row made after a pause, per round (`run --pause-ms`, `--pause-runs`); absent
+    /// in reports from before them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+    /// Whether tandem's kernel threads and onnxruntime's pool workers were pinned one to a CPU
+    /// (`run --pin-threads`).
+    #[serde(default)]
+    pub pin_threads: bool,
 }
 
 fn one_round() -> usize {
@@ -131,6 +139,36 @@ pub struct Row {
     pub timeline: Vec<Span>,
     /// Notes a reader needs (fallbacks, recalibrated cost profile, capped loop).
     pub notes: Vec<String>,
+    /// Runs made after a pause ([`Pause`]), every round's pooled; absent where none were asked
+    /// for or the runtime does not make them (burn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_pause: Option<AfterPause>,
+}
+
+/// A row's runs after a pause.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AfterPause {
+    /// The sleep before each run, ms.
+    pub pause_ms: f64,
+    pub p50_ms: f64,
+    /// Every run's time, in run order, ms.
+    pub samples_ms: Vec<f64>,
+}
+
+impl AfterPause {
+    /// The runs' statistics; `None` without runs.
+    pub fn from_samples(pause_ms: f64, samples_ms: Vec<f64>) -> Option<AfterPause> {
+        if samples_ms.is_empty() {
+            return None;
+        }
+        let mut sorted = samples_ms.clone();
+        sorted.sort_by(f64::total_cmp);
+        Some(AfterPause {
+            pause_ms,
+            p50_ms: percentile(&sorted, 0.5),
+            samples_ms,
+        })
+    }
 }
 
 impl Row {
@@ -154,6 +192,7 @@ impl Row {
             op_times: Vec::new(),
             timeline: Vec::new(),
             notes: Vec::new(),
+            after_pause: None,
         }
     }
 
@@ -199,6 +238,12 @@ impl Row {
             self.throughput_per_s = Some(pooled.throughput());
             self.latency = Some(pooled);
         }
+        self.after_pause = match (self.after_pause.take(), later.after_pause) {
+            (Some(a), Some(b)) => {
+                AfterPause::from_samples(a.pause_ms, [a.samples_ms, b.samples_ms].concat())
+            }
+            (a, b) => a.or(b),
+        };
         let larger = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(x), Some(y)) => Some(if y > x || y.is_nan() { y } else { x }),
             (a, b) => a.or(b),
@@ -402,6 +447,15 @@ mod tests {
         );
         assert_eq!(row.notes, vec!["a", "b"]);
         assert!(row.error.is_none());
+        // Runs after a pause pool too, their median over every round's.
+        let paused = |v: Vec<f64>| AfterPause::from_samples(50.0, v);
+        let mut a = timed(vec![1.0], 1.0, 0.0, "a");
+        a.after_pause = paused(vec![9.0, 2.0]);
+        let mut b = timed(vec![1.0], 1.0, 0.0, "a");
+        b.after_pause = paused(vec![3.0]);
+        a.pool(b, 1, &rule);
+        assert_eq!(a.after_pause, paused(vec![9.0, 2.0, 3.0]));
+        assert_eq!(a.after_pause.map(|p| p.p50_ms), Some(3.0));
 
         let mut failed = Row::failed("tandem", "cpu", "0", "out of memory".into());
         failed.notes.push("a".into());

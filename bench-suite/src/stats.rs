@@ -70,6 +70,56 @@ pub fn measure<I, E>(
     Ok(timed.samples_ms)
 }
 
+/// How every row of a run is timed, besides its rule.
+#[derive(Debug, Clone, Copy)]
+pub struct Method {
+    /// CPU threads of tandem and of every CPU peer.
+    pub threads: usize,
+    /// The length of the slices in which a round's rows interleave their timed runs (`None`:
+    /// each row runs its share at once).
+    pub slice: Option<Duration>,
+    /// The runs after a pause each row makes once its timed runs are done.
+    pub pause: Pause,
+    /// tandem's kernel threads and onnxruntime's pool workers pinned one to a CPU.
+    pub pin_threads: bool,
+}
+
+/// Runs after a pause: each of `runs` runs made after `ms` milliseconds of sleep, the latency
+/// of a model run now and then (an application classifying a file, a frame a second) rather
+/// than back to back. Where the OS lets idle CPUs sleep or packs woken threads onto busy ones
+/// (this host: docs/bench.md, "A run after a pause"), such runs are slower than steady ones.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Pause {
+    pub ms: f64,
+    pub runs: usize,
+}
+
+impl Pause {
+    /// Whether any run after a pause is asked for.
+    pub fn is_on(&self) -> bool {
+        self.runs > 0
+    }
+
+    /// `f` run [`Pause::runs`] times, each after the pause; its times in ms. Inputs as in
+    /// [`measure`], made before the pause.
+    pub fn measure<I, E>(
+        &self,
+        mut inputs: impl FnMut() -> I,
+        mut f: impl FnMut(I) -> Result<(), E>,
+    ) -> Result<Vec<f64>, E> {
+        let pause = Duration::from_secs_f64(self.ms.max(0.0) / 1e3);
+        let mut samples = Vec::with_capacity(self.runs);
+        for _ in 0..self.runs {
+            let args = inputs();
+            std::thread::sleep(pause);
+            let t = Instant::now();
+            f(args)?;
+            samples.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(samples)
+    }
+}
+
 /// A row's timed runs under its rule, made in slices (`run --slice-secs`: the rows of a round
 /// interleave their timed runs slice by slice). The rule counts the row's own time, the sum
 /// of its slices, not the time it waited while the other rows ran theirs.
@@ -242,6 +292,37 @@ mod tests {
         assert_eq!(percentile(&v, 0.99), 10.0);
         assert_eq!(percentile(&v, 0.0), 1.0);
         assert!(percentile(&[], 0.5).is_nan());
+    }
+
+    /// Each run after a pause comes after its sleep, and only the run is timed.
+    #[test]
+    fn runs_after_a_pause_wait_before_each_and_time_the_run_alone() {
+        let pause = Pause { ms: 20.0, runs: 3 };
+        let start = Instant::now();
+        let mut calls = 0;
+        let samples = pause
+            .measure(
+                || (),
+                |()| {
+                    calls += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                    Ok::<(), ()>(())
+                },
+            )
+            .unwrap();
+        assert_eq!((calls, samples.len()), (3, 3));
+        assert!(
+            start.elapsed() >= Duration::from_millis(66),
+            "three pauses and runs"
+        );
+        assert!(
+            samples.iter().all(|&ms| (2.0..20.0).contains(&ms)),
+            "{samples:?}"
+        );
+        assert!(Pause { ms: 50.0, runs: 0 }
+            .measure(|| (), |()| Err::<(), ()>(()))
+            .unwrap()
+            .is_empty());
     }
 
     /// Slices of no length run one run each, the rule counting runs over all of them; the

@@ -17,7 +17,7 @@
 use crate::interleave::{ChildSlices, Failed, RoundRow, Slices, RUNS};
 use crate::models::{read_npys, write_npys, Named};
 use crate::schema::Row;
-use crate::stats::RunRule;
+use crate::stats::{Method, Pause, RunRule};
 use crate::tandem_row::{self, Target, Variant};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
@@ -67,21 +67,21 @@ pub struct Started {
 }
 
 /// Starts the child (`tandem-bench row`) that measures `model` on `target` reading `files`,
-/// and waits for its cold start; a failure (the child's crash included) is a row with `error`
-/// set. `tick(done)` reports the child's timed runs.
+/// under `rule` and `method`, and waits for its cold start; a failure (the child's crash
+/// included) is a row with `error` set. `tick(done)` reports the child's timed runs.
 pub fn start(
     model: &Path,
     files: Result<&RowFiles, &String>,
     target: Target,
-    threads: usize,
-    (rule, slice): (&RunRule, Option<Duration>),
+    rule: &RunRule,
+    method: &Method,
     tick: Box<dyn FnMut(usize)>,
 ) -> Box<dyn RoundRow> {
     let placement = target.placement();
     let exe = std::env::current_exe().map_err(|e| format!("the suite's own binary: {e}"));
     let started = match (exe, files) {
         (Ok(exe), Ok(files)) => {
-            let cmd = command(&exe, model, files, target, threads, (rule, slice));
+            let cmd = command(&exe, model, files, target, rule, method);
             ChildSlices::start("`tandem-bench row`", cmd, tick).map(|(slices, _)| Started {
                 slices,
                 placement: placement.clone(),
@@ -131,8 +131,8 @@ fn command(
     model: &Path,
     files: &RowFiles,
     target: Target,
-    threads: usize,
-    (rule, slice): (&RunRule, Option<Duration>),
+    rule: &RunRule,
+    method: &Method,
 ) -> Command {
     let mut cmd = Command::new(exe);
     cmd.arg("row")
@@ -141,14 +141,19 @@ fn command(
         .arg(&files.0)
         .args(["--placement", target.variant.name()])
         .args(["--suffix", target.suffix])
-        .args(["--threads", &threads.to_string()])
+        .args(["--threads", &method.threads.to_string()])
         .args(["--iters", &rule.min_iters.to_string()])
         .args(["--secs", &rule.min_secs.to_string()])
         .args(["--max-secs", &rule.max_secs.to_string()])
         .args([
             "--slice-secs",
-            &slice.map_or(0.0, |s| s.as_secs_f64()).to_string(),
-        ]);
+            &method.slice.map_or(0.0, |s| s.as_secs_f64()).to_string(),
+        ])
+        .args(["--pause-ms", &method.pause.ms.to_string()])
+        .args(["--pause-runs", &method.pause.runs.to_string()]);
+    if method.pin_threads {
+        cmd.arg("--pin-threads");
+    }
     if let Some(a) = target.adapter {
         cmd.args(["--adapter-name", &a.name, "--adapter-backend", &a.backend]);
     }
@@ -186,6 +191,15 @@ pub struct Args {
     /// Seconds of timed runs per slice (0: the whole rule in one).
     #[arg(long)]
     slice_secs: f64,
+    /// Runs after the timed ones, each after this many milliseconds of sleep...
+    #[arg(long, default_value_t = 0.0)]
+    pause_ms: f64,
+    /// ...this many.
+    #[arg(long, default_value_t = 0)]
+    pause_runs: usize,
+    /// Pin the kernel threads one to a CPU.
+    #[arg(long)]
+    pin_threads: bool,
 }
 
 /// Least time between two progress lines.
@@ -234,13 +248,22 @@ impl crate::Subcommand for Args {
                 last = Instant::now();
             }
         };
+        let method = Method {
+            threads: self.threads,
+            slice: crate::interleave::slice_of(self.slice_secs),
+            pause: Pause {
+                ms: self.pause_ms,
+                runs: self.pause_runs,
+            },
+            pin_threads: self.pin_threads,
+        };
         let row = tandem_row::bench(
             &self.model,
             &inputs,
             reference.as_ref(),
             target,
-            self.threads,
-            (&rule, crate::interleave::slice_of(self.slice_secs)),
+            &rule,
+            &method,
             &mut tick,
         );
         // A failed row ends the child with its error on stderr, which the suite's side
@@ -277,14 +300,13 @@ mod tests {
         };
         let files = RowFiles::write(&inputs, Some(&inputs), &work).unwrap();
         let model = Path::new("model.onnx");
-        let cmd = command(
-            Path::new("/bin/sh"),
-            model,
-            &files,
-            target,
-            1,
-            (&rule, None),
-        );
+        let method = Method {
+            threads: 1,
+            slice: None,
+            pause: Pause { ms: 0.0, runs: 0 },
+            pin_threads: false,
+        };
+        let cmd = command(Path::new("/bin/sh"), model, &files, target, &rule, &method);
         let err = ChildSlices::start("the child", cmd, Box::new(|_| {}))
             .err()
             .expect("no `ready` from the shell");

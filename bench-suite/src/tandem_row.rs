@@ -8,12 +8,12 @@
 use crate::interleave::child_slices;
 use crate::machine::{peak_rss_mib, reset_peak_rss};
 use crate::models::{max_abs_diff, Named};
-use crate::schema::{Cold, NodeSummary, OpTime, Row, Settle, Span};
-use crate::stats::{Latency, RunRule, Timed};
+use crate::schema::{AfterPause, Cold, NodeSummary, OpTime, Row, Settle, Span};
+use crate::stats::{Latency, Method, RunRule, Timed};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tandem::gpu::{AdapterDesc, Gpu, GpuOptions};
 use tandem::report::Ran;
 use tandem::schedule::Policy;
@@ -57,8 +57,10 @@ impl Variant {
         Variant::ALL.into_iter().find(|v| v.name() == s)
     }
 
-    fn options(self, threads: usize, gpu: Option<Arc<Gpu>>) -> SessionOptions {
-        let mut o = SessionOptions::default().cpu_threads(threads);
+    fn options(self, threads: usize, pin: bool, gpu: Option<Arc<Gpu>>) -> SessionOptions {
+        let mut o = SessionOptions::default()
+            .cpu_threads(threads)
+            .pin_threads(pin);
         if let (true, Some(g)) = (self.uses_gpu(), gpu) {
             o = o.gpu(g);
         }
@@ -95,31 +97,23 @@ impl Target<'_> {
     }
 }
 
-/// Measure `model` on `target` with `threads` CPU threads; never panics (a failure is a row
-/// with `error` set). The timed runs interleave with the round's other rows' over stdin and
-/// stdout (`interleave.rs`: `slice` long each, or the whole rule at once where `None`).
-/// `tick(done)` reports timed iterations (progress bars).
+/// Measure `model` on `target` under `rule` and `method` (threads, slices, runs after a
+/// pause, pinning); never panics (a failure is a row with `error` set). The timed runs
+/// interleave with the round's other rows' over stdin and stdout (`interleave.rs`: a slice
+/// each, or the whole rule at once). `tick(done)` reports timed iterations (progress bars).
 pub fn bench(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
     target: Target,
-    threads: usize,
-    (rule, slice): (&RunRule, Option<Duration>),
+    rule: &RunRule,
+    method: &Method,
     tick: &mut dyn FnMut(usize),
 ) -> Row {
     let version = env!("CARGO_PKG_VERSION");
     let placement = target.placement();
     match catch_unwind(AssertUnwindSafe(|| {
-        bench_inner(
-            model,
-            inputs,
-            reference,
-            target,
-            threads,
-            (rule, slice),
-            tick,
-        )
+        bench_inner(model, inputs, reference, target, rule, method, tick)
     })) {
         Ok(Ok(row)) => row,
         Ok(Err(e)) => Row::failed("tandem", &placement, version, e),
@@ -137,8 +131,8 @@ fn bench_inner(
     inputs: &Named,
     reference: Option<&Named>,
     target: Target,
-    threads: usize,
-    (rule, slice): (&RunRule, Option<Duration>),
+    rule: &RunRule,
+    method: &Method,
     tick: &mut dyn FnMut(usize),
 ) -> Result<Row, String> {
     reset_peak_rss();
@@ -158,8 +152,11 @@ fn bench_inner(
         )),
         None => None,
     };
-    let session =
-        Session::new(model, variant.options(threads, gpu)).map_err(|e| format!("load: {e}"))?;
+    let session = Session::new(
+        model,
+        variant.options(method.threads, method.pin_threads, gpu),
+    )
+    .map_err(|e| format!("load: {e}"))?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let (outs, _) = session
@@ -201,7 +198,7 @@ fn bench_inner(
     let mut timed = Timed::new(*rule);
     child_slices(
         &mut timed,
-        slice,
+        method.slice,
         &mut || shared.clone(),
         &mut |args| {
             session
@@ -213,6 +210,16 @@ fn bench_inner(
     )?;
     let samples = timed.samples_ms;
     let latency = Latency::from_samples(samples, rule);
+    let paused = method.pause.measure(
+        || shared.clone(),
+        |args| {
+            session
+                .run_owned(args)
+                .map(drop)
+                .map_err(|e| format!("run after a pause: {e}"))
+        },
+    )?;
+    row.after_pause = AfterPause::from_samples(method.pause.ms, paused);
     if latency.capped {
         row.notes.push(format!(
             "capped at {:.0} s after {} runs",
@@ -482,7 +489,7 @@ mod tests {
         }));
         let bytes = matmul_model();
         let options = Variant::Auto
-            .options(2, Some(gpu.clone()))
+            .options(2, false, Some(gpu.clone()))
             .cost_model(Arc::new(gpu_believed_fast(&gpu, 1e11)));
         let session = Session::new(bytes.as_slice(), options).unwrap();
         let x = Tensor::f32(
@@ -516,7 +523,7 @@ mod tests {
         let gpu = Arc::new(Gpu::new().unwrap());
         let bytes = matmul_model();
         let options = Variant::Auto
-            .options(2, Some(gpu.clone()))
+            .options(2, false, Some(gpu.clone()))
             .cost_model(Arc::new(gpu_believed_fast(&gpu, 1e11)));
         let session = Session::new(bytes.as_slice(), options).unwrap();
         let args = [("x", Tensor::f32(&[256, 512], vec![1.0; 256 * 512]))];

@@ -159,7 +159,7 @@ fn row_from_output(
             .notes
             .push("no reference outputs to compare with".into()),
     }
-    fill_timing(&mut row, d.timing.unwrap_or_default(), rule);
+    fill_timing(&mut row, d.timing.unwrap_or_default(), rule, 0.0);
     row.notes
         .push("each run uploads the inputs and reads every output back".into());
     Ok(row)

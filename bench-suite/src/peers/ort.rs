@@ -8,12 +8,11 @@
 
 use crate::interleave::{ChildSlices, Failed, RoundRow, Slices};
 use crate::models::{max_abs_diff, read_npys, write_npys, Named};
-use crate::schema::{Cold, OpTime, Row};
-use crate::stats::{Latency, RunRule};
+use crate::schema::{AfterPause, Cold, OpTime, Row};
+use crate::stats::{Latency, Method, RunRule};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 /// The repository root this binary was built from.
 pub fn repo_root() -> PathBuf {
@@ -44,6 +43,9 @@ pub(crate) struct Timing {
     first_run_ms: f64,
     samples_ms: Vec<f64>,
     peak_rss_kb: f64,
+    /// Runs after a pause (`--pause-runs`), absent where the driver makes none (burn's).
+    #[serde(default)]
+    after_pause_ms: Vec<f64>,
 }
 
 /// The driver's result, after `finish`.
@@ -81,8 +83,9 @@ pub(crate) fn read_outputs(outputs: &[DriverOutput]) -> Result<Named, String> {
     read_npys(&files).map_err(|e| format!("output {e}"))
 }
 
-/// The timing fields of a driver's row: cold start, latency under `rule`, throughput, peak RSS.
-pub(crate) fn fill_timing(row: &mut Row, t: Timing, rule: &RunRule) {
+/// The timing fields of a driver's row: cold start, latency under `rule`, throughput, peak RSS,
+/// the runs after a pause of `pause_ms`.
+pub(crate) fn fill_timing(row: &mut Row, t: Timing, rule: &RunRule, pause_ms: f64) {
     let latency = Latency::from_samples(t.samples_ms, rule);
     row.cold = Some(Cold {
         load_ms: t.load_ms,
@@ -92,12 +95,14 @@ pub(crate) fn fill_timing(row: &mut Row, t: Timing, rule: &RunRule) {
     row.throughput_per_s = Some(latency.throughput());
     row.latency = Some(latency);
     row.peak_rss_mib = Some(t.peak_rss_kb / 1024.0);
+    row.after_pause = AfterPause::from_samples(pause_ms, t.after_pause_ms);
 }
 
 /// onnxruntime's driver at `ready` (its first run made), its timed runs to come in slices.
 pub struct Started {
     slices: ChildSlices,
     rule: RunRule,
+    pause_ms: f64,
     /// The row so far: the comparison of the first run's outputs with the reference.
     row: Row,
 }
@@ -112,21 +117,21 @@ impl Slices for Started {
     }
 }
 
-/// Starts onnxruntime's driver on `model` with `threads` intra-op threads and waits for its
-/// first run. Returns it (or the failed row) and onnxruntime's outputs (the reference where
-/// the model has no stored one). `work` is a scratch folder for the .npy files; the timed
-/// runs come in slices `slice` long (the whole `rule` in one where `None`); `tick` gets the
-/// timed runs so far after each.
+/// Starts onnxruntime's driver on `model` with `method`'s intra-op threads (pinned where it
+/// pins) and waits for its first run. Returns it (or the failed row) and onnxruntime's outputs
+/// (the reference where the model has no stored one). `work` is a scratch folder for the .npy
+/// files; the timed runs come in `method`'s slices under `rule`, then its runs after a pause;
+/// `tick` gets the timed runs so far after each.
 pub fn start(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
-    threads: usize,
-    (rule, slice): (&RunRule, Option<Duration>),
+    rule: &RunRule,
+    method: &Method,
     work: &Path,
     tick: Box<dyn FnMut(usize)>,
 ) -> (Box<dyn RoundRow>, Option<Named>) {
-    match start_inner(model, inputs, reference, threads, (rule, slice), work, tick) {
+    match start_inner(model, inputs, reference, rule, method, work, tick) {
         Ok((started, outs)) => (Box::new(started), Some(outs)),
         Err(e) => (
             Box::new(Failed(Row::failed("onnxruntime", "cpu", "?", e))),
@@ -139,8 +144,8 @@ fn start_inner(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
-    threads: usize,
-    (rule, slice): (&RunRule, Option<Duration>),
+    rule: &RunRule,
+    method: &Method,
     work: &Path,
     tick: Box<dyn FnMut(usize)>,
 ) -> Result<(Started, Named), String> {
@@ -154,12 +159,17 @@ fn start_inner(
         .args(["--iters", &rule.min_iters.to_string()])
         .args(["--secs", &rule.min_secs.to_string()])
         .args(["--max-secs", &rule.max_secs.to_string()])
-        .args(["--threads", &threads.to_string()])
+        .args(["--threads", &method.threads.to_string()])
         .args(["--profile-runs", &profile_runs(rule).to_string()])
         .args([
             "--slice-secs",
-            &slice.map_or(0.0, |s| s.as_secs_f64()).to_string(),
-        ]);
+            &method.slice.map_or(0.0, |s| s.as_secs_f64()).to_string(),
+        ])
+        .args(["--pause-ms", &method.pause.ms.to_string()])
+        .args(["--pause-runs", &method.pause.runs.to_string()]);
+    if method.pin_threads {
+        cmd.arg("--pin-threads");
+    }
     for (name, p) in write_npys(inputs, &work.join("in"))? {
         cmd.arg("--input").arg(format!("{name}={}", p.display()));
     }
@@ -184,6 +194,7 @@ fn start_inner(
     let started = Started {
         slices,
         rule: *rule,
+        pause_ms: method.pause.ms,
         row,
     };
     Ok((started, got))
@@ -194,6 +205,7 @@ impl RoundRow for Started {
         let Started {
             slices,
             rule,
+            pause_ms,
             mut row,
         } = *self;
         let out = err.and_then(|()| slices.finish()).and_then(|out| {
@@ -206,7 +218,7 @@ impl RoundRow for Started {
         };
         row.version = d.version;
         row.op_times = d.op_times;
-        fill_timing(&mut row, d.timing, &rule);
+        fill_timing(&mut row, d.timing, &rule, pause_ms);
         row.notes
             .push("peak RSS includes the Python interpreter and numpy".into());
         row

@@ -8,8 +8,8 @@
 use crate::interleave::{Failed, RoundRow, Slices};
 use crate::machine::{peak_rss_mib, reset_peak_rss};
 use crate::models::{max_abs_diff, Named};
-use crate::schema::{Cold, Row};
-use crate::stats::{Latency, RunRule, Timed};
+use crate::schema::{AfterPause, Cold, Row};
+use crate::stats::{Latency, Method, Pause, RunRule, Timed};
 use crate::tandem_row::panic_text;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -83,31 +83,34 @@ pub struct Started {
     feed: Vec<TTensor>,
     timed: Timed,
     slice: Option<Duration>,
+    pause: Pause,
     tick: Box<dyn FnMut(usize)>,
     cold: Cold,
 }
 
-/// Loads `model` on tract with `threads` threads and makes its first run; returns it, or the
-/// failed row (never panics). Its timed runs come in slices `slice` long (the
-/// whole `rule` in one where `None`); `tick` gets its timed runs so far.
+/// Loads `model` on tract with `method`'s threads (not pinned: tract's executor has no
+/// affinity) and makes its first run; returns it, or the failed row (never panics). Its timed
+/// runs come in `method`'s slices under `rule`, then its runs after a pause; `tick` gets its
+/// timed runs so far.
 pub fn start(
     model: &Path,
     inputs: &Named,
     reference: Option<&Named>,
-    threads: usize,
-    (rule, slice): (&RunRule, Option<Duration>),
+    rule: &RunRule,
+    method: &Method,
     tick: Box<dyn FnMut(usize)>,
 ) -> Box<dyn RoundRow> {
     let failed = |e| Box::new(Failed(Row::failed("tract", "cpu", VERSION, e)));
     match catch_unwind(AssertUnwindSafe(|| {
-        start_inner(model, inputs, reference, threads)
+        start_inner(model, inputs, reference, method.threads)
     })) {
         Ok(Ok((row, plan, feed, cold))) => Box::new(Started {
             row,
             plan,
             feed,
             timed: Timed::new(*rule),
-            slice,
+            slice: method.slice,
+            pause: method.pause,
             tick,
             cold,
         }),
@@ -141,13 +144,24 @@ impl RoundRow for Started {
     fn finish(self: Box<Self>, err: Result<(), String>) -> Row {
         let Started {
             mut row,
+            plan,
+            feed,
             timed,
+            pause,
             cold,
             ..
         } = *self;
-        if let Err(e) = err {
-            return Row::failed("tract", "cpu", VERSION, e);
-        }
+        let args = || -> TVec<TValue> { feed.iter().map(|t| t.clone().into_tvalue()).collect() };
+        let run = |a| plan.run(a).map(|_| ()).map_err(|e| format!("run: {e:#}"));
+        let paused = err.and_then(|()| {
+            catch_unwind(AssertUnwindSafe(|| pause.measure(args, run)))
+                .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(p))))
+        });
+        let paused = match paused {
+            Ok(samples) => samples,
+            Err(e) => return Row::failed("tract", "cpu", VERSION, e),
+        };
+        row.after_pause = AfterPause::from_samples(pause.ms, paused);
         let rule = timed.rule();
         let latency = Latency::from_samples(timed.samples_ms, &rule);
         row.cold = Some(cold);

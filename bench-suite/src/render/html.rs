@@ -52,6 +52,10 @@ pub fn page(r: &Report) -> String {
     s += "<h3>tandem cpu / peer (each row's fastest round; left of 1x: tandem faster)</h3>";
     s += &svg::ratio_chart(r);
     s += &table(&tables::cold_starts(r));
+    let paused = tables::after_pause(r);
+    if !paused.rows.is_empty() {
+        s += &table(&paused);
+    }
     let misses = tables::misses(&r.models);
     if !misses.rows.is_empty() {
         s += &table(&misses);

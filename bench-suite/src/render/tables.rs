@@ -196,6 +196,45 @@ pub fn cold_starts(r: &Report) -> Table {
     }
 }
 
+/// Runs after a pause per model and row: their median and its ratio to the row's steady
+/// median; no rows where none were made.
+pub fn after_pause(r: &Report) -> Table {
+    let mut labels: Vec<String> = Vec::new();
+    for x in r.models.iter().flat_map(|m| &m.rows) {
+        if x.after_pause.is_some() && !labels.contains(&x.label()) {
+            labels.push(x.label());
+        }
+    }
+    let mut head = vec!["model".to_string()];
+    head.extend(labels.iter().cloned());
+    let rows = match labels.is_empty() {
+        true => Vec::new(),
+        false => (r.models.iter())
+            .map(|m| {
+                let mut cells = vec![m.name.clone()];
+                for l in &labels {
+                    let x = m.rows.iter().find(|x| x.label() == *l && x.error.is_none());
+                    let paused =
+                        x.and_then(|x| Some((x.after_pause.as_ref()?, x.latency.as_ref()?)));
+                    cells.push(paused.map_or("-".into(), |(p, l)| {
+                        format!("{} ({:.2}x)", ms(Some(p.p50_ms)), p.p50_ms / l.p50_ms)
+                    }));
+                }
+                cells
+            })
+            .collect(),
+    };
+    let pause = r.config.pause.map_or(0.0, |p| p.ms);
+    Table {
+        title: format!(
+            "After a pause, ms: the median of the runs each made after {pause} ms of sleep \
+             (in brackets: over the row's steady median)"
+        ),
+        head,
+        rows,
+    }
+}
+
 /// Every row of one model.
 pub fn model_rows(m: &ModelResult) -> Table {
     let head = [
@@ -205,6 +244,7 @@ pub fn model_rows(m: &ModelResult) -> Table {
         "p50",
         "p90",
         "p99",
+        "after pause",
         "runs",
         "inf/s",
         "RSS MiB",
@@ -232,6 +272,7 @@ pub fn model_rows(m: &ModelResult) -> Table {
                 ms(l.map(|l| l.p50_ms)),
                 ms(l.map(|l| l.p90_ms)),
                 ms(l.map(|l| l.p99_ms)),
+                ms(x.after_pause.as_ref().map(|p| p.p50_ms)),
                 l.map_or("-".into(), |l| l.iterations.to_string()),
                 x.throughput_per_s.map_or("-".into(), |t| format!("{t:.1}")),
                 x.peak_rss_mib.map_or("-".into(), |v| format!("{v:.0}")),
@@ -356,7 +397,12 @@ fn round_trips(ns: &[f64]) -> String {
 
 /// Every table of the report, in reading order.
 pub fn all(r: &Report) -> Vec<Table> {
-    let mut t = vec![summary(&r.models), cold_starts(r), misses(&r.models)];
+    let mut t = vec![
+        summary(&r.models),
+        cold_starts(r),
+        after_pause(r),
+        misses(&r.models),
+    ];
     t.extend(r.gemm.iter().map(gemm));
     t.extend(r.models.iter().map(model_rows));
     t
@@ -384,11 +430,23 @@ fn header(r: &Report) -> String {
     )
 }
 
-/// How the rows were timed: the rules, the rounds and the slices the rows' runs interleaved in.
+/// How the rows were timed: the rules, the rounds and the slices the rows' runs interleaved in,
+/// the runs after a pause, and whether threads were pinned.
 pub fn method(c: &Config) -> String {
     let (cpu, gpu) = (&c.cpu_rule, &c.gpu_rule);
+    let pause = match c.pause {
+        Some(p) if p.is_on() => {
+            format!(", then {} runs a round each after {} ms idle", p.runs, p.ms)
+        }
+        _ => String::new(),
+    };
+    let pinned = if c.pin_threads {
+        ", threads pinned"
+    } else {
+        ""
+    };
     format!(
-        "rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){}",
+        "rule cpu: >= {} runs and >= {} s (cap {} s), gpu: >= {} runs and >= {} s (cap {} s){}{pause}{pinned}",
         cpu.min_iters,
         cpu.min_secs,
         cpu.max_secs,
@@ -498,7 +556,7 @@ pub fn markdown(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::OpTime;
+    use crate::schema::{OpTime, SCHEMA};
     use crate::stats::{Latency, RunRule};
 
     /// The method line names the rounds and the slices the rows' runs interleaved in, where
@@ -517,6 +575,8 @@ mod tests {
             quick: false,
             rounds,
             slice_secs,
+            pause: None,
+            pin_threads: false,
         };
         let sliced = method(&config(3, 0.1));
         assert!(
@@ -529,6 +589,56 @@ mod tests {
         );
         assert!(method(&config(3, 0.0)).ends_with("(cap 10 s), in 3 rounds"));
         assert!(method(&config(1, 0.0)).ends_with("(cap 10 s)"));
+        let paused = Config {
+            pause: Some(crate::stats::Pause { ms: 50.0, runs: 5 }),
+            pin_threads: true,
+            ..config(1, 0.0)
+        };
+        assert!(
+            method(&paused)
+                .ends_with("(cap 10 s), then 5 runs a round each after 50 ms idle, threads pinned"),
+            "{}",
+            method(&paused)
+        );
+    }
+
+    /// The table of runs after a pause gives each row's median and its ratio to the steady
+    /// median, and is empty where no row made any.
+    #[test]
+    fn runs_after_a_pause_read_against_the_steady_median() {
+        let mut tandem = row("tandem", 4.0, &[]);
+        tandem.after_pause = crate::schema::AfterPause::from_samples(50.0, vec![9.0, 6.0, 7.0]);
+        let ort = row("onnxruntime", 5.0, &[]);
+        let mut report = Report {
+            schema: SCHEMA.into(),
+            started_unix_s: 0,
+            machine: crate::machine::describe(Vec::new()),
+            config: Config {
+                cpu_rule: RunRule {
+                    min_iters: 1,
+                    min_secs: 0.0,
+                    max_secs: 1.0,
+                },
+                gpu_rule: RunRule {
+                    min_iters: 1,
+                    min_secs: 0.0,
+                    max_secs: 1.0,
+                },
+                threads: 2,
+                quick: true,
+                rounds: 1,
+                slice_secs: 0.0,
+                pause: Some(crate::stats::Pause { ms: 50.0, runs: 3 }),
+                pin_threads: false,
+            },
+            models: vec![model("m", vec![tandem, ort])],
+            gemm: None,
+        };
+        let t = after_pause(&report);
+        assert_eq!(t.head, ["model", "tandem cpu"]);
+        assert_eq!(t.rows, [["m", "7.00 (1.75x)"]]);
+        report.models[0].rows[0].after_pause = None;
+        assert!(after_pause(&report).rows.is_empty());
     }
 
     fn row(runtime: &str, p50: f64, ops: &[(&str, usize, f64)]) -> Row {
