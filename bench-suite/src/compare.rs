@@ -4,10 +4,12 @@
 //! (model, runtime, placement). Its median latency changed only when
 //! `|p50_B - p50_A| >= max(floor, 3 x spread)`, where spread is the series' p90 - p50 (the
 //! larger of the two runs') and floor is `max(floor_ms, floor_pct% of p50_A)`: tract's bench
-//! rule, so that a shared, noisy machine does not cry wolf.
+//! rule, so that a shared, noisy machine does not cry wolf. Rows with runs after a pause in
+//! both reports (`Row::after_pause`) are a second series, `runtime placement after pause`,
+//! judged by the same rule on those runs' own median and spread.
 
 use crate::schema::{Report, Row};
-use crate::stats::Latency;
+use crate::stats::{Latency, RunRule};
 
 /// The thresholds of the rule.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,48 +80,85 @@ pub fn compare(a: &Report, b: &Report, floor: Floor) -> Vec<Change> {
         }
     }
     keys.into_iter()
-        .map(|(model, runtime, placement)| {
-            let la = find(a, &model, &runtime, &placement).and_then(|x| x.latency.as_ref());
-            let lb = find(b, &model, &runtime, &placement).and_then(|x| x.latency.as_ref());
+        .flat_map(|(model, runtime, placement)| {
+            let (ra, rb) = (
+                find(a, &model, &runtime, &placement),
+                find(b, &model, &runtime, &placement),
+            );
             let series = format!("{runtime} {placement}");
-            match (la, lb) {
-                (Some(la), Some(lb)) => {
-                    let (verdict, threshold_ms) = judge(la, lb, floor);
-                    Change {
-                        model,
-                        series,
-                        a_ms: la.p50_ms,
-                        b_ms: lb.p50_ms,
-                        delta_ms: lb.p50_ms - la.p50_ms,
-                        threshold_ms,
-                        verdict,
-                    }
-                }
-                (la, lb) => Change {
+            let la = ra.and_then(|x| x.latency.as_ref());
+            let lb = rb.and_then(|x| x.latency.as_ref());
+            let steady = change(model.clone(), series.clone(), la, lb, floor);
+            let paused = |r: Option<&Row>| {
+                let samples = r?.after_pause.as_ref()?.samples_ms.clone();
+                Some(Latency::from_samples(samples, &ANY_RULE))
+            };
+            let after_pause = match (paused(ra), paused(rb)) {
+                (Some(pa), Some(pb)) => Some(change(
                     model,
-                    series,
-                    a_ms: la.map_or(f64::NAN, |l| l.p50_ms),
-                    b_ms: lb.map_or(f64::NAN, |l| l.p50_ms),
-                    delta_ms: f64::NAN,
-                    threshold_ms: f64::NAN,
-                    verdict: Verdict::Missing(
-                        if la.is_none() {
-                            "no timing in A"
-                        } else {
-                            "no timing in B"
-                        }
-                        .into(),
-                    ),
-                },
-            }
+                    format!("{series} after pause"),
+                    Some(&pa),
+                    Some(&pb),
+                    floor,
+                )),
+                _ => None,
+            };
+            std::iter::once(steady).chain(after_pause)
         })
         .collect()
+}
+
+/// A rule every sample count meets (the runs after a pause are not capped).
+const ANY_RULE: RunRule = RunRule {
+    min_iters: 0,
+    min_secs: 0.0,
+    max_secs: f64::INFINITY,
+};
+
+/// One series compared: both latencies judged, or why not.
+fn change(
+    model: String,
+    series: String,
+    la: Option<&Latency>,
+    lb: Option<&Latency>,
+    floor: Floor,
+) -> Change {
+    match (la, lb) {
+        (Some(la), Some(lb)) => {
+            let (verdict, threshold_ms) = judge(la, lb, floor);
+            Change {
+                model,
+                series,
+                a_ms: la.p50_ms,
+                b_ms: lb.p50_ms,
+                delta_ms: lb.p50_ms - la.p50_ms,
+                threshold_ms,
+                verdict,
+            }
+        }
+        (la, lb) => Change {
+            model,
+            series,
+            a_ms: la.map_or(f64::NAN, |l| l.p50_ms),
+            b_ms: lb.map_or(f64::NAN, |l| l.p50_ms),
+            delta_ms: f64::NAN,
+            threshold_ms: f64::NAN,
+            verdict: Verdict::Missing(
+                if la.is_none() {
+                    "no timing in A"
+                } else {
+                    "no timing in B"
+                }
+                .into(),
+            ),
+        },
+    }
 }
 
 /// The comparison as a terminal table; changed series are marked.
 pub fn render(changes: &[Change]) -> String {
     let mut s = format!(
-        "{:<20} {:<26} {:>10} {:>10} {:>10} {:>10}  verdict\n",
+        "{:<20} {:<30} {:>10} {:>10} {:>10} {:>10}  verdict\n",
         "model", "series", "A p50 ms", "B p50 ms", "delta", "needs"
     );
     for c in changes {
@@ -130,7 +169,7 @@ pub fn render(changes: &[Change]) -> String {
             Verdict::Missing(why) => why.clone(),
         };
         s += &format!(
-            "{:<20} {:<26} {:>10.3} {:>10.3} {:>+10.3} {:>10.3}  {v}\n",
+            "{:<20} {:<30} {:>10.3} {:>10.3} {:>+10.3} {:>10.3}  {v}\n",
             c.model, c.series, c.a_ms, c.b_ms, c.delta_ms, c.threshold_ms
         );
     }
@@ -140,7 +179,6 @@ pub fn render(changes: &[Change]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::RunRule;
 
     fn lat(p50: f64, p90: f64) -> Latency {
         let rule = RunRule {
@@ -169,6 +207,52 @@ mod tests {
             judge(&lat(10.0, 11.0), &lat(7.0, 7.5), FLOOR).0,
             Verdict::Faster
         );
+    }
+
+    /// Runs after a pause are a series of their own, judged on their own spread; a report
+    /// without them leaves the steady series alone.
+    #[test]
+    fn runs_after_a_pause_are_a_series_of_their_own() {
+        let report = |p50: f64, paused: Option<Vec<f64>>| {
+            let mut row = Row::failed("tandem", "cpu", "0", String::new());
+            row.error = None;
+            row.latency = Some(lat(p50, p50));
+            row.after_pause = paused.and_then(|v| crate::schema::AfterPause::from_samples(50.0, v));
+            let mut r: Report = serde_json::from_str(&format!(
+                r#"{{"schema": "tandem-bench/1", "started_unix_s": 0,
+                    "machine": {{"cpu_model": "c", "cores": 2, "simd": "s", "adapter": null,
+                                "os": "o", "git": null}},
+                    "config": {{"cpu_rule": {RULE}, "gpu_rule": {RULE}, "threads": 2,
+                               "quick": true}},
+                    "models": [{{"name": "m", "path": "p", "inputs": [],
+                                "reference": "onnxruntime", "rows": []}}],
+                    "gemm": null}}"#,
+                RULE = r#"{"min_iters": 1, "min_secs": 0.0, "max_secs": 1.0}"#
+            ))
+            .unwrap();
+            r.models[0].rows.push(row);
+            r
+        };
+        let a = report(10.0, Some(vec![20.0, 21.0, 20.5, 20.2]));
+        let b = report(10.0, Some(vec![30.0, 31.0, 30.5, 30.2]));
+        let changes = compare(&a, &b, FLOOR);
+        let series: Vec<(&str, &Verdict)> = changes
+            .iter()
+            .map(|c| (c.series.as_str(), &c.verdict))
+            .collect();
+        assert_eq!(
+            series,
+            [
+                ("tandem cpu", &Verdict::Same),
+                ("tandem cpu after pause", &Verdict::Slower)
+            ]
+        );
+        assert_eq!(changes[1].a_ms, 20.2, "the runs' own median");
+        // Within their own spread: noise.
+        let c = report(10.0, Some(vec![20.0, 26.0, 20.5, 20.2]));
+        let d = report(10.0, Some(vec![22.0, 21.0, 28.5, 20.2]));
+        assert_eq!(compare(&c, &d, FLOOR)[1].verdict, Verdict::Same);
+        assert_eq!(compare(&a, &report(10.0, None), FLOOR).len(), 1);
     }
 
     #[test]
