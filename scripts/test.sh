@@ -25,7 +25,7 @@ step "MatMul, attention and Conv on Cpu adapters through storage buffers (TANDEM
 # tandem and their dependencies (6 minutes of CI on a 2-core machine).
 TANDEM_GPU_TEXTURES=0 cargo test --profile "$profile" --workspace --test gpu_linalg \
   --test fusion -- matmul gemm attention::the_attention_op conv_gpu_
-step "tandem-bench run --quick (magika on every placement and peer; docs/bench.md)"
+step "tandem-bench run --quick (magika on every placement and peer, then pinned; docs/bench.md)"
 # Built for the whole workspace, so its dependencies have the features `cargo test` unified:
 # `cargo run -p tandem-bench` resolves them for that one package and rebuilt tract, wgpu and
 # ~100 other crates (15 minutes of CI on a 2-core machine).
@@ -34,6 +34,10 @@ if [ "$profile" = ci ]; then
   echo "note: tract is unoptimised in the ci profile: its times below check it runs, not its speed"
 fi
 "target/$profile/tandem-bench" run --quick --out target/bench-quick
+# Pinned threads: tandem's pool and onnxruntime's `session.intra_op_thread_affinities`, which
+# onnxruntime refuses at load when malformed.
+"target/$profile/tandem-bench" run --quick --pin-threads --placements cpu --peers onnxruntime \
+  --out target/bench-quick-pinned
 step "browser demo (scripts/web.sh test: tandem cpu/gpu/auto and onnxruntime-web in headless Chromium)"
 TANDEM_TEST_PROFILE="$profile" bash scripts/web.sh test
 # Bounded fuzzing (60 s over the libFuzzer targets of runtime/fuzz, built on this profile's
