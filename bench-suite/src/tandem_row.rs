@@ -73,8 +73,14 @@ impl Variant {
     }
 }
 
+/// `f`'s result, or its panic as an error (`panicked: ...`): a row fails, the suite goes on.
+pub fn caught<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(p))))
+}
+
 /// The text of a caught panic payload.
-pub fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
@@ -112,18 +118,8 @@ pub fn bench(
 ) -> Row {
     let version = env!("CARGO_PKG_VERSION");
     let placement = target.placement();
-    match catch_unwind(AssertUnwindSafe(|| {
-        bench_inner(model, inputs, reference, target, rule, method, tick)
-    })) {
-        Ok(Ok(row)) => row,
-        Ok(Err(e)) => Row::failed("tandem", &placement, version, e),
-        Err(p) => Row::failed(
-            "tandem",
-            &placement,
-            version,
-            format!("panicked: {}", panic_text(p)),
-        ),
-    }
+    caught(|| bench_inner(model, inputs, reference, target, rule, method, tick))
+        .unwrap_or_else(|e| Row::failed("tandem", &placement, version, e))
 }
 
 fn bench_inner(
@@ -196,29 +192,23 @@ fn bench_inner(
     // kernels 0.65-0.96x on a lent H200). Where the time went comes from REPORTED runs after
     // them, with every GPU node timed: the one of median total.
     let mut timed = Timed::new(*rule);
+    let mut run = |args| {
+        session
+            .run_owned(args)
+            .map(drop)
+            .map_err(|e| format!("run: {e}"))
+    };
     child_slices(
         &mut timed,
         method.slice,
         &mut || shared.clone(),
-        &mut |args| {
-            session
-                .run_owned(args)
-                .map(drop)
-                .map_err(|e| format!("run: {e}"))
-        },
+        &mut run,
         &mut |n| tick(n),
     )?;
     let samples = timed.samples_ms;
     let latency = Latency::from_samples(samples, rule);
-    let paused = method.pause.measure(
-        || shared.clone(),
-        |args| {
-            session
-                .run_owned(args)
-                .map(drop)
-                .map_err(|e| format!("run after a pause: {e}"))
-        },
-    )?;
+    let paused = (method.pause.measure(|| shared.clone(), &mut run))
+        .map_err(|e| format!("{e} (a run after a pause)"))?;
     row.after_pause = AfterPause::from_samples(method.pause.ms, paused);
     if latency.capped {
         row.notes.push(format!(

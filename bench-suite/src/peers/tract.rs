@@ -10,8 +10,7 @@ use crate::machine::{peak_rss_mib, reset_peak_rss};
 use crate::models::{max_abs_diff, Named};
 use crate::schema::{AfterPause, Cold, Row};
 use crate::stats::{Latency, Method, Pause, RunRule, Timed};
-use crate::tandem_row::panic_text;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use crate::tandem_row::caught;
 use std::path::Path;
 use std::sync::Once;
 use std::time::{Duration, Instant};
@@ -76,6 +75,18 @@ fn load(model: &Path, inputs: &Named, lenient: bool) -> TractResult<(Plan, Vec<u
     Ok((m.into_optimized()?.into_runnable()?, order))
 }
 
+/// The inputs of one run: the fed tensors as tract values (each run consumes its own).
+fn tvalues(feed: &[TTensor]) -> TVec<TValue> {
+    feed.iter().map(|t| t.clone().into_tvalue()).collect()
+}
+
+/// One run of `plan` on `inputs`, its outputs dropped.
+fn run(plan: &Plan, inputs: TVec<TValue>) -> Result<(), String> {
+    plan.run(inputs)
+        .map(drop)
+        .map_err(|e| format!("run: {e:#}"))
+}
+
 /// tract at its first run's end, its timed runs to come in slices (`interleave.rs`).
 pub struct Started {
     row: Row,
@@ -100,11 +111,8 @@ pub fn start(
     method: &Method,
     tick: Box<dyn FnMut(usize)>,
 ) -> Box<dyn RoundRow> {
-    let failed = |e| Box::new(Failed(Row::failed("tract", "cpu", VERSION, e)));
-    match catch_unwind(AssertUnwindSafe(|| {
-        start_inner(model, inputs, reference, method.threads)
-    })) {
-        Ok(Ok((row, plan, feed, cold))) => Box::new(Started {
+    match caught(|| start_inner(model, inputs, reference, method.threads)) {
+        Ok((row, plan, feed, cold)) => Box::new(Started {
             row,
             plan,
             feed,
@@ -114,8 +122,7 @@ pub fn start(
             tick,
             cold,
         }),
-        Ok(Err(e)) => failed(e),
-        Err(p) => failed(format!("panicked: {}", panic_text(p))),
+        Err(e) => Box::new(Failed(Row::failed("tract", "cpu", VERSION, e))),
     }
 }
 
@@ -128,15 +135,14 @@ impl Slices for Started {
         let Started {
             plan, feed, timed, ..
         } = self;
-        let mut args =
-            || -> TVec<TValue> { feed.iter().map(|t| t.clone().into_tvalue()).collect() };
-        let mut run = |a| plan.run(a).map(|_| ()).map_err(|e| format!("run: {e:#}"));
-        match catch_unwind(AssertUnwindSafe(|| {
-            timed.slice(self.slice, &mut args, &mut run, &mut |n| (self.tick)(n))
-        })) {
-            Ok(r) => r,
-            Err(p) => Err(format!("panicked: {}", panic_text(p))),
-        }
+        caught(|| {
+            timed.slice(
+                self.slice,
+                &mut || tvalues(feed),
+                &mut |a| run(plan, a),
+                &mut |n| (self.tick)(n),
+            )
+        })
     }
 }
 
@@ -151,12 +157,8 @@ impl RoundRow for Started {
             cold,
             ..
         } = *self;
-        let args = || -> TVec<TValue> { feed.iter().map(|t| t.clone().into_tvalue()).collect() };
-        let run = |a| plan.run(a).map(|_| ()).map_err(|e| format!("run: {e:#}"));
-        let paused = err.and_then(|()| {
-            catch_unwind(AssertUnwindSafe(|| pause.measure(args, run)))
-                .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(p))))
-        });
+        let paused =
+            err.and_then(|()| caught(|| pause.measure(|| tvalues(&feed), |a| run(&plan, a))));
         let paused = match paused {
             Ok(samples) => samples,
             Err(e) => return Row::failed("tract", "cpu", VERSION, e),
@@ -210,9 +212,10 @@ fn start_inner(
         .map(|&k| to_tract(&inputs[k].1))
         .collect::<TractResult<_>>()
         .map_err(|e| format!("inputs: {e:#}"))?;
-    let args = || -> TVec<TValue> { feed.iter().map(|t| t.clone().into_tvalue()).collect() };
     let t = Instant::now();
-    let outs = plan.run(args()).map_err(|e| format!("first run: {e:#}"))?;
+    let outs = plan
+        .run(tvalues(&feed))
+        .map_err(|e| format!("first run: {e:#}"))?;
     let first_run_ms = t.elapsed().as_secs_f64() * 1e3;
     let names: Vec<String> = plan
         .model()
