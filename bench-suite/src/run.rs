@@ -345,17 +345,15 @@ fn bench_model(
             let files = tandem_files.get_or_insert_with(|| {
                 tandem_process::RowFiles::write(&inputs, reference.as_ref(), work)
             });
-            // lavapipe's runs of the larger models take seconds: gpu rows make no runs after
-            // a pause.
-            let method = match target.variant {
-                Variant::Gpu => &Method {
+            let method = match makes_runs_after_a_pause("tandem", &target.placement()) {
+                true => method,
+                false => &Method {
                     pause: Pause {
                         runs: 0,
                         ..method.pause
                     },
                     ..*method
                 },
-                _ => method,
             };
             let tandem = tandem_process::start(
                 &case.path,
@@ -580,10 +578,9 @@ pub fn main(mut args: Args) -> Result<()> {
                     m.name,
                     r.label()
                 )),
-                // Every row but tandem's gpu ones and burn's makes its runs after a pause.
                 _ if pause.is_on()
                     && r.after_pause.as_ref().map(|p| p.samples_ms.len())
-                        != (!r.placement.starts_with("gpu") && !r.runtime.starts_with("burn"))
+                        != makes_runs_after_a_pause(&r.runtime, &r.placement)
                             .then_some(pause.runs * args.rounds) =>
                 {
                     Some(format!(
@@ -606,6 +603,12 @@ pub fn main(mut args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether a row makes runs after a pause: all but tandem's gpu rows (lavapipe's runs of the
+/// larger models take seconds) and burn's (its driver makes none).
+fn makes_runs_after_a_pause(runtime: &str, placement: &str) -> bool {
+    !(runtime.starts_with("burn") || runtime == "tandem" && placement.starts_with("gpu"))
 }
 
 /// The peers `--peers` names: each of onnxruntime, tract and burn, or `none` alone (no peer).
