@@ -77,9 +77,9 @@ struct RunArgs {
     /// CPU threads for kernels (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Pin the kernel threads one to a CPU (Linux, Android). Where the OS packs woken threads
-    /// onto busy CPUs, unpinned ones run a run that follows a pause on one thread for its first
-    /// milliseconds (see --idle-ms).
+    /// Pin the kernel threads one to a CPU (Linux, Android) for the session's life. Unpinned,
+    /// they are kept on CPUs of their own only through a run that follows a pause (see
+    /// --idle-ms), where an OS that packs woken threads onto busy CPUs would run it on one.
     #[arg(long)]
     pin_threads: bool,
     /// Wait this many milliseconds before each timed run (the warm-up excepted): the latency of

@@ -22,6 +22,7 @@ mod cache;
 mod handoff;
 mod pool;
 mod spin;
+mod spread;
 use cache::{learns_from_run, uses_gpu, CachedPlan};
 pub use cache::{LEARN_EVERY, LEARN_FIRST, WARM_UP_RUNS};
 
@@ -95,10 +96,11 @@ impl SessionOptions {
     }
 
     /// Pin the CPU kernel threads one to a CPU (thread `i` to the `i`-th CPU the process may run
-    /// on; Linux and Android), instead of leaving them to the OS scheduler. For a scheduler
-    /// that packs woken threads onto busy CPUs (a KVM guest here), where a run that follows a
-    /// pause otherwise runs on one thread for its first milliseconds (module `session::pool`;
-    /// [`Session::pinned_cpus`] says where they went).
+    /// on; Linux and Android) for the session's life, instead of leaving them to the OS
+    /// scheduler ([`Session::pinned_cpus`] says where they went). Unpinned, a run that follows
+    /// a pause of 2 ms or more already keeps its threads on CPUs of their own until it ends
+    /// (module `session::spread`), as a scheduler that packs woken threads onto busy CPUs (a KVM
+    /// guest here) would otherwise run it on one CPU for its first milliseconds.
     pub fn pin_threads(mut self, pin: bool) -> Self {
         self.pin_threads = pin;
         self
@@ -188,6 +190,8 @@ pub struct Session {
     pool: Arc<rayon::ThreadPool>,
     /// The CPU each of `pool`'s workers is pinned to (empty: none).
     pinned: Vec<usize>,
+    /// How a run after a pause spreads `pool`'s workers over the CPUs.
+    spread: spread::Spread,
     placement: Placement,
     overrides: Vec<(Selector, Device)>,
     policy: Policy,
@@ -282,6 +286,7 @@ impl Session {
             pool,
             pinned,
             warning,
+            spread,
         } = pool::cpu_pool(options.cpu_threads.unwrap_or(0), options.pin_threads)?;
         let mut warnings: Vec<String> = warning.into_iter().collect();
         let mut profile_file = None;
@@ -329,6 +334,7 @@ impl Session {
             gpu_missing,
             pool,
             pinned,
+            spread,
             placement: options.placement,
             overrides: options.overrides,
             policy,
@@ -494,7 +500,7 @@ impl Session {
             }
             h.finish()
         };
-        handoff::run_on(&self.pool, &self.last_run, shapes, || {
+        handoff::run_on(&self.pool, &self.spread, &self.last_run, shapes, || {
             pollster::block_on(self.run_owned_async(inputs, node_times))
         })
     }

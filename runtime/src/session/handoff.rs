@@ -21,6 +21,7 @@
 //!
 //! Sits between `Session::run_with_report_owned` and rayon.
 
+use super::spread::Spread;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -110,9 +111,11 @@ impl Expected {
 /// take less so ([`Times::serial_next`]), and return its result (a panic in `f` resumes
 /// here). A caller already in serial mode (`tandem_ops::parallel::serially` around
 /// `Session::run`: the application keeps the run on its thread) runs `f` as it is; one that is
-/// a worker of a rayon pool goes through [`crate::limits::install`].
+/// a worker of a rayon pool goes through [`crate::limits::install`]. On the pool, the run
+/// begins and ends in `spread` (after a pause, the workers it wakes start on other CPUs).
 pub(super) fn run_on<R: Send>(
     pool: &rayon::ThreadPool,
+    spread: &Spread,
     expected: &Expected,
     shapes: u64,
     f: impl FnOnce() -> R + Send,
@@ -148,6 +151,8 @@ pub(super) fn run_on<R: Send>(
         let slot = &slot;
         move || {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // After a pause, the workers it wakes start on other CPUs (spread.rs).
+                let _running = spread.begin();
                 // The pool's other workers stay awake for a longer run (spin.rs).
                 let _awake = awake.then(super::spin::Spinners::start);
                 f()
@@ -192,10 +197,7 @@ mod tests {
     use super::*;
 
     fn pool() -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap()
+        super::super::pool::tests_pool(2)
     }
 
     fn expecting(pool_ns: u64) -> Expected {
@@ -213,7 +215,7 @@ mod tests {
         for expect in [0, 50_000_000] {
             let expected = expecting(expect);
             let mut seen = vec![0u32; 4];
-            let on_pool = run_on(&pool, &expected, 1, || {
+            let on_pool = run_on(&pool, &Spread::default(), &expected, 1, || {
                 std::thread::sleep(Duration::from_millis(2));
                 seen.iter_mut().for_each(|v| *v += 1);
                 pool.current_thread_index().is_some()
@@ -231,7 +233,7 @@ mod tests {
         let pool = pool();
         let expected = expecting(100_000);
         // Under SERIAL_TRY on the pool: tried on this thread, every loop in order.
-        let (on_pool, serial) = run_on(&pool, &expected, 1, || {
+        let (on_pool, serial) = run_on(&pool, &Spread::default(), &expected, 1, || {
             (
                 rayon::current_thread_index(),
                 tandem_ops::parallel::serial(),
@@ -243,7 +245,7 @@ mod tests {
             "serial mode outlived the run"
         );
         // Other shapes have no times yet: the pool.
-        assert!(run_on(&pool, &expected, 2, || pool
+        assert!(run_on(&pool, &Spread::default(), &expected, 2, || pool
             .current_thread_index()
             .is_some()));
         // The choice, from the times: the faster way, every RETRY_EVERY-th run the other.
@@ -267,13 +269,15 @@ mod tests {
         // On the pool, and on this thread (serial mode ends with the panic).
         for expected in [Expected::default(), expecting(100_000)] {
             let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run_on(&pool, &expected, 1, || -> u8 { panic!("kernel failed") })
+                run_on(&pool, &Spread::default(), &expected, 1, || -> u8 {
+                    panic!("kernel failed")
+                })
             }));
             let payload = got.expect_err("the panic was lost");
             assert_eq!(payload.downcast_ref::<&str>(), Some(&"kernel failed"));
             assert!(!tandem_ops::parallel::serial());
             // The pool still runs work afterwards.
-            assert_eq!(run_on(&pool, &expected, 1, || 7), 7);
+            assert_eq!(run_on(&pool, &Spread::default(), &expected, 1, || 7), 7);
         }
     }
 }

@@ -1,30 +1,29 @@
 //! A session's CPU kernel threads: its rayon pool, and, where asked, which CPU each worker is
 //! pinned to.
 //!
-//! Pinning is for schedulers that place a woken worker on the CPU of the thread that woke it
-//! rather than wake an idle CPU. This host's kernel (`sched_vcpu_pack=15` on its command line,
-//! a KVM guest) does so for a CPU idle for more than about 15 ms: a C probe's woken thread
-//! started 3.8 ms late, on its waker's CPU, after 20 ms or more of idling, against 0.05 ms
-//! after 1 ms, and 0.06-0.11 ms when pinned to the idle CPU. Every run that follows a pause
-//! then runs on one thread for its first milliseconds: after 50 ms idle magika took 9.45 ms
-//! unpinned against 5.57 pinned (4.4-5.0 back to back). It stays off by default: back to back,
-//! pinned resnet50 ran slower in a third of the processes here (medians 43.1 against 39.2 ms
-//! over 12 alternated processes; the other models level), for a reason not found (both
-//! workers ran on their CPUs ~97 % of the time either way). docs/bench.md, "A run after a
-//! pause".
+//! Pinning keeps each worker on one CPU for the session's life. It is not needed for a run
+//! that follows a pause, where a scheduler that packs woken threads onto busy CPUs (this KVM
+//! guest) would run it on one CPU for its first milliseconds: every session spreads its workers
+//! over the CPUs for such a run (`spread.rs`). It stays off by default: back to back, pinned
+//! resnet50 ran slower in a third of the processes here (medians 43.1 against 39.2 ms over 12
+//! alternated processes; the other models level), for a reason not found (both workers ran on
+//! their CPUs ~97 % of the time either way). docs/bench.md, "A run after a pause".
 //!
 //! Sits between `Session::new` and rayon's pool builder (and, for pinning, the OS: Linux and
 //! Android; elsewhere pinning asked for is a session warning).
 
+use super::spread::Spread;
 use crate::{Error, Result};
 use std::sync::Arc;
 
 /// A session's pool and the CPUs its workers are pinned to (worker `i` to `pinned[i]`; empty:
-/// not pinned), with a warning where pinning was asked for and not done.
+/// not pinned), with a warning where pinning was asked for and not done, and how a run after a
+/// pause spreads the workers (`spread.rs`).
 pub(super) struct CpuPool {
     pub pool: Arc<rayon::ThreadPool>,
     pub pinned: Vec<usize>,
     pub warning: Option<String>,
+    pub spread: Spread,
 }
 
 /// The pool of `threads` workers (0: one per CPU the process may run on); with `pin`, worker
@@ -41,10 +40,12 @@ pub(super) fn cpu_pool(threads: usize, pin: bool) -> Result<CpuPool> {
         true => pin_workers(&pool),
         false => (Vec::new(), None),
     };
+    let spread = Spread::new(&pool, !pinned.is_empty());
     Ok(CpuPool {
         pool,
         pinned,
         warning,
+        spread,
     })
 }
 
@@ -52,7 +53,7 @@ pub(super) fn cpu_pool(threads: usize, pin: bool) -> Result<CpuPool> {
 /// the CPUs, or none and why not.
 #[cfg(not(target_arch = "wasm32"))]
 fn pin_workers(pool: &rayon::ThreadPool) -> (Vec<usize>, Option<String>) {
-    let cpus = affinity::allowed_cpus();
+    let cpus = affinity::allowed_cpus(0);
     if cpus.is_empty() {
         let why = format!("CPU threads not pinned: {}", affinity::NO_CPUS);
         return (Vec::new(), Some(why));
@@ -60,7 +61,7 @@ fn pin_workers(pool: &rayon::ThreadPool) -> (Vec<usize>, Option<String>) {
     let plan: Vec<usize> = (0..pool.current_num_threads())
         .map(|i| cpus[i % cpus.len()])
         .collect();
-    let results = pool.broadcast(|cx| affinity::pin_this_thread(plan[cx.index()]));
+    let results = pool.broadcast(|cx| affinity::set_cpus(0, &plan[cx.index()..][..1]));
     let failed: Vec<String> = (results.into_iter().enumerate())
         .filter_map(|(i, r)| {
             r.err()
@@ -97,25 +98,42 @@ pub(super) fn cpu_pool(_threads: usize, _pin: bool) -> Result<CpuPool> {
             .map_err(|e| Error::Usage(format!("cannot make this thread a CPU pool: {e}")))?;
         Ok(cell.get_or_init(|| pool).clone())
     })?;
+    let spread = Spread::new(&pool, false);
     Ok(CpuPool {
         pool,
         pinned: Vec::new(),
         warning: None,
+        spread,
     })
 }
 
-/// The OS side: which CPUs this thread may run on, and pinning a thread to one of them.
+/// The OS side: which CPUs a thread may run on, and setting that.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-mod affinity {
+pub(super) mod affinity {
     /// Why no CPU could be pinned to.
     pub const NO_CPUS: &str = "this thread's CPU affinity mask could not be read";
 
-    /// The CPUs the calling thread may run on, in order (its affinity mask; empty if unreadable).
-    pub fn allowed_cpus() -> Vec<usize> {
+    /// A thread: the OS's id of it (0: the calling thread).
+    pub type Thread = libc::pid_t;
+
+    /// The calling thread's id.
+    pub fn this_thread() -> Option<Thread> {
+        // SAFETY: gettid takes nothing and cannot fail.
+        Some(unsafe { libc::gettid() })
+    }
+
+    /// The CPU the calling thread runs on.
+    pub fn current_cpu() -> Option<usize> {
+        // SAFETY: sched_getcpu takes nothing; a negative result is an error.
+        usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+    }
+
+    /// The CPUs `thread` may run on, in order (its affinity mask; empty if unreadable).
+    pub fn allowed_cpus(thread: Thread) -> Vec<usize> {
         // SAFETY: `set` is a plain bit set the call fills; its size is passed with it.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::cpu_set_t>();
-        if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        if unsafe { libc::sched_getaffinity(thread, size, &mut set) } != 0 {
             return Vec::new();
         }
         (0..libc::CPU_SETSIZE as usize)
@@ -123,30 +141,51 @@ mod affinity {
             .collect()
     }
 
-    /// Pin the calling thread to `cpu`.
-    pub fn pin_this_thread(cpu: usize) -> std::io::Result<()> {
-        // SAFETY: as above; the set holds one CPU below CPU_SETSIZE (from `allowed_cpus`).
+    /// Let `thread` run on `cpus` alone (each below CPU_SETSIZE, as `allowed_cpus` gives them).
+    pub fn set_cpus(thread: Thread, cpus: &[usize]) -> std::io::Result<()> {
+        // SAFETY: as above.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        unsafe { libc::CPU_SET(cpu, &mut set) };
+        for &cpu in cpus {
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
         let size = std::mem::size_of::<libc::cpu_set_t>();
-        match unsafe { libc::sched_setaffinity(0, size, &set) } {
+        match unsafe { libc::sched_setaffinity(thread, size, &set) } {
             0 => Ok(()),
             _ => Err(std::io::Error::last_os_error()),
         }
     }
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android", target_arch = "wasm32")))]
-mod affinity {
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(super) mod affinity {
     pub const NO_CPUS: &str = "tandem pins threads on Linux and Android only";
 
-    pub fn allowed_cpus() -> Vec<usize> {
+    pub type Thread = i32;
+
+    pub fn this_thread() -> Option<Thread> {
+        None
+    }
+
+    pub fn current_cpu() -> Option<usize> {
+        None
+    }
+
+    pub fn allowed_cpus(_thread: Thread) -> Vec<usize> {
         Vec::new()
     }
 
-    pub fn pin_this_thread(_cpu: usize) -> std::io::Result<()> {
+    pub fn set_cpus(_thread: Thread, _cpus: &[usize]) -> std::io::Result<()> {
         Err(std::io::Error::other(NO_CPUS))
     }
+}
+
+/// A plain pool of `threads` workers, for the tests of the session's pool-side modules.
+#[cfg(test)]
+pub(super) fn tests_pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
@@ -155,12 +194,12 @@ mod tests {
 
     /// Each worker's own affinity mask, read on the worker.
     fn masks(pool: &rayon::ThreadPool) -> Vec<Vec<usize>> {
-        pool.broadcast(|_| affinity::allowed_cpus())
+        pool.broadcast(|_| affinity::allowed_cpus(0))
     }
 
     #[test]
     fn pinned_workers_may_run_on_their_cpu_alone() {
-        let cpus = affinity::allowed_cpus();
+        let cpus = affinity::allowed_cpus(0);
         assert!(!cpus.is_empty(), "this thread's affinity mask is readable");
         let p = cpu_pool(2, true).unwrap();
         assert_eq!(p.warning, None);
@@ -171,7 +210,7 @@ mod tests {
 
     #[test]
     fn unpinned_workers_may_run_on_every_cpu() {
-        let cpus = affinity::allowed_cpus();
+        let cpus = affinity::allowed_cpus(0);
         let p = cpu_pool(2, false).unwrap();
         assert!(p.pinned.is_empty());
         assert_eq!(masks(&p.pool), [cpus.clone(), cpus]);

@@ -144,14 +144,8 @@ fn spin(shared: &Arc<Shared>, spawned: Instant) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::pool::tests_pool as pool;
     use super::*;
-
-    fn pool(threads: usize) -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-    }
 
     /// Spinners that were taken have all returned once the run's guard is dropped.
     #[test]
