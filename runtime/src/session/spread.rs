@@ -7,7 +7,8 @@
 //! running threads onto a busy CPU too. A run that follows such a pause then woke the pool's
 //! other workers onto its own worker's CPU and ran on one CPU for its first milliseconds. So
 //! where the session's last run ended at least [`PAUSE`] ago, the run's worker first keeps
-//! itself on its CPU and the other workers off it (with one worker a CPU, one CPU each), and
+//! itself on its CPU and the other workers off it (where the pool has a worker a CPU or more,
+//! each on one CPU, dealt out in turn so that every CPU holds its share), and
 //! lets them all run anywhere again when the run ends: the probe's woken thread started
 //! 0.08-0.10 ms late, on the idle CPU, and magika after 50 ms idle took 4.44 ms against 8.14
 //! (4.39 with the threads pinned throughout; onnxruntime 4.83-5.21). Keeping only the others
@@ -82,23 +83,26 @@ impl Spread {
         }
     }
 
-    /// Keep this worker on its CPU and let the others run on the other CPUs only (with one
-    /// worker a CPU, each on one of them); whether it did.
+    /// Keep this worker on its CPU and the others on the other CPUs: with at least one worker
+    /// a CPU, each on one, in turn from the CPU after this one's (so that where workers
+    /// outnumber the CPUs, every CPU holds its share); with fewer, anywhere but here. Whether
+    /// it did.
     fn narrow(&self) -> bool {
         let (Some(home), Some(here)) = (rayon::current_thread_index(), affinity::current_cpu())
         else {
             return false;
         };
-        if self.workers.is_empty() {
+        let Some(at) = self.cpus.iter().position(|&c| c == here) else {
             return false;
-        }
-        let others: Vec<usize> = self.cpus.iter().copied().filter(|&c| c != here).collect();
-        let one_each = self.workers.len() == self.cpus.len() && others.len() + 1 == self.cpus.len();
+        };
+        let n = self.cpus.len();
+        let others: Vec<usize> = (1..n).map(|d| self.cpus[(at + d) % n]).collect();
+        let in_turn = self.workers.len() >= n;
         let mut k = 0;
         for (i, &thread) in self.workers.iter().enumerate() {
-            let cpus = match (i == home, one_each) {
+            let cpus = match (i == home, in_turn) {
                 (true, _) => &[here][..],
-                (false, true) => &others[k % others.len()..][..1],
+                (false, true) => &self.cpus[(at + 1 + k) % n..][..1],
                 (false, false) => &others[..],
             };
             k += usize::from(i != home);
@@ -176,6 +180,23 @@ mod tests {
         assert!(!narrowed(&spread));
         std::thread::sleep(PAUSE * 2);
         assert!(narrowed(&spread));
+    }
+
+    #[test]
+    fn workers_that_outnumber_the_cpus_are_dealt_out_to_every_cpu_in_turn() {
+        let cpus = affinity::allowed_cpus(0);
+        assert!(cpus.len() >= 2, "this test needs two CPUs: {cpus:?}");
+        let pool = pool(cpus.len() * 2);
+        let spread = Spread::new(&pool, false);
+        let during = pool.install(|| {
+            let run = spread.begin();
+            assert!(run.narrowed);
+            masks(&spread)
+        });
+        for cpu in &cpus {
+            let on_it = during.iter().filter(|m| m[..] == [*cpu]).count();
+            assert_eq!(on_it, 2, "two workers on CPU {cpu}: {during:?}");
+        }
     }
 
     #[test]
