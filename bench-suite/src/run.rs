@@ -481,12 +481,6 @@ pub fn main(mut args: Args) -> Result<()> {
         ms: args.pause_ms,
         runs: args.pause_runs,
     };
-    let method = Method {
-        threads: args.threads,
-        slice: crate::interleave::slice_of(args.slice_secs),
-        pause,
-        pin_threads: args.pin_threads,
-    };
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -512,6 +506,7 @@ pub fn main(mut args: Args) -> Result<()> {
         models: Vec::new(),
         gemm: None,
     };
+    let method = Method::of(&report.config);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let work = args.out.join("work");

@@ -84,6 +84,18 @@ pub struct Method {
     pub pin_threads: bool,
 }
 
+impl Method {
+    /// How a run's rows are timed, as its report's configuration records it.
+    pub fn of(config: &crate::schema::Config) -> Method {
+        Method {
+            threads: config.threads,
+            slice: crate::interleave::slice_of(config.slice_secs),
+            pause: config.pause.unwrap_or(Pause { ms: 0.0, runs: 0 }),
+            pin_threads: config.pin_threads,
+        }
+    }
+}
+
 /// Runs after a pause: each of `runs` runs made after `ms` milliseconds of sleep, the latency
 /// of a model run now and then (an application classifying a file, a frame a second) rather
 /// than back to back. Where the OS lets idle CPUs sleep or packs woken threads onto busy ones
