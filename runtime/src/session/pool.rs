@@ -4,10 +4,12 @@
 //! Pinning keeps each worker on one CPU for the session's life. It is not needed for a run
 //! that follows a pause, where a scheduler that packs woken threads onto busy CPUs (this KVM
 //! guest) would run it on one CPU for its first milliseconds: every session spreads its workers
-//! over the CPUs for such a run (`spread.rs`). It stays off by default: back to back, pinned
-//! resnet50 ran slower in a third of the processes here (medians 43.1 against 39.2 ms over 12
-//! alternated processes; the other models level), for a reason not found (both workers ran on
-//! their CPUs ~97 % of the time either way). docs/bench.md, "A run after a pause".
+//! over the CPUs for such a run (`spread.rs`). It stays off by default: back to back it gains
+//! nothing measurable here, and a pinned thread cannot leave a CPU another process keeps busy.
+//! (Pinned resnet50 once read slower in a third of the processes, 43.1 against 39.2 ms; later
+//! its 46 ms processes came pinned, unpinned and spread alike, each when the host had put the
+//! two vCPUs on different core complexes: docs/bench.md, "A run after a pause spreads its
+//! workers".)
 //!
 //! Sits between `Session::new` and rayon's pool builder (and, for pinning, the OS: Linux and
 //! Android; elsewhere pinning asked for is a session warning).

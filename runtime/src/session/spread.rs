@@ -8,13 +8,13 @@
 //! other workers onto its own worker's CPU and ran on one CPU for its first milliseconds. So
 //! where the session's last run ended at least [`PAUSE`] ago, the run's worker first keeps
 //! itself on its CPU and the other workers off it (where the pool has a worker a CPU or more,
-//! each on one CPU, dealt out in turn so that every CPU holds its share), and
-//! lets them all run anywhere again when the run ends: the probe's woken thread started
-//! 0.08-0.10 ms late, on the idle CPU, and magika after 50 ms idle took 4.44 ms against 8.14
-//! (4.39 with the threads pinned throughout; onnxruntime 4.83-5.21). Keeping only the others
-//! off it was not enough: its worker was moved onto theirs. A mask change costs about 1 us.
-//! Back to back nothing is narrowed: threads pinned throughout ran resnet50 slower in a third
-//! of the processes here (`pool.rs`). Sessions pinned with `pin_threads` need none of it.
+//! each on one CPU, dealt out in turn so that every CPU holds its share), and lets them all run
+//! anywhere again when the run ends: the probe's woken thread started 0.08-0.10 ms late, on the
+//! idle CPU, and magika after 50 ms idle took 4.44 ms against 8.14 (4.39 with the threads
+//! pinned throughout; onnxruntime 4.83-5.21). Keeping only the others off it was not enough:
+//! its worker was moved onto theirs. A mask change costs about 1 us. Back to back nothing is
+//! narrowed, as holding the threads throughout gained nothing measurable (`pool.rs`). Sessions
+//! pinned with `pin_threads` need none of it.
 //! docs/bench.md, "A run after a pause spreads its workers".
 //!
 //! Sits between `handoff::run_on` (whose job begins and ends each run on a worker) and the OS's
