@@ -8,11 +8,12 @@
 //! other workers onto its own worker's CPU and ran on one CPU for its first milliseconds. So
 //! where the session's last run ended at least [`PAUSE`] ago, the run's worker first keeps
 //! itself on its CPU and the other workers off it (where the pool has a worker a CPU or more,
-//! each on one CPU, dealt out in turn so that every CPU holds its share), and lets them all run
-//! anywhere again when the run ends: the probe's woken thread started 0.08-0.10 ms late, on the
-//! idle CPU, and magika after 50 ms idle took 4.44 ms against 8.14 (4.39 with the threads
-//! pinned throughout; onnxruntime 4.83-5.21). Keeping only the others off it was not enough:
-//! its worker was moved onto theirs. A mask change costs about 1 us. Back to back nothing is
+//! each on one CPU, dealt out in turn so that every CPU holds its share), and gives them back
+//! the CPUs they had (as the run's worker finds its own: an affinity the application set since
+//! stays) when the run ends: the probe's woken thread started 0.08-0.10 ms late, on the idle
+//! CPU, and magika after 50 ms idle took 4.44 ms against 8.14 (4.39 with the threads pinned
+//! throughout; onnxruntime 4.83-5.21). Keeping only the others off it was not enough: its
+//! worker was moved onto theirs. A mask change costs about 1 us. Back to back nothing is
 //! narrowed, as holding the threads throughout gained nothing measurable (`pool.rs`). Sessions
 //! pinned with `pin_threads` need none of it.
 //! docs/bench.md, "A run after a pause spreads its workers".
@@ -32,8 +33,6 @@ pub(super) const PAUSE: Duration = Duration::from_millis(2);
 pub(super) struct Spread {
     /// Each worker's thread (by its index in the pool); empty where nothing is narrowed.
     workers: Vec<Thread>,
-    /// The CPUs the workers may run on when not narrowed.
-    cpus: Vec<usize>,
     runs: Mutex<Runs>,
 }
 
@@ -44,11 +43,11 @@ struct Runs {
     last_end: Option<Instant>,
 }
 
-/// One run on the pool, from its first step to its end (the drop), and whether it narrowed the
-/// other workers' CPUs.
+/// One run on the pool, from its first step to its end (the drop), and the CPUs it narrowed the
+/// workers from (empty: it narrowed nothing), which they get back at its end.
 pub(super) struct Running<'a> {
     spread: &'a Spread,
-    narrowed: bool,
+    widen_to: Vec<usize>,
 }
 
 impl Spread {
@@ -64,7 +63,6 @@ impl Spread {
             .collect();
         Spread {
             workers: workers.unwrap_or_default(),
-            cpus,
             runs: Mutex::default(),
         }
     }
@@ -79,46 +77,54 @@ impl Spread {
         };
         Running {
             spread: self,
-            narrowed: after_pause && self.narrow(),
+            widen_to: match after_pause {
+                true => self.narrow(),
+                false => Vec::new(),
+            },
         }
     }
 
-    /// Keep this worker on its CPU and the others on the other CPUs: with at least one worker
-    /// a CPU, each on one, in turn from the CPU after this one's (so that where workers
-    /// outnumber the CPUs, every CPU holds its share); with fewer, anywhere but here. Whether
-    /// it did.
-    fn narrow(&self) -> bool {
+    /// Keep this worker on its CPU and the others on the other CPUs it may run on now (the
+    /// application may have set them since): with at least one worker a CPU, each on one, in
+    /// turn from the CPU after this one's (so that where workers outnumber the CPUs, every CPU
+    /// holds its share); with fewer, anywhere but here. The CPUs it narrowed them from (empty:
+    /// it did nothing).
+    fn narrow(&self) -> Vec<usize> {
+        let cpus = affinity::allowed_cpus(0);
         let (Some(home), Some(here)) = (rayon::current_thread_index(), affinity::current_cpu())
         else {
-            return false;
+            return Vec::new();
         };
-        let Some(at) = self.cpus.iter().position(|&c| c == here) else {
-            return false;
+        let n = cpus.len();
+        let Some(at) = cpus.iter().position(|&c| c == here).filter(|_| n >= 2) else {
+            return Vec::new();
         };
-        let n = self.cpus.len();
-        let others: Vec<usize> = (1..n).map(|d| self.cpus[(at + d) % n]).collect();
+        if self.workers.is_empty() {
+            return Vec::new();
+        }
+        let others: Vec<usize> = (1..n).map(|d| cpus[(at + d) % n]).collect();
         let in_turn = self.workers.len() >= n;
         let mut k = 0;
         for (i, &thread) in self.workers.iter().enumerate() {
-            let cpus = match (i == home, in_turn) {
+            let to = match (i == home, in_turn) {
                 (true, _) => &[here][..],
-                (false, true) => &self.cpus[(at + 1 + k) % n..][..1],
+                (false, true) => &cpus[(at + 1 + k) % n..][..1],
                 (false, false) => &others[..],
             };
             k += usize::from(i != home);
             // A mask the OS refuses leaves that worker as it was: this only speeds its wake.
-            let _ = affinity::set_cpus(thread, cpus);
+            let _ = affinity::set_cpus(thread, to);
         }
-        true
+        cpus
     }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         let spread = self.spread;
-        if self.narrowed {
+        if !self.widen_to.is_empty() {
             for &thread in &spread.workers {
-                let _ = affinity::set_cpus(thread, &spread.cpus);
+                let _ = affinity::set_cpus(thread, &self.widen_to);
             }
         }
         let mut runs = spread.runs.lock().unwrap_or_else(|e| e.into_inner());
@@ -148,7 +154,10 @@ mod tests {
         assert_eq!(spread.workers.len(), cpus.len());
         let (home, here, during) = pool.install(|| {
             let run = spread.begin();
-            assert!(run.narrowed, "the first run follows no run: a pause");
+            assert!(
+                !run.widen_to.is_empty(),
+                "the first run follows no run: a pause"
+            );
             let home = rayon::current_thread_index().unwrap();
             (home, affinity::current_cpu().unwrap(), masks(&spread))
         });
@@ -176,7 +185,7 @@ mod tests {
             "widened at the end"
         );
         // Back to back: nothing narrowed; after a pause again: narrowed.
-        let narrowed = |spread: &Spread| pool.install(|| spread.begin().narrowed);
+        let narrowed = |spread: &Spread| pool.install(|| !spread.begin().widen_to.is_empty());
         assert!(!narrowed(&spread));
         std::thread::sleep(PAUSE * 2);
         assert!(narrowed(&spread));
@@ -190,7 +199,7 @@ mod tests {
         let spread = Spread::new(&pool, false);
         let during = pool.install(|| {
             let run = spread.begin();
-            assert!(run.narrowed);
+            assert!(!run.widen_to.is_empty());
             masks(&spread)
         });
         for cpu in &cpus {
@@ -200,12 +209,28 @@ mod tests {
     }
 
     #[test]
+    fn a_run_gives_the_workers_back_the_cpus_the_application_left_them() {
+        let cpus = affinity::allowed_cpus(0);
+        assert!(cpus.len() >= 2, "this test needs two CPUs: {cpus:?}");
+        let pool = pool(2);
+        let spread = Spread::new(&pool, false);
+        // The application keeps the pool's threads off its last CPU after the session started.
+        let kept = &cpus[..cpus.len() - 1];
+        for &t in &spread.workers {
+            affinity::set_cpus(t, kept).unwrap();
+        }
+        std::thread::sleep(PAUSE * 2);
+        pool.install(|| drop(spread.begin()));
+        assert_eq!(masks(&spread), vec![kept.to_vec(); 2]);
+    }
+
+    #[test]
     fn pinned_or_single_worker_pools_are_never_narrowed() {
         for (threads, pinned) in [(2, true), (1, false)] {
             let pool = pool(threads);
             let spread = Spread::new(&pool, pinned);
             assert!(spread.workers.is_empty());
-            assert!(!pool.install(|| spread.begin().narrowed));
+            assert!(pool.install(|| spread.begin().widen_to.is_empty()));
         }
     }
 
@@ -214,7 +239,10 @@ mod tests {
         let pool = pool(2);
         let spread = Spread::new(&pool, false);
         let first = spread.begin();
-        assert!(!spread.begin().narrowed, "another run is on the pool");
+        assert!(
+            spread.begin().widen_to.is_empty(),
+            "another run is on the pool"
+        );
         drop(first);
     }
 }
