@@ -90,18 +90,18 @@ impl Spread {
     /// holds its share); with fewer, anywhere but here. The CPUs it narrowed them from (empty:
     /// it did nothing).
     fn narrow(&self) -> Vec<usize> {
-        let cpus = affinity::allowed_cpus(0);
+        if self.workers.is_empty() {
+            return Vec::new();
+        }
         let (Some(home), Some(here)) = (rayon::current_thread_index(), affinity::current_cpu())
         else {
             return Vec::new();
         };
+        let cpus = affinity::allowed_cpus(0);
         let n = cpus.len();
         let Some(at) = cpus.iter().position(|&c| c == here).filter(|_| n >= 2) else {
             return Vec::new();
         };
-        if self.workers.is_empty() {
-            return Vec::new();
-        }
         let others: Vec<usize> = (1..n).map(|d| cpus[(at + d) % n]).collect();
         let in_turn = self.workers.len() >= n;
         let mut k = 0;
