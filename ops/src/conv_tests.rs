@@ -1426,7 +1426,8 @@ fn taps_speed() {
     }
 }
 
-/// Adapters that run shaders on the CPU get `conv_pointwise.wgsl` for aligned 1x1s and
+/// Adapters that run shaders on the CPU get `conv_pointwise.wgsl` for aligned 1x1s,
+/// `conv_pointwise_strided.wgsl` for other unpadded 1x1s of 4-aligned input channels, and
 /// `conv_rows.wgsl` for rows it can window (horizontal stride 1 or 2, dilation 1, the taps
 /// within its 24 columns), `conv.wgsl` otherwise; GPUs always `conv.wgsl`. `conv_rows` reads W
 /// from uniform windows of 64 KiB (a dispatch per window) where a block of 8 output channels'
@@ -1455,16 +1456,22 @@ fn cpu_adapters_take_windowed_kernels_where_they_fit() {
         shaders([1, 8, 4, 6], one, one, one, none),
         ("conv", "conv_pointwise")
     );
-    // 1x1s of 6 input channels or 5 x 5 pixels (not 4-aligned) are windowed rows, X from a
-    // texture where rows are 8 wide
+    // 1x1s of 8 input channels on 5 x 5 pixels (a plane not 4-aligned) or of stride 2 read X
+    // a pixel at a time; with a pad past the end (an output pixel of zeros) or 6 input
+    // channels they are windowed rows, X from a texture where rows are 8 wide
+    let strided = "conv_pointwise_strided";
+    assert_eq!(on_cpu([1, 8, 5, 5], one, one, one, none), strided);
+    assert_eq!(on_cpu([1, 8, 4, 8], one, [2, 2], one, none), strided);
+    assert_eq!(on_cpu([1, 8, 4, 8], one, [1, 3], one, none), strided);
     let rows = "conv_rows_uniform";
     let rows_x_texture = "conv_rows_uniform_texture";
+    assert_eq!(on_cpu([1, 8, 5, 5], one, one, one, [0, 0, 1, 1]), rows);
     assert_eq!(on_cpu([1, 6, 4, 8], one, one, one, none), rows_x_texture);
-    assert_eq!(on_cpu([1, 8, 5, 5], one, one, one, none), rows);
     let k = kernels([1, 6, 4, 8], 12, one, one, one, none);
     assert_eq!(k.for_adapter(true)[0].texture_inputs, [0]);
     assert!(k.texture_inputs.is_empty(), "GPUs read X from storage");
-    let k = kernels([1, 8, 5, 5], 12, one, one, one, none);
+    let k = kernels([1, 6, 5, 5], 12, one, one, one, none);
+    assert_eq!(k.for_adapter(true)[0].shader.name, rows);
     assert!(k.for_adapter(true)[0].texture_inputs.is_empty());
     let x = [1, 5, 7, 10];
     assert_eq!(shaders(x, [3, 3], one, one, pad1), ("conv", rows));

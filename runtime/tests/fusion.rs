@@ -160,7 +160,8 @@ const POST: (f32, f32) = (-0.75, 0.375);
 /// Geometries reaching each CPU path: GEMM with im2col (3x3, padded, strided), the shared
 /// im2col channel split (more channels than pixels), 1x1 read straight from X, the direct
 /// depthwise loop, grouped GEMM, and a 1-D convolution; then the vec4 kernels of adapters that
-/// run shaders on the CPU: an aligned 1x1 (`conv_pointwise.wgsl`), rows of 12 and 8 floats at
+/// run shaders on the CPU: an aligned 1x1 (`conv_pointwise.wgsl`), a 1x1 of stride 2
+/// (`conv_pointwise_strided.wgsl`), rows of 12 and 8 floats at
 /// strides 1 and 2 (`conv_rows.wgsl`, blocks of 8 pixels and short ones) and a 1-D conv it
 /// runs as a row of 16.
 fn geometries() -> Vec<Geo> {
@@ -179,6 +180,7 @@ fn geometries() -> Vec<Geo> {
         g([1, 4, 6, 5], [4, 1, 3, 3], 4, 1, 1),
         g([1, 4, 5, 5], [6, 2, 3, 3], 2, 1, 0),
         g([1, 8, 4, 6], [12, 8, 1, 1], 1, 1, 0),
+        g([1, 8, 9, 7], [10, 8, 1, 1], 1, 2, 0),
         g([1, 5, 6, 12], [10, 5, 3, 3], 1, 1, 1),
         g([2, 3, 9, 8], [5, 3, 3, 3], 1, 2, 1),
         Geo {

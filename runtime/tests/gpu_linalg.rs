@@ -445,6 +445,30 @@ fn conv_gpu_matches_reference() {
             [1, 1, 1, 1],
             true,
         ),
+        // `conv_pointwise_strided.wgsl` (lavapipe's 1x1s that `conv_pointwise.wgsl` cannot
+        // read as vec4s): stride 2 on two images of 5 x 6 output pixels (30: blocks of 8 pixels
+        // across rows, the last short), 10 output channels (a block of 8 and one of 2); two
+        // groups of 4 input channels, stride 3 across (7 x 3 pixels)
+        (
+            [2, 8, 9, 11],
+            10,
+            [1, 1],
+            1,
+            [2, 2],
+            [1, 1],
+            [0, 0, 0, 0],
+            true,
+        ),
+        (
+            [1, 8, 7, 7],
+            12,
+            [1, 1],
+            2,
+            [1, 3],
+            [1, 1],
+            [0, 0, 0, 0],
+            false,
+        ),
         // `conv_rows.wgsl` with W in uniform windows of 64 KiB: 576 weights a channel, so 28
         // channels a window and 40 output channels two dispatches an image (blocks cut at 24),
         // X from storage (30 wide) and from a texture (16 wide, the two dispatches sharing it);

@@ -108,6 +108,12 @@ shader!(
     "conv_common"
 );
 shader!(
+    CONV_POINTWISE_STRIDED,
+    "conv_pointwise_strided",
+    "float_bits",
+    "conv_common"
+);
+shader!(
     CONV_ROWS,
     "conv_rows_storage",
     "float_bits",
@@ -194,6 +200,7 @@ pub const ALL: &[Shader] = &[
     CONV,
     CONV_TILED,
     CONV_POINTWISE,
+    CONV_POINTWISE_STRIDED,
     CONV_ROWS,
     CONV_ROWS_UNIFORM,
     CONV_ROWS_TEXTURE,
