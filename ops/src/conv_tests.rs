@@ -1490,27 +1490,36 @@ fn cpu_adapters_take_windowed_kernels_where_they_fit() {
     assert_eq!(on_cpu(x, [1, 7], one, one, [0, 3, 0, 3]), "conv");
     // 3x3s of 200 input channels: 9 channels' weights a window, so 12 output channels take two
     // dispatches (blocks 0..8 and 8..12), each binding its channels' weights; on 2 x 2 pixels
-    // two dispatches cost more than storage loads; of 300, 8 channels' overflow a window and
-    // W is a storage buffer.
-    let k = kernels([1, 200, 20, 30], 12, [3, 3], one, one, pad1);
-    let windows: Vec<_> = (k.for_adapter(true).iter())
-        .map(|k| (k.shader.name, k.uniform_window.map(|w| (w.first, w.len))))
-        .collect();
-    let per = 200 * 9;
-    assert_eq!(
-        windows,
-        [(rows, Some((0, 8 * per))), (rows, Some((8 * per, 4 * per)))]
-    );
+    // two dispatches cost more than storage loads. Of 300, 8 channels' overflow a window and 6
+    // fit: blocks of 6, a window each. Of 600, 3 fit, and W is a storage buffer (blocks of 8).
+    let ocb = |k: &GpuKernel| k.overrides.iter().find(|o| o.0 == "OCB").unwrap().1;
+    for (c, blocks) in [(200, [8, 4]), (300, [6, 6])] {
+        let k = kernels([1, c, 20, 30], 12, [3, 3], one, one, pad1);
+        let per = c * 9;
+        let windows: Vec<_> = (k.for_adapter(true).iter())
+            .map(|k| (k.shader.name, k.uniform_window.map(|w| (w.first, w.len))))
+            .collect();
+        let want = [
+            (rows, Some((0, blocks[0] * per))),
+            (rows, Some((blocks[0] * per, blocks[1] * per))),
+        ];
+        assert_eq!(windows, want, "{c} input channels");
+        assert!(k
+            .for_adapter(true)
+            .iter()
+            .all(|k| ocb(k) == blocks[0] as f64));
+    }
     for (x, shader) in [
         ([1, 200, 2, 2], "conv_rows_storage"),
-        ([1, 300, 7, 10], "conv_rows_storage"),
-        ([1, 300, 7, 12], "conv_rows_texture"),
+        ([1, 600, 7, 10], "conv_rows_storage"),
+        ([1, 600, 7, 12], "conv_rows_texture"),
     ] {
         let k = kernels(x, 12, [3, 3], one, one, pad1);
         let storage = k.for_adapter(true);
         assert_eq!(storage.len(), 1);
         assert_eq!(storage[0].shader.name, shader);
         assert_eq!(storage[0].uniform_window, None);
+        assert_eq!(ocb(&storage[0]), 8.0);
     }
 }
 

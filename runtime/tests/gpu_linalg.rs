@@ -473,7 +473,9 @@ fn conv_gpu_matches_reference() {
         // channels a window and 40 output channels two dispatches an image (blocks cut at 24),
         // X from storage (30 wide) and from a texture (16 wide, the two dispatches sharing it);
         // two groups of 12 channels of 1152 weights (a dispatch a group); 2700 weights a channel
-        // overflow a window in blocks of 8, and W stays a storage buffer
+        // overflow a window in blocks of 8 and, on 4 x 9 pixels, windows of 6 do not pay, so W
+        // stays a storage buffer; 2304 weights a channel: windows of 7 channels, the second
+        // holding 3
         (
             [2, 64, 10, 16],
             40,
@@ -506,6 +508,16 @@ fn conv_gpu_matches_reference() {
         ),
         (
             [1, 300, 4, 9],
+            10,
+            [3, 3],
+            1,
+            [1, 1],
+            [1, 1],
+            [1, 1, 1, 1],
+            true,
+        ),
+        (
+            [1, 256, 10, 12],
             10,
             [3, 3],
             1,
