@@ -1486,8 +1486,10 @@ fn cpu_adapters_take_windowed_kernels_where_they_fit() {
         rows_x_texture
     );
     assert_eq!(on_cpu([1, 5, 15, 1], [5, 1], one, one, [2, 0, 2, 0]), rows);
-    // a 7-wide kernel reaches past the window
-    assert_eq!(on_cpu(x, [1, 7], one, one, [0, 3, 0, 3]), "conv");
+    // a 7-wide kernel of stride 2 fits the window (a first conv's 7x7), a 9-wide one reaches
+    // past it
+    assert_eq!(on_cpu(x, [7, 7], [2, 2], one, [3; 4]), rows);
+    assert_eq!(on_cpu(x, [1, 9], one, one, [0, 4, 0, 4]), "conv");
     // 3x3s of 200 input channels: 9 channels' weights a window, so 12 output channels take two
     // dispatches (blocks 0..8 and 8..12), each binding its channels' weights; on 2 x 2 pixels
     // two dispatches cost more than storage loads. Of 300, 8 channels' overflow a window and 6

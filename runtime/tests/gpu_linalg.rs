@@ -404,7 +404,8 @@ fn conv_gpu_matches_reference() {
         // lavapipe's vec4 kernels (`conv_pointwise.wgsl`, `conv_rows.wgsl`): a grouped 1x1 of
         // 8 input and 5 output channels a group (a block of 4 and one of 1); a 2 x 5 kernel
         // with a left pad of 2 and a vertical dilation over rows of 12 (a block of 8 pixels and
-        // one of 4); stride 2 across, no left pad, a 4-wide kernel; a depthwise 3x3 of stride 2
+        // one of 4); stride 2 across, no left pad, a 4-wide kernel; a depthwise 3x3 of stride 2;
+        // a first conv's 7x7 of stride 2 (rows of 11: a block of 8 pixels and one of 3)
         (
             [2, 16, 4, 5],
             10,
@@ -443,6 +444,16 @@ fn conv_gpu_matches_reference() {
             [2, 2],
             [1, 1],
             [1, 1, 1, 1],
+            true,
+        ),
+        (
+            [1, 3, 19, 21],
+            5,
+            [7, 7],
+            1,
+            [2, 2],
+            [1, 1],
+            [3, 3, 3, 3],
             true,
         ),
         // `conv_pointwise_strided.wgsl` (lavapipe's 1x1s that `conv_pointwise.wgsl` cannot

@@ -5,7 +5,7 @@
 // (ox the block's first column), once: 12 floats for a 3-wide kernel of stride 1, where
 // conv.wgsl loads 8 (per-lane gathers there) for each of the 3 taps. KW (the kernel width), PL
 // (the left pad) and SW are overrides, so the window's indices are constants and it stays in
-// registers. Preconditions (the host checks them): dw = 1, KW <= 5, PL <= 4,
+// registers. Preconditions (the host checks them): dw = 1, KW <= 7, PL <= 4,
 // KW - 1 - PL <= 3 + SW (the window: 24 columns from SW ox - 4).
 // Same Params, block numbering (PX = 8, ROWS = 1), epilogue and dispatch as conv.wgsl.
 // Params, bindings 2-5, block numbering and the epilogue: the prelude conv_common.wgsl. This
@@ -78,6 +78,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             }
             if (KW > 4u) {
                 taps(&acc, win, 8u - PL, row, tap0 + 4u);
+            }
+            if (KW > 5u) {
+                taps(&acc, win, 9u - PL, row, tap0 + 5u);
+            }
+            if (KW > 6u) {
+                taps(&acc, win, 10u - PL, row, tap0 + 6u);
             }
         }
     }
