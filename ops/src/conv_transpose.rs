@@ -8,7 +8,9 @@
 //! contributions from every input line, so cutting inside a plane would repeat the GEMM.
 //! CPU: per (image, group, chunk of output channels) one GEMM
 //! `col[(oc, kh, kw), p] = W[c, (oc, kh, kw)]^T x X[c, p]`, then col2im adds `col` into the
-//! output planes (tasks own disjoint planes). GPU: a gather per output element.
+//! output planes (tasks own disjoint planes). GPU: a gather per output element; on adapters
+//! that run shaders on the CPU, 2x2 up-convs of stride 2 as a GEMM over channels
+//! (`conv_transpose_2x2.wgsl`).
 
 use crate::conv::{valid_range, AutoPad, ConvAttrs, Geom2};
 use crate::cpu_gemm::{sgemm, MatMut, MatRef, Threads};
@@ -280,6 +282,20 @@ struct ConvTransposeParams {
     has_bias: u32,
     e_start: u32,
     count: u32,
+    /// `conv_transpose_2x2.wgsl`'s first channel block and invocations (0 for the other).
+    blk0: u32,
+    threads: u32,
+    _pad: [u32; 2],
+}
+
+/// Whether `conv_transpose_2x2.wgsl` computes `g` on an adapter that runs shaders on the CPU: a
+/// 2x2 kernel of stride 2 without pads or dilation whose output is twice X's size (each input
+/// pixel feeds its own 2 x 2 output pixels), X's rows whole vec4s. ppocr_det's up-conv (24 -> 24
+/// channels, 160 x 160 -> 320 x 320) took 289 ms on lavapipe through `conv_transpose.wgsl`.
+fn upsample_2x2_fits(g: &Geom2) -> bool {
+    let taps = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.dh == 1 && g.dw == 1;
+    let exact = g.pt == 0 && g.pl == 0 && g.oh == 2 * g.h && g.ow == 2 * g.w;
+    taps && exact && g.w.is_multiple_of(4)
 }
 
 fn u32_of(v: usize) -> Result<u32> {
@@ -379,20 +395,50 @@ impl Op for ConvTranspose {
             has_bias: (ins.len() > 2) as u32,
             e_start: u32_of(rows.start * opl)?,
             count: u32_of(count)?,
+            blk0: 0,
+            threads: 0,
+            _pad: [0; 2],
         };
         let inputs = if ins.len() > 2 {
             vec![0, 1, 2]
         } else {
             vec![0, 1, 1]
         };
-        Ok(vec![GpuKernel::new(
+        let gather = GpuKernel::new(
             tandem_shaders::CONV_TRANSPOSE,
-            inputs,
+            inputs.clone(),
             vec![0],
             &p,
             grid_1d(count as u64, 64),
         )
-        .with_override("WG", 64.0)])
+        .with_override("WG", 64.0);
+        if !upsample_2x2_fits(&g) {
+            return Ok(vec![gather]);
+        }
+        // blocks of `ocb` output channels of a group, numbered over (n, group, block)
+        let ocb = if g.mg >= 4 { 4 } else { 1 };
+        let mgb = g.mg.div_ceil(ocb);
+        let block = |plane: usize| {
+            let (n, oc) = (plane / g.m, plane % g.m);
+            (n * g.group + oc / g.mg) * mgb + (oc % g.mg) / ocb
+        };
+        let (b0, b1) = (block(rows.start), block(rows.end - 1));
+        let threads = (b1 + 1 - b0) * (g.h * g.w / 4);
+        let p = ConvTransposeParams {
+            blk0: u32_of(b0)?,
+            threads: u32_of(threads)?,
+            ..p
+        };
+        let upsample = GpuKernel::new(
+            tandem_shaders::CONV_TRANSPOSE_2X2,
+            inputs,
+            vec![0],
+            &p,
+            grid_1d(threads as u64, 64),
+        )
+        .with_override("WG", 64.0)
+        .with_override("OCB", ocb as f64);
+        Ok(vec![gather.with_cpu_adapter_variant(upsample)])
     }
 }
 

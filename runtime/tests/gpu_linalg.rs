@@ -769,6 +769,31 @@ fn conv_transpose_gpu_matches_reference() {
             [0, 0],
             true,
         ),
+        // lavapipe's `conv_transpose_2x2.wgsl` (the 2x2 of stride 2 above is its OCB 1): two
+        // images, two groups of 6 output channels (a block of 4 and one of 2), rows of 8; with
+        // an output padding it is the gather again
+        (
+            [2, 8, 3, 8],
+            6,
+            [2, 2],
+            2,
+            [2, 2],
+            [1, 1],
+            [0, 0, 0, 0],
+            [0, 0],
+            true,
+        ),
+        (
+            [1, 4, 3, 4],
+            4,
+            [2, 2],
+            1,
+            [2, 2],
+            [1, 1],
+            [0, 0, 0, 0],
+            [1, 1],
+            true,
+        ),
     ];
     for &(xs, mg, k, group, s, d, pads, op_, bias) in cases {
         let x = fill(&xs, 31);

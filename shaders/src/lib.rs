@@ -150,6 +150,7 @@ named_shader!(
     "conv_rows_uniform"
 );
 shader!(CONV_TRANSPOSE, "conv_transpose");
+shader!(CONV_TRANSPOSE_2X2, "conv_transpose_2x2");
 shader!(ATTENTION, "attention", "attention_common");
 shader!(
     ATTENTION_ROWS,
@@ -206,6 +207,7 @@ pub const ALL: &[Shader] = &[
     CONV_ROWS_TEXTURE,
     CONV_ROWS_UNIFORM_TEXTURE,
     CONV_TRANSPOSE,
+    CONV_TRANSPOSE_2X2,
     ATTENTION,
     ATTENTION_ROWS,
     ATTENTION_ROWS_VEC4,

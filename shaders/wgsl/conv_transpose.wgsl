@@ -30,6 +30,9 @@ struct Params {
     has_bias: u32,
     e_start: u32,
     count: u32,
+    // conv_transpose_2x2.wgsl's (unused here)
+    blk0: u32,
+    threads: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
