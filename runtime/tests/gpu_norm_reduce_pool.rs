@@ -64,16 +64,20 @@ fn naive_softmax(x: &Tensor, a: usize, log: bool) -> Tensor {
     tensor(&x.shape, y)
 }
 
+/// Lanes of 3, 37 and 70 elements, and of 2, 17 and 32: `softmax.wgsl` keeps lanes of at most
+/// 32 in a local array.
 #[test]
 fn softmax_and_log_softmax_on_each_axis() {
-    let x = fill(&[3, 37, 70], 1);
-    for name in ["Softmax", "LogSoftmax"] {
-        for axis in [-1i64, 1, 0] {
-            let o = op(name, 13, &[("axis", int(axis))]);
-            let want = naive_softmax(&x, axis.rem_euclid(3) as usize, name == "LogSoftmax");
-            check_all_placements(&*o, std::slice::from_ref(&x), &[want], 1e-5);
+    for x in [fill(&[3, 37, 70], 1), fill(&[2, 32, 17], 2)] {
+        for name in ["Softmax", "LogSoftmax"] {
+            for axis in [-1i64, 1, 0] {
+                let o = op(name, 13, &[("axis", int(axis))]);
+                let want = naive_softmax(&x, axis.rem_euclid(3) as usize, name == "LogSoftmax");
+                check_all_placements(&*o, std::slice::from_ref(&x), &[want], 1e-5);
+            }
         }
     }
+    let x = fill(&[3, 37, 70], 1);
     // Opset 11: coerced to 2-D at axis 1, i.e. a softmax over 37 * 70 elements per batch.
     let o = op("Softmax", 11, &[]);
     let flat = Tensor::f32(&[3, 37 * 70], x.as_f32().unwrap().to_vec());

@@ -3,7 +3,9 @@
 // elements x[o * n * inner + k * inner + j] for k in 0..n. Three passes: max, sum of
 // exp(x - max), write. MODE 0: exp(x - max) / sum; 1: x - max - ln(sum); 2 (Hardmax): 1 at
 // the first maximum, 0 elsewhere. MODE is an override (lavapipe runs both sides of a branch on a
-// uniform value).
+// uniform value). Softmax and LogSoftmax lanes of at most CACHED elements read each element
+// once into a local array and take each exp once (`cached`): on lavapipe yolov8n's DFL softmax
+// (16 elements, 8400 lanes) took 10.9 ms in the three passes, 1.0 ms so.
 // Bindings: 0 x (f32, read), 1 y (f32, read_write), 2 params. Overrides: WG, MODE.
 
 override WG: u32 = 64u;
@@ -20,6 +22,31 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @group(0) @binding(2) var<uniform> params: Params;
 
+const CACHED: u32 = 32u;
+
+// Softmax (MODE 0) or LogSoftmax (MODE 1) of the lane of n <= CACHED elements from `base`.
+fn cached(base: u32, n: u32, inner: u32) {
+    var v: array<f32, CACHED>;
+    var m = x[base];
+    for (var k = 0u; k < n; k = k + 1u) {
+        v[k] = x[base + k * inner];
+        m = select(m, v[k], v[k] > m);
+    }
+    // Softmax keeps the exps in v, LogSoftmax the elements
+    var s = 0.0;
+    for (var k = 0u; k < n; k = k + 1u) {
+        let e = exp(v[k] - m);
+        s = s + e;
+        if (MODE == 0u) {
+            v[k] = e;
+        }
+    }
+    let c = select(1.0 / s, m + log(s), MODE == 1u);
+    for (var k = 0u; k < n; k = k + 1u) {
+        y[base + k * inner] = select(v[k] * c, v[k] - c, MODE == 1u);
+    }
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * WG;
@@ -30,6 +57,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let inner = params.inner;
     let n = params.n;
     let base = (l / inner) * n * inner + l % inner;
+    if (MODE != 2u && n <= CACHED) {
+        cached(base, n, inner);
+        return;
+    }
 
     var m = x[base];
     var at = 0u;
