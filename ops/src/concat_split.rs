@@ -407,6 +407,31 @@ mod tests {
         assert_eq!(out[0].data, Data::I64(vec![0, 2, 3, 0, 0]));
     }
 
+    /// On adapters that run shaders on the CPU, inputs that land as one run of whole vec4s in
+    /// the output (a batch-1 Concat on channels of 4-aligned sizes) are copied as vec4s
+    /// (`copy_vec4.wgsl`), the others through `index_map.wgsl`; GPUs keep `index_map.wgsl`.
+    #[test]
+    fn concat_copies_whole_vec4_runs_as_vec4s_on_cpu_adapters() {
+        let shaders = |shapes: &[&[usize]], axis: i64| {
+            let op = concat(&Attrs::new(13).with("axis", AttrValue::Int(axis))).unwrap();
+            let m: Vec<_> = (shapes.iter())
+                .map(|s| TensorMeta::new(crate::DType::F32, s.to_vec()))
+                .collect();
+            let refs: Vec<&TensorMeta> = m.iter().collect();
+            let o = op.infer(&refs).unwrap();
+            let ks = op.gpu(&refs, &o, 0..o[0].shape[0]).unwrap();
+            (ks.iter())
+                .map(|k| (k.shader.name, k.for_adapter(true)[0].shader.name))
+                .collect::<Vec<_>>()
+        };
+        let (map, vec4) = (("index_map", "index_map"), ("index_map", "copy_vec4"));
+        assert_eq!(shaders(&[&[1, 8, 6], &[1, 4, 6]], 1), [vec4, vec4]);
+        // 18 words: the first input ends, the second starts, inside a vec4
+        assert_eq!(shaders(&[&[1, 3, 6], &[1, 6, 6]], 1), [map, map]);
+        // two images: each input is two runs
+        assert_eq!(shaders(&[&[2, 8, 6], &[2, 4, 6]], 1), [map, map]);
+    }
+
     /// Concats larger than one parallel piece: along channels (a batch-1 image is one row,
     /// cut into pieces) and along the last axis of many short rows with an empty input, over
     /// row ranges that start and end inside pieces, against the definition; and Split of the

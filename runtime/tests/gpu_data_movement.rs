@@ -171,6 +171,26 @@ fn concat_on_inner_and_first_axis() {
     );
 }
 
+/// A batch-1 Concat on channels whose inputs are whole vec4s (`copy_vec4.wgsl` on lavapipe),
+/// of i64s (narrowed to 4-byte words on the GPU), and one whose inputs are not.
+#[test]
+fn concat_of_whole_vec4_runs() {
+    for (a, b) in [([1, 8, 6], [1, 4, 6]), ([1, 3, 6], [1, 6, 6])] {
+        let (x, y) = (fill(&a), build(&b, |c| 500.0 + (c[1] * 6 + c[2]) as f32));
+        let want = build(&[1, a[1] + b[1], 6], |c| match c[1] < a[1] {
+            true => at(&x, c),
+            false => at(&y, &[0, c[1] - a[1], c[2]]),
+        });
+        let concat = op("Concat", 13, &[("axis", AttrValue::Int(1))]);
+        check_all_placements(&*concat, &[x, y], std::slice::from_ref(&want), 0.0);
+    }
+    let x = Tensor::i64(&[1, 2, 4], (0..8).collect());
+    let y = Tensor::i64(&[1, 1, 4], vec![-1, -2, -3, -4]);
+    let got = run_gpu(&*op("Concat", 13, &[("axis", AttrValue::Int(1))]), &[x, y]);
+    let want: Vec<i64> = (0..8).chain([-1, -2, -3, -4]).collect();
+    assert_eq!(got[0].data, Data::I64(want));
+}
+
 #[test]
 fn split_uneven_on_gpu() {
     let x = fill(&[3, 11]);

@@ -53,6 +53,7 @@ macro_rules! named_shader {
 }
 
 shader!(COPY, "copy");
+shader!(COPY_VEC4, "copy_vec4");
 shader!(UNARY, "unary", "float_bits");
 shader!(BINARY, "binary", "float_bits", "pow_c99");
 shader!(WHERE, "where");
@@ -175,6 +176,7 @@ shader!(
 /// Every shader of the crate, for validation and contract tests.
 pub const ALL: &[Shader] = &[
     COPY,
+    COPY_VEC4,
     UNARY,
     BINARY,
     WHERE,
