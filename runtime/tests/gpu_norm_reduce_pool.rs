@@ -90,6 +90,33 @@ fn softmax_and_log_softmax_on_each_axis() {
     );
 }
 
+/// Lanes with a NaN, an infinity or only -inf are NaN throughout on every placement, as
+/// onnxruntime has them, lanes of one element among them (`softmax.wgsl`'s cached lanes once
+/// made a lone NaN 1 on lavapipe: the fuzz seeds 1451 and 1551); a -inf beside finite values
+/// is an element of 0 (Softmax) or -inf (LogSoftmax).
+#[test]
+fn softmax_of_lanes_with_nan_and_infinities() {
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    for lane in [
+        vec![nan],
+        vec![inf],
+        vec![1.0, nan, 2.0],
+        vec![inf, 1.0, 2.0],
+    ] {
+        for name in ["Softmax", "LogSoftmax"] {
+            let x = Tensor::f32(&[1, lane.len()], lane.clone());
+            let got = run_gpu(&*op(name, 13, &[]), std::slice::from_ref(&x));
+            let all_nan = got[0].as_f32().unwrap().iter().all(|v| v.is_nan());
+            assert!(all_nan, "{name} of {lane:?} on the GPU: {:?}", got[0]);
+        }
+    }
+    for name in ["Softmax", "LogSoftmax"] {
+        let x = Tensor::f32(&[2, 3], vec![-inf, 1.0, 2.0, -inf, -inf, -inf]);
+        let want = naive_softmax(&x, 1, name == "LogSoftmax");
+        check_all_placements(&*op(name, 13, &[]), std::slice::from_ref(&x), &[want], 1e-6);
+    }
+}
+
 #[test]
 fn hardmax_with_ties() {
     let x = fill(&[3, 37, 70], 20);

@@ -59,7 +59,7 @@ shader!(BINARY, "binary", "float_bits", "pow_c99");
 shader!(WHERE, "where");
 shader!(ROTARY, "rotary");
 shader!(CAST, "cast");
-shader!(SOFTMAX, "softmax");
+shader!(SOFTMAX, "softmax", "float_bits");
 shader!(REDUCE, "reduce", "float_bits", "reduce_common");
 shader!(REDUCE_WIDE, "reduce_wide", "float_bits", "reduce_common");
 shader!(POOL, "pool", "float_bits");

@@ -24,14 +24,20 @@ struct Params {
 
 const CACHED: u32 = 32u;
 
-// Softmax (MODE 0) or LogSoftmax (MODE 1) of the lane of n <= CACHED elements from `base`.
+// Softmax (MODE 0) or LogSoftmax (MODE 1) of the lane of n <= CACHED elements from `base`. A
+// NaN element or an infinite max makes the lane NaN, tested on the bits (float_bits.wgsl): on
+// lavapipe a lone NaN came out as 1 through the arithmetic alone.
 fn cached(base: u32, n: u32, inner: u32) {
     var v: array<f32, CACHED>;
     var m = x[base];
+    // the elements' plain sum: NaN where one is
+    var t = 0.0;
     for (var k = 0u; k < n; k = k + 1u) {
         v[k] = x[base + k * inner];
         m = select(m, v[k], v[k] > m);
+        t = t + v[k];
     }
+    let nan = is_nan(t) || (bitcast<u32>(m) & 0x7fffffffu) == 0x7f800000u;
     // Softmax keeps the exps in v, LogSoftmax the elements
     var s = 0.0;
     for (var k = 0u; k < n; k = k + 1u) {
@@ -41,7 +47,8 @@ fn cached(base: u32, n: u32, inner: u32) {
             v[k] = e;
         }
     }
-    let c = select(1.0 / s, m + log(s), MODE == 1u);
+    // the factor (Softmax) or the offset (LogSoftmax) of every element: NaN for a NaN lane
+    let c = select(select(1.0 / s, m + log(s), MODE == 1u), nan_f32(), nan);
     for (var k = 0u; k < n; k = k + 1u) {
         y[base + k * inner] = select(v[k] * c, v[k] - c, MODE == 1u);
     }
