@@ -787,20 +787,22 @@ pub fn valid_range(out_len: usize, stride: usize, offset: i64, in_len: usize) ->
     lo..(hi as usize).clamp(lo, out_len)
 }
 
-/// Whether `conv_pointwise.wgsl` computes this conv on an adapter that runs shaders on the
-/// CPU: a 1x1 of stride 1 without pads whose planes and groups' input channels are multiples
-/// of 4 (its vec4 loads of X and W then stay aligned).
+/// Whether `conv_pointwise.wgsl` reading X as vec4s (`conv_pointwise_x_vec4.wgsl`) computes
+/// this conv on an adapter that runs shaders on the CPU: a 1x1 of stride 1 without pads whose
+/// planes and groups' input channels are multiples of 4 (its vec4 loads of X and W then stay
+/// aligned).
 fn pointwise_vec4_fits(g: &Geom2) -> bool {
     let one = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1;
     let unpadded = g.pt == 0 && g.pl == 0 && g.oh == g.h && g.ow == g.w;
     one && unpadded && (g.oh * g.ow).is_multiple_of(4) && g.cg.is_multiple_of(4)
 }
 
-/// Whether `conv_pointwise_strided.wgsl` computes this conv on an adapter that runs shaders on
-/// the CPU, where `conv_pointwise.wgsl` does not: a 1x1 of any stride whose every output pixel
-/// reads a pixel of X (no pads in effect) and whose groups' input channels are a multiple of 4
-/// (its vec4 loads of W then stay aligned). resnet50's 1x1s of stride 2 and on 7 x 7 planes
-/// ran on `conv_rows.wgsl` in 1.4-2.2x its time on lavapipe.
+/// Whether `conv_pointwise.wgsl` reading X a pixel at a time (`conv_pointwise_x_pixels.wgsl`)
+/// computes this conv on an adapter that runs shaders on the CPU, where its vec4 reading does
+/// not: a 1x1 of any stride whose every output pixel reads a pixel of X (no pads in effect)
+/// and whose groups' input channels are a multiple of 4 (its vec4 loads of W then stay
+/// aligned). resnet50's 1x1s of stride 2 and on 7 x 7 planes ran on `conv_rows.wgsl` in
+/// 1.4-2.2x its time on lavapipe.
 fn pointwise_strided_fits(g: &Geom2) -> bool {
     let one = g.kh == 1 && g.kw == 1 && g.pt == 0 && g.pl == 0;
     let inside = (g.oh - 1) * g.sh < g.h && (g.ow - 1) * g.sw < g.w;

@@ -1426,9 +1426,9 @@ fn taps_speed() {
     }
 }
 
-/// Adapters that run shaders on the CPU get `conv_pointwise.wgsl` for aligned 1x1s,
-/// `conv_pointwise_strided.wgsl` for other unpadded 1x1s of 4-aligned input channels, and
-/// `conv_rows.wgsl` for rows it can window (horizontal stride 1 or 2, dilation 1, the taps
+/// Adapters that run shaders on the CPU get `conv_pointwise.wgsl` for aligned 1x1s, the same
+/// reading X a pixel at a time (`conv_pointwise_strided`) for other unpadded 1x1s of 4-aligned
+/// input channels, and `conv_rows.wgsl` for rows it can window (horizontal stride 1 or 2, dilation 1, the taps
 /// within its 24 columns), `conv.wgsl` otherwise; GPUs always `conv.wgsl`. `conv_rows` reads W
 /// from uniform windows of 64 KiB (a dispatch per window) where a block of 8 output channels'
 /// weights fit one, from the storage buffer otherwise; X from a texture where its rows are whole

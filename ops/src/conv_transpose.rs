@@ -258,7 +258,7 @@ pub fn conv_transpose_cpu(
     }
 }
 
-/// Params of `conv_transpose.wgsl` (layout mirrored there).
+/// Params of `conv_transpose.wgsl` and `conv_transpose_2x2.wgsl` (layout mirrored in `conv_transpose_common.wgsl`).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct ConvTransposeParams {

@@ -161,7 +161,7 @@ const POST: (f32, f32) = (-0.75, 0.375);
 /// im2col channel split (more channels than pixels), 1x1 read straight from X, the direct
 /// depthwise loop, grouped GEMM, and a 1-D convolution; then the vec4 kernels of adapters that
 /// run shaders on the CPU: an aligned 1x1 (`conv_pointwise.wgsl`), a 1x1 of stride 2
-/// (`conv_pointwise_strided.wgsl`), rows of 12 and 8 floats at
+/// (`conv_pointwise_x_pixels.wgsl`), rows of 12 and 8 floats at
 /// strides 1 and 2 (`conv_rows.wgsl`, blocks of 8 pixels and short ones) and a 1-D conv it
 /// runs as a row of 16.
 fn geometries() -> Vec<Geo> {

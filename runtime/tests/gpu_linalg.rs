@@ -456,7 +456,7 @@ fn conv_gpu_matches_reference() {
             [3, 3, 3, 3],
             true,
         ),
-        // `conv_pointwise_strided.wgsl` (lavapipe's 1x1s that `conv_pointwise.wgsl` cannot
+        // `conv_pointwise_x_pixels.wgsl` (lavapipe's 1x1s that `conv_pointwise.wgsl` cannot
         // read as vec4s): stride 2 on two images of 5 x 6 output pixels (30: blocks of 8 pixels
         // across rows, the last short), 10 output channels (a block of 8 and one of 2); two
         // groups of 4 input channels, stride 3 across (7 x 3 pixels)

@@ -106,13 +106,16 @@ shader!(
     CONV_POINTWISE,
     "conv_pointwise",
     "float_bits",
-    "conv_common"
+    "conv_common",
+    "conv_pointwise_x_vec4"
 );
-shader!(
+named_shader!(
     CONV_POINTWISE_STRIDED,
     "conv_pointwise_strided",
     "float_bits",
-    "conv_common"
+    "conv_common",
+    "conv_pointwise_x_pixels",
+    "conv_pointwise"
 );
 shader!(
     CONV_ROWS,
@@ -150,8 +153,12 @@ named_shader!(
     "conv_rows_x_texture",
     "conv_rows_uniform"
 );
-shader!(CONV_TRANSPOSE, "conv_transpose");
-shader!(CONV_TRANSPOSE_2X2, "conv_transpose_2x2");
+shader!(CONV_TRANSPOSE, "conv_transpose", "conv_transpose_common");
+shader!(
+    CONV_TRANSPOSE_2X2,
+    "conv_transpose_2x2",
+    "conv_transpose_common"
+);
 shader!(ATTENTION, "attention", "attention_common");
 shader!(
     ATTENTION_ROWS,

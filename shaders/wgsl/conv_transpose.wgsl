@@ -4,42 +4,11 @@
 // w[g * cg + c, oc % mg, kh, kw], g = oc / mg. One invocation per output element
 // e = params.e_start + i, i < params.count (pads may be negative: output_shape larger than the
 // natural size).
-// Bindings: 0 x, 1 w, 2 bias (read; w bound again when has_bias = 0), 3 out (read_write),
-// 4 params. Overrides: WG (workgroup size).
-
-override WG: u32 = 64u;
-
-struct Params {
-    n: u32,
-    c: u32,
-    h: u32,
-    w: u32,
-    m: u32,
-    oh: u32,
-    ow: u32,
-    kh: u32,
-    kw: u32,
-    sh: u32,
-    sw: u32,
-    dh: u32,
-    dw: u32,
-    pt: i32,
-    pl: i32,
-    cg: u32,
-    mg: u32,
-    has_bias: u32,
-    e_start: u32,
-    count: u32,
-    // conv_transpose_2x2.wgsl's (unused here)
-    blk0: u32,
-    threads: u32,
-}
+// Params, bindings 2-4 and WG: the prelude conv_transpose_common.wgsl.
+// Bindings: 0 x, 1 w.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> params: Params;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -10,42 +10,13 @@
 // Invocation i < params.threads takes pixel block i % (h w / 4) of channel block blk0 + i /
 // (h w / 4); channel blocks are numbered over (n, group, block of OCB channels in the group).
 // Writes only output elements e_start .. e_start + count (whole planes: the rows asked for).
-// Bindings: 0 x (vec4), 1 w (vec4), 2 bias (read; w bound again when has_bias = 0), 3 out
-// (read_write), 4 params (conv_transpose.wgsl's). Overrides: WG, OCB (4 or 1).
+// Params, bindings 2-4 and WG: the prelude conv_transpose_common.wgsl.
+// Bindings: 0 x (vec4), 1 w (vec4). Overrides: WG, OCB (4 or 1).
 
-override WG: u32 = 64u;
 override OCB: u32;
-
-struct Params {
-    n: u32,
-    c: u32,
-    h: u32,
-    w: u32,
-    m: u32,
-    oh: u32,
-    ow: u32,
-    kh: u32,
-    kw: u32,
-    sh: u32,
-    sw: u32,
-    dh: u32,
-    dw: u32,
-    pt: i32,
-    pl: i32,
-    cg: u32,
-    mg: u32,
-    has_bias: u32,
-    e_start: u32,
-    count: u32,
-    blk0: u32,
-    threads: u32,
-}
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> params: Params;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
