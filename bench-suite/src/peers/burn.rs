@@ -147,7 +147,10 @@ fn row_from_output(
     if placement == "gpu" {
         row.adapter = d.device;
         row.notes.push(
-            "first run includes burn's shader compilation and autotuning (cold start)".into(),
+            "first run includes burn's shader compilation and autotuning (cold start), which \
+             cubecl reads from its on-disk cache (`target/environment` of the outermost Cargo \
+             workspace above the working directory) where an earlier run left them"
+                .into(),
         );
     }
     match reference {
