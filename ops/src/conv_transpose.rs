@@ -25,6 +25,9 @@ pub struct ConvTranspose {
     pub attrs: ConvAttrs,
     pub output_padding: Option<Vec<i64>>,
     pub output_shape: Option<Vec<i64>>,
+    /// Op types of the per-channel affine nodes after it that the runtime's fusion pass folded
+    /// into W and B (for reports; the computation is that of a plain ConvTranspose).
+    pub absorbed: Vec<String>,
 }
 
 /// Registry constructor.
@@ -33,6 +36,7 @@ pub fn conv_transpose(attrs: &Attrs) -> Result<Box<dyn Op>> {
         attrs: ConvAttrs::parse("ConvTranspose", attrs)?,
         output_padding: attrs.ints_opt("output_padding")?,
         output_shape: attrs.ints_opt("output_shape")?,
+        absorbed: Vec::new(),
     }))
 }
 
@@ -258,7 +262,8 @@ pub fn conv_transpose_cpu(
     }
 }
 
-/// Params of `conv_transpose.wgsl` and `conv_transpose_2x2.wgsl` (layout mirrored in `conv_transpose_common.wgsl`).
+/// Params of `conv_transpose.wgsl` and `conv_transpose_2x2.wgsl` (layout mirrored in
+/// `conv_transpose_common.wgsl`).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct ConvTransposeParams {
@@ -304,6 +309,10 @@ fn u32_of(v: usize) -> Result<u32> {
 }
 
 impl Op for ConvTranspose {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn name(&self) -> &'static str {
         "ConvTranspose"
     }

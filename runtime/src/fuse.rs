@@ -6,7 +6,10 @@
 //! two-input Sum) of a residual after the Conv or after its activation, which becomes the
 //! Conv's fourth input Z (`fuse_residual`; only where the declared shapes show Z has the
 //! output's shape, `crate::layout::declared_metas`), and an activation after that Add.
-//! A BatchNormalization that follows no Conv takes in the per-channel Mul and Add nodes after
+//! A ConvTranspose folds the chain of BatchNormalization and per-channel Mul and Add nodes
+//! after it into its W and B the same way (`fold_affine_transposed`; ppocr_det adds a bias and
+//! runs a BatchNormalization after each up-conv). A BatchNormalization that follows no Conv
+//! (nor ConvTranspose) takes in the per-channel Mul and Add nodes after
 //! it instead (its scale and B change; densenet121 runs BN, Mul, Add on every Concat), where
 //! the rank of its input is known before any shape is (`rank_of`), and a Relu after those
 //! (applied in the same pass, `BatchNorm::relu`). A Transpose that only feeds a MatMul folds
@@ -54,6 +57,7 @@ use crate::graph::{Dim, Graph, Node, Value, ValueId};
 use std::collections::HashSet;
 use std::sync::Arc;
 use tandem_ops::conv::{Absorbed, Activation, Conv, Epilogue, Residual};
+use tandem_ops::conv_transpose::ConvTranspose;
 use tandem_ops::matmul::MatMul;
 use tandem_ops::norm_channel::BatchNorm;
 use tandem_ops::rotary::Rotary;
@@ -92,10 +96,16 @@ pub fn label(node: &Node) -> String {
     if let Some(r) = node.op.as_any().and_then(|a| a.downcast_ref::<Rotary>()) {
         return "Transpose+".repeat(usize::from(r.perm.is_some())) + &node.op_type;
     }
+    let transposed = node
+        .op
+        .as_any()
+        .and_then(|a| a.downcast_ref::<ConvTranspose>());
     let absorbed: Vec<&str> = match (as_conv(node.op.as_ref()), as_batch_norm(node.op.as_ref())) {
         (Some(c), _) => c.absorbed.iter().map(|a| a.op_type.as_str()).collect(),
         (_, Some(bn)) => bn.absorbed.iter().map(String::as_str).collect(),
-        _ => Vec::new(),
+        _ => transposed.map_or(Vec::new(), |t| {
+            t.absorbed.iter().map(String::as_str).collect()
+        }),
     };
     let mut s = node.op_type.clone();
     for a in absorbed {
@@ -235,6 +245,29 @@ pub fn fuse(graph: &mut Graph) -> FuseSummary {
             node.op = Box::new(fused);
             summary.fused.push((node.name.clone(), label(node)));
         }
+    }
+    for i in 0..graph.nodes.len() {
+        let Some((mut op, (w, b), chain)) = (!removed[i])
+            .then(|| fold_affine_transposed(graph, &uses, i))
+            .flatten()
+        else {
+            continue;
+        };
+        let base = graph.nodes[i].name.clone();
+        let w = add_constant(graph, &mut names, &base, "W", w);
+        let b = add_constant(graph, &mut names, &base, "B", b);
+        let node = &mut graph.nodes[i];
+        dropped.extend(node.inputs[1..].iter().flatten());
+        node.inputs.resize(3, None);
+        (node.inputs[1], node.inputs[2]) = (Some(w), Some(b));
+        op.absorbed = chain
+            .iter()
+            .map(|&r| graph.nodes[r].op_type.clone())
+            .collect();
+        take_over(graph, &uses, i, &chain, (&mut removed, &mut dropped));
+        let node = &mut graph.nodes[i];
+        node.op = Box::new(op);
+        summary.fused.push((node.name.clone(), label(node)));
     }
     for i in 0..graph.nodes.len() {
         if removed[i] {
@@ -548,6 +581,44 @@ fn fold_affine(graph: &Graph, uses: &Uses, i: usize) -> Option<(Tensor, Tensor, 
     Some((Tensor::f32(w_shape, w2), Tensor::f32(&[m], b2), chain))
 }
 
+/// [`fold_affine`] for ConvTranspose `i` (W is `[C, M / group, kh, kw]`: output channel
+/// `g * M / group + j` scales W's `[g * C / group.., j]`): the op to put in its place, W' and B',
+/// and the chain's nodes. ppocr_det adds a per-channel constant and runs a BatchNormalization
+/// after each of its up-convs.
+fn fold_affine_transposed(
+    graph: &Graph,
+    uses: &Uses,
+    i: usize,
+) -> Option<(ConvTranspose, (Tensor, Tensor), Vec<usize>)> {
+    let node = &graph.nodes[i];
+    if node.op_type != "ConvTranspose" || !default_domain(node) || node.outputs.len() != 1 {
+        return None;
+    }
+    let op = node.op.as_any()?.downcast_ref::<ConvTranspose>()?;
+    let w_t = f32_const(graph, uses, *node.inputs.get(1)?)?;
+    let (w_shape, w) = (&w_t.shape, w_t.as_f32()?);
+    let (c, mg, group) = (*w_shape.first()?, *w_shape.get(1)?, op.attrs.group);
+    let m = mg * group;
+    if w_shape.len() < 3 || m == 0 || group == 0 || c % group != 0 || w.len() < m {
+        return None;
+    }
+    let ((k, shift), chain) = affine_chain(graph, uses, node.outputs[0], m, w_shape.len(), true)?;
+    let b_t = match node.inputs.get(2).copied().flatten() {
+        Some(v) => f32_const(graph, uses, Some(v))?,
+        None => Arc::new(Tensor::f32(&[m], vec![0.0; m])),
+    };
+    let b = b_t.as_f32().filter(|b| b.len() == m)?;
+    // W's rows (input channel ci, output channel j of ci's group) of `per` taps each
+    let (cg, per) = (c / group, w.len() / (c * mg));
+    let scale = |row: usize| k[(row / mg / cg) * mg + row % mg];
+    let w2 = (w.chunks_exact(per).enumerate())
+        .flat_map(|(row, taps)| taps.iter().map(move |&x| (x as f64 * scale(row)) as f32))
+        .collect();
+    let b2 = (0..m).map(|oc| (b[oc] as f64 * k[oc] + shift[oc]) as f32);
+    let wb = (Tensor::f32(w_shape, w2), Tensor::f32(&[m], b2.collect()));
+    Some((op.clone(), wb, chain))
+}
+
 /// The chain of Mul and Add nodes by per-channel or scalar constants that reads
 /// BatchNormalization `i`'s output one after the other (each the sole reader of the value
 /// before it; the BatchNormalizations after a Conv went into the Conv before this runs), folded
@@ -623,7 +694,7 @@ fn rank_of(graph: &Graph, uses: &Uses, v: ValueId, depth: u32) -> Option<usize> 
     let ins = node.inputs.iter().flatten();
     let rank = |u: &ValueId| rank_of(graph, uses, *u, depth - 1);
     match node.op_type.as_str() {
-        "Conv" => rank(node.inputs.get(1)?.as_ref()?),
+        "Conv" | "ConvTranspose" => rank(node.inputs.get(1)?.as_ref()?),
         "MaxPool" | "AveragePool" | "BatchNormalization" | "Relu" | "Cast" | "Transpose"
         | "Slice" | "Neg" | "Sqrt" | "Exp" | "Erf" | "Tanh" | "Sigmoid" | "Cos" | "Sin" => {
             rank(node.inputs.first()?.as_ref()?)

@@ -1379,3 +1379,58 @@ fn residual_adds_fuse_where_the_shapes_are_known_equal() {
         .collect();
     assert_close(&outs[0].1, &Tensor::f32(&out, want), 1e-4, 1e-4);
 }
+
+/// A ConvTranspose (two groups of 3 output channels, 2x2 of stride 2) and, after it, an Add of a
+/// per-channel constant, a BatchNormalization and a Mul by a scalar (ppocr_det runs the first
+/// two after each of its up-convs): the chain folds into W and B, the report says
+/// `ConvTranspose+Add+BatchNormalization+Mul`, and the fused model equals the unfused one on
+/// the CPU and the GPU.
+#[test]
+fn conv_transpose_folds_the_affine_chain_after_it() {
+    let (c, mg, group) = (4, 3, 2);
+    let m = mg * group;
+    let mut up = with_attr(
+        node("ConvTranspose", "up", &["x", "W", "B"], &["t"]),
+        ints("strides", &[2, 2]),
+    );
+    up.attribute.push(AttributeProto {
+        name: "group".into(),
+        r#type: attribute_type::INT,
+        i: Some(group as i64),
+        ..Default::default()
+    });
+    let bn = node(
+        "BatchNormalization",
+        "bn",
+        &["u", "s", "beta", "mean", "var"],
+        &["v"],
+    );
+    let nodes = vec![
+        up,
+        node("Add", "add", &["t", "a"], &["u"]),
+        with_attr(bn, float("epsilon", 1e-3)),
+        node("Mul", "mul", &["v", "k"], &["y"]),
+    ];
+    let mut weights = vec![
+        weight("W", &[c, mg, 2, 2], &fill(c * mg * 4, 2)),
+        weight("B", &[m], &fill(m, 3)),
+        weight("a", &[1, m, 1, 1], &fill(m, 4)),
+        weight("k", &[], &[-1.5]),
+    ];
+    let [s, beta, mean, var] = bn_params(m);
+    for (n, v) in [("s", s), ("beta", beta), ("mean", mean), ("var", var)] {
+        weights.push(weight(n, &[m], &v));
+    }
+    let bytes = model(nodes, weights, &["x"], &["y"]);
+    let x = Tensor::f32(&[1, c, 3, 4], fill(c * 12, 1));
+    let unfused = session(&bytes, Placement::Cpu, false);
+    let (want, _) = unfused.run_with_report(&[("x", x.clone())]).unwrap();
+    for placement in [Placement::Cpu, Placement::Gpu] {
+        let sess = session(&bytes, placement, true);
+        let (outs, report) = sess.run_with_report(&[("x", x.clone())]).unwrap();
+        assert_close(&outs[0].1, &want[0].1, 1e-5, 1e-5);
+        let label = report.fused.get("up").cloned();
+        let want_label = "ConvTranspose+Add+BatchNormalization+Mul";
+        assert_eq!(label.as_deref(), Some(want_label), "{placement:?}");
+    }
+}
