@@ -277,9 +277,10 @@ crate::simd::kernel! {
         }
         let s = part.iter().sum::<f32>() + tail;
         if log {
-            let c = m + s.ln();
+            // (v - m) - ln(s): `v - (m + ln(s))` lost ln(s) beside a max of 3e38
+            let c = s.ln();
             for (y, &v) in y.iter_mut().zip(x) {
-                *y = v - c;
+                *y = (v - m) - c;
             }
         } else {
             let r = 1.0 / s;
@@ -307,10 +308,10 @@ crate::simd::kernel! {
             }
         }
         if log {
-            let c: Vec<f32> = m.iter().zip(&s).map(|(m, s)| m + s.ln()).collect();
+            let c: Vec<f32> = s.iter().map(|s| s.ln()).collect();
             for (yr, xr) in y.chunks_exact_mut(inner).zip(x.chunks_exact(inner)) {
-                for ((y, &v), &c) in yr.iter_mut().zip(xr).zip(&c) {
-                    *y = v - c;
+                for (((y, &v), &m), &c) in yr.iter_mut().zip(xr).zip(&m).zip(&c) {
+                    *y = (v - m) - c;
                 }
             }
         } else {

@@ -93,7 +93,8 @@ fn softmax_and_log_softmax_on_each_axis() {
 /// Lanes with a NaN, an infinity or only -inf are NaN throughout on every placement, as
 /// onnxruntime has them, lanes of one element among them (`softmax.wgsl`'s cached lanes once
 /// made a lone NaN 1 on lavapipe: the fuzz seeds 1451 and 1551); a -inf beside finite values
-/// is an element of 0 (Softmax) or -inf (LogSoftmax).
+/// is an element of 0 (Softmax) or -inf (LogSoftmax), also beside elements whose plain sum
+/// overflows (a plain sum was the kernel's first NaN test).
 #[test]
 fn softmax_of_lanes_with_nan_and_infinities() {
     let (nan, inf) = (f32::NAN, f32::INFINITY);
@@ -111,7 +112,11 @@ fn softmax_of_lanes_with_nan_and_infinities() {
         }
     }
     for name in ["Softmax", "LogSoftmax"] {
-        let x = Tensor::f32(&[2, 3], vec![-inf, 1.0, 2.0, -inf, -inf, -inf]);
+        let big = 3.0e38;
+        let x = Tensor::f32(
+            &[3, 3],
+            vec![-inf, 1.0, 2.0, -inf, -inf, -inf, big, big, -inf],
+        );
         let want = naive_softmax(&x, 1, name == "LogSoftmax");
         check_all_placements(&*op(name, 13, &[]), std::slice::from_ref(&x), &[want], 1e-6);
     }

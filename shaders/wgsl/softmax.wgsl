@@ -1,7 +1,7 @@
 // softmax: Softmax / LogSoftmax / Hardmax over lanes of a [outer, n, inner] tensor. One invocation per
 // lane l in [params.first_lane, params.first_lane + params.lanes): o = l / inner, j = l % inner,
 // elements x[o * n * inner + k * inner + j] for k in 0..n. Three passes: max, sum of
-// exp(x - max), write. MODE 0: exp(x - max) / sum; 1: x - max - ln(sum); 2 (Hardmax): 1 at
+// exp(x - max), write. MODE 0: exp(x - max) / sum; 1: (x - max) - ln(sum); 2 (Hardmax): 1 at
 // the first maximum, 0 elsewhere. MODE is an override (lavapipe runs both sides of a branch on a
 // uniform value). Softmax and LogSoftmax lanes of at most CACHED elements read each element
 // once into a local array and take each exp once (`cached`): on lavapipe yolov8n's DFL softmax
@@ -30,25 +30,28 @@ const CACHED: u32 = 32u;
 fn cached(base: u32, n: u32, inner: u32) {
     var v: array<f32, CACHED>;
     var m = x[base];
-    // the elements' plain sum: NaN where one is
+    // 0 times each element but its -inf (a run-time 0, which the compiler cannot fold): NaN
+    // where an element is NaN or +inf. A plain sum overflowed (3e38 + 3e38 - inf), and a test
+    // per element on the bits took the kernel to 18-25 ms from 1.0.
+    let zero = f32(n >> 31u);
     var t = 0.0;
     for (var k = 0u; k < n; k = k + 1u) {
         v[k] = x[base + k * inner];
         m = select(m, v[k], v[k] > m);
-        t = t + v[k];
+        t = t + select(v[k], 0.0, v[k] < 0.0) * zero;
     }
     let nan = is_nan(t) || (bitcast<u32>(m) & 0x7fffffffu) == 0x7f800000u;
-    // Softmax keeps the exps in v, LogSoftmax the elements
+    // Softmax keeps the exps in v, LogSoftmax the elements less the max (less log(sum) after:
+    // `v - (m + log(sum))` lost log(sum) beside a max of 3e38)
     var s = 0.0;
     for (var k = 0u; k < n; k = k + 1u) {
-        let e = exp(v[k] - m);
+        let d = v[k] - m;
+        let e = exp(d);
         s = s + e;
-        if (MODE == 0u) {
-            v[k] = e;
-        }
+        v[k] = select(e, d, MODE == 1u);
     }
     // the factor (Softmax) or the offset (LogSoftmax) of every element: NaN for a NaN lane
-    let c = select(select(1.0 / s, m + log(s), MODE == 1u), nan_f32(), nan);
+    let c = select(select(1.0 / s, log(s), MODE == 1u), nan_f32(), nan);
     for (var k = 0u; k < n; k = k + 1u) {
         y[base + k * inner] = select(v[k] * c, v[k] - c, MODE == 1u);
     }
@@ -91,10 +94,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         s = s + exp(x[base + k * inner] - m);
     }
     if (MODE == 1u) {
-        let c = m + log(s);
+        let c = log(s);
         for (var k = 0u; k < n; k = k + 1u) {
             let at = base + k * inner;
-            y[at] = x[at] - c;
+            y[at] = (x[at] - m) - c;
         }
     } else {
         let r = 1.0 / s;
